@@ -1,0 +1,1 @@
+"""Bundled inputs for the demo and the tests. Every file here names its source and licence in SOURCES.md."""

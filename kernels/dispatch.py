@@ -1,0 +1,68 @@
+"""Choose the implementation of an op: Triton kernel or PyTorch path.
+
+Triton runs when the tensor is on CUDA and Triton imports; the PyTorch path runs otherwise.
+``VISION_BACKEND=torch|triton`` forces one (read at every call, so tests can switch it). Forcing
+``triton`` on CPU tensors needs ``TRITON_INTERPRET=1`` set before ``vision.kernels`` is imported:
+the interpreter then executes the kernels with NumPy, which is how CI runs the kernels' code.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from functools import lru_cache
+
+import torch
+
+BACKENDS = ("torch", "triton")
+_forced: list[str] = []
+
+
+@lru_cache(maxsize=None)
+def triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception:  # ImportError, or a broken install that fails at import
+        return False
+    return True
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def forced_backend() -> str | None:
+    name = _forced[-1] if _forced else os.environ.get("VISION_BACKEND", "").strip().lower()
+    if not name:
+        return None
+    if name not in BACKENDS:
+        raise ValueError(f"VISION_BACKEND must be one of {BACKENDS}, got {name!r}")
+    return name
+
+
+def backend_for(x: torch.Tensor) -> str:
+    """The backend an op on ``x`` runs with: ``"triton"`` or ``"torch"``."""
+    name = forced_backend()
+    if name == "torch":
+        return "torch"
+    if name == "triton":
+        if not triton_available():
+            raise RuntimeError("VISION_BACKEND=triton but triton does not import on this machine")
+        if x.device.type != "cuda" and not interpreting():
+            raise RuntimeError(
+                "VISION_BACKEND=triton on a CPU tensor needs TRITON_INTERPRET=1 set before importing vision.kernels"
+            )
+        return "triton"
+    return "triton" if x.device.type == "cuda" and triton_available() else "torch"
+
+
+@contextlib.contextmanager
+def use_backend(name: str):
+    """Force a backend inside a ``with`` block: ``with use_backend("torch"): ...``."""
+    if name not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
+    _forced.append(name)
+    try:
+        yield
+    finally:
+        _forced.pop()

@@ -1,0 +1,18 @@
+"""Locate the bundled files under ``assets/`` (installed as the data package ``vision.assets``)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def asset_path(*parts: str) -> Path:
+    """Return the path of a bundled asset, e.g. ``asset_path("photos", "coffee.png")``.
+
+    Raises ``FileNotFoundError`` naming the file when it is missing (a broken install or checkout).
+    """
+    import vision.assets as pkg  # the data package: assets/ in the repository
+
+    root = Path(pkg.__file__).parent
+    path = root.joinpath(*parts)
+    if not path.exists():
+        raise FileNotFoundError(f"bundled asset {'/'.join(parts)!r} not found under {root}")
+    return path
