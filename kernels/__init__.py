@@ -1,0 +1,3 @@
+"""Operators on tensors: Triton kernels, their PyTorch paths and float64 references."""
+from .box import BoxFilter, box_filter
+from .guided import GuidedFilter, guided_filter

@@ -1,0 +1,80 @@
+"""PyTorch path of the box filter, and the window-sum engine every op's PyTorch path builds on.
+
+Window sums are direct (separable, one add per window pixel per axis), never long prefix sums, so
+nearly flat images keep their variance. On CPU float32 OpenCV's ``boxFilter`` does the sums (it
+accumulates in float64 and runs O(1) per pixel); elsewhere separable ``avg_pool2d`` does.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..border import pad, unpad_adjoint, valid_count
+
+try:  # OpenCV is a dependency, but the PyTorch path must not need it
+    import cv2
+
+    _CV2_BORDER = {"zero": cv2.BORDER_CONSTANT, "reflect": cv2.BORDER_REFLECT_101,
+                   "replicate": cv2.BORDER_REPLICATE, "symmetric": cv2.BORDER_REFLECT}
+except ImportError:  # pragma: no cover
+    cv2 = None
+
+
+def _use_cv2(x: torch.Tensor, r: int, mode: str) -> bool:
+    if cv2 is None or x.device.type != "cpu" or x.dtype != torch.float32 or x.requires_grad:
+        return False
+    # OpenCV's borderInterpolate folds windows larger than the image only for the zero and replicate modes.
+    return mode in ("zero", "replicate") or r < min(x.shape[-2:])
+
+
+def window_sum(x: torch.Tensor, r: int, mode: str) -> torch.Tensor:
+    """Sum over the (2r+1)^2 window of every pixel of ``x`` (..., H, W); ``mode`` "zero" or a padded border."""
+    if r == 0:
+        return x.clone()
+    h, w = x.shape[-2:]
+    if _use_cv2(x, r, mode):
+        planes = x.reshape(-1, h, w).contiguous()
+        out = torch.empty_like(planes)
+        src, dst = planes.numpy(), out.numpy()
+        k = 2 * r + 1
+        for i in range(src.shape[0]):
+            cv2.boxFilter(src[i], -1, (k, k), dst=dst[i], normalize=False, borderType=_CV2_BORDER[mode])
+        return out.reshape(x.shape)
+    k = 2 * r + 1
+    lead = x.shape[:-2]
+    t = x.reshape(-1, 1, h, w)
+    t = F.pad(t, (r, r, r, r)) if mode == "zero" else pad(t, r, mode)
+    t = F.avg_pool2d(t, (1, k), stride=1)
+    t = F.avg_pool2d(t, (k, 1), stride=1)
+    return (t * float(k * k)).reshape(*lead, h, w)
+
+
+@lru_cache(maxsize=64)
+def _inv_count(h: int, w: int, r: int) -> np.ndarray:
+    return 1.0 / np.outer(valid_count(h, r), valid_count(w, r))
+
+
+def inv_count(h: int, w: int, r: int, device, dtype=torch.float32) -> torch.Tensor:
+    """1/N: the reciprocal of the number of in-image pixels in each window ("valid" mode)."""
+    return torch.from_numpy(_inv_count(h, w, r)).to(device=device, dtype=dtype)
+
+
+def box_mean(x: torch.Tensor, r: int, border: str) -> torch.Tensor:
+    """The mean operator M of the guided filter: window mean of ``x`` (..., H, W) in float32."""
+    h, w = x.shape[-2:]
+    if border == "valid":
+        return window_sum(x, r, "zero") * inv_count(h, w, r, x.device, x.dtype)
+    return window_sum(x, r, border) * (1.0 / (2 * r + 1) ** 2)
+
+
+def box_mean_adjoint(g: torch.Tensor, r: int, border: str) -> torch.Tensor:
+    """The adjoint M^T of :func:`box_mean` (what the backward pass applies to upstream gradients)."""
+    h, w = g.shape[-2:]
+    if border == "valid":
+        return window_sum(g * inv_count(h, w, r, g.device, g.dtype), r, "zero")
+    # M = (1/k^2) B P with P the padding gather: M^T = P^T B^T / k^2, B^T a zero-outside sum on the padded grid.
+    z = window_sum(F.pad(g, (r, r, r, r)), r, "zero")
+    return unpad_adjoint(z, h, w, r, border) * (1.0 / (2 * r + 1) ** 2)

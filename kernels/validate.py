@@ -1,0 +1,65 @@
+"""Input checks shared by the ops: bad input gets a ValueError that names the problem, never a wrong answer."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def check_image(x, name: str, channels: tuple[int, ...] | None = None) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of shape (B, C, H, W), got {type(x).__name__}")
+    if x.dim() != 4:
+        raise ValueError(f"{name} must have shape (B, C, H, W), got {x.dim()} dims {tuple(x.shape)}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise ValueError(f"{name} must be float32, float16 or bfloat16, got {x.dtype}")
+    if min(x.shape) == 0:
+        raise ValueError(f"{name} is empty: shape {tuple(x.shape)}")
+    if channels is not None and x.shape[1] not in channels:
+        raise ValueError(f"{name} must have {' or '.join(map(str, channels))} channels, got {x.shape[1]}")
+    return x
+
+
+def check_finite(x: torch.Tensor, name: str) -> None:
+    if not bool(torch.isfinite(x).all()):
+        bad = int((~torch.isfinite(x)).sum())
+        raise ValueError(f"{name} contains {bad} NaN or Inf values")
+
+
+def check_radius(radius) -> int:
+    if isinstance(radius, bool) or not isinstance(radius, (int,)) and not (
+        isinstance(radius, float) and radius.is_integer()
+    ):
+        raise ValueError(f"radius must be a non-negative integer, got {radius!r}")
+    radius = int(radius)
+    if radius < 0:
+        raise ValueError(f"radius must be a non-negative integer, got {radius}")
+    return radius
+
+
+def check_scale(scale) -> int:
+    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
+        raise ValueError(f"scale must be a positive integer, got {scale!r}")
+    return scale
+
+
+def check_eps(eps, batch: int, device) -> torch.Tensor:
+    """eps as a float32 tensor of shape (B,): a positive float or a per-batch tensor."""
+    if isinstance(eps, torch.Tensor):
+        t = eps.to(device=device, dtype=torch.float32)
+        if t.dim() > 1 or t.numel() not in (1, batch):
+            raise ValueError(f"eps must be a float or a tensor of shape ({batch},), got shape {tuple(eps.shape)}")
+        t = t.reshape(-1).expand(batch)
+    else:
+        try:
+            value = float(eps)
+        except (TypeError, ValueError):
+            raise ValueError(f"eps must be a float or a tensor, got {eps!r}") from None
+        if not math.isfinite(value):
+            raise ValueError(f"eps must be finite, got {value}")
+        t = torch.full((batch,), value, device=device, dtype=torch.float32)
+    if not bool(torch.isfinite(t).all()) or bool((t <= 0).any()):
+        raise ValueError(f"eps must be positive and finite (it regularises flat windows), got {t.tolist()}")
+    return t
