@@ -8,7 +8,7 @@ from torch import nn
 from ..border import check_border
 from ..dispatch import backend_for
 from ..validate import check_eps, check_finite, check_image, check_radius, check_scale
-from . import torch_path
+from . import cpu_banded, torch_path
 from .reference import low_res_radius, subsample_index
 
 
@@ -27,7 +27,10 @@ class _GuidedFit(torch.autograd.Function):
     @staticmethod
     def forward(ctx, I, p, eps, r, border, apply, backend):
         impl = _impl(backend)
-        out, saved = impl.forward(I, p, eps, r, border, apply)
+        if impl is torch_path:
+            out, saved = impl.forward(I, p, eps, r, border, apply)
+        else:
+            out, saved = impl.forward(I, p, eps, r, border, apply, need_grad=any(ctx.needs_input_grad[:3]))
         ctx.impl, ctx.r, ctx.border, ctx.apply_q = impl, r, border, apply
         ctx.saved = saved  # backward runs once; plain attributes avoid save_for_backward's version checks
         ctx.save_for_backward(eps)
@@ -93,12 +96,15 @@ def guided_filter(guide: torch.Tensor, src: torch.Tensor, radius: int, eps, bord
     eps_t = eps_t.to(work)
     out_dtype = src.dtype
     I, p = guide.to(work), src.to(work)
+    backend = backend_for(I)
+    if scale == 1 and backend == "torch" and cpu_banded.supported(I, p, radius, border) and not eps_t.requires_grad:
+        ci, cp = I.mean((2, 3), keepdim=True), p.mean((2, 3), keepdim=True)
+        return cpu_banded.forward(I.contiguous(), p.contiguous(), ci, cp, eps_t, radius, border).to(out_dtype)
     # Shift invariance: subtracting each image's mean leaves a unchanged and only shifts q, and keeps
     # the second moments small, so M(I^2) - M(I)^2 does not cancel catastrophically in float32.
     ci = I.detach().mean((2, 3), keepdim=True)
     cp = p.detach().mean((2, 3), keepdim=True)
     I, p = I - ci, p - cp
-    backend = backend_for(I)
     if scale == 1:
         q = _GuidedFit.apply(I.contiguous(), p.contiguous(), eps_t, radius, border, True, backend)
         return (q + cp).to(out_dtype)

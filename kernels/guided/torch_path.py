@@ -10,9 +10,14 @@ colour a (B, C, 3, H, W), b (B, C, H, W).
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
-from ..box.torch_path import box_mean, box_mean_adjoint
+from ..box import torch_path as _torch_box
+
+# The mean operator M and its adjoint; the Triton path passes its own kernels through ``box=``.
+TORCH_BOX = SimpleNamespace(mean=_torch_box.box_mean, adjoint=_torch_box.box_mean_adjoint)
 
 # unique entries of the symmetric 3x3 guide covariance, in storage order
 PAIRS = ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))
@@ -43,9 +48,9 @@ def sym_matvec(m, v):
                         m02 * v0 + m12 * v1 + m22 * v2), 2)
 
 
-def fit_gray(I, p, eps, r, border):
+def fit_gray(I, p, eps, r, border, box=TORCH_BOX):
     c = p.shape[1]
-    m = box_mean(torch.cat((I, p, I * I, I * p), 1), r, border)
+    m = box.mean(torch.cat((I, p, I * I, I * p), 1), r, border)
     mI, mp, mII, mIp = m[:, :1], m[:, 1:1 + c], m[:, 1 + c:2 + c], m[:, 2 + c:]
     var_raw = mII - mI * mI
     var = var_raw.clamp_min(0.0)
@@ -55,11 +60,11 @@ def fit_gray(I, p, eps, r, border):
     return a, b, dict(mI=mI, mp=mp, denom=denom, var_pos=var_raw > 0)
 
 
-def fit_color(I, p, eps, r, border):
+def fit_color(I, p, eps, r, border, box=TORCH_BOX):
     c = p.shape[1]
     II = torch.stack([I[:, i] * I[:, j] for i, j in PAIRS], 1)
     Ip = (I[:, None] * p[:, :, None]).flatten(1, 2)  # (B, 3C): channel c*3 + i
-    m = box_mean(torch.cat((I, p, II, Ip), 1), r, border)
+    m = box.mean(torch.cat((I, p, II, Ip), 1), r, border)
     mI, mp, mII = m[:, :3], m[:, 3:3 + c], m[:, 3 + c:9 + c]
     mIp = m[:, 9 + c:].unflatten(1, (c, 3))
     raw = [mII[:, k] - mI[:, i] * mI[:, j] for k, (i, j) in enumerate(PAIRS)]
@@ -73,12 +78,12 @@ def fit_color(I, p, eps, r, border):
     return a, b, dict(mI=mI, mp=mp, inv=inv, var_pos=var_pos)
 
 
-def forward(I, p, eps, r, border, apply: bool):
+def forward(I, p, eps, r, border, apply: bool, box=TORCH_BOX):
     """Returns (output, saved). apply: output = q; else output = (mean a, mean b)."""
     gray = I.shape[1] == 1
-    a, b, aux = (fit_gray if gray else fit_color)(I, p, eps, r, border)
+    a, b, aux = (fit_gray if gray else fit_color)(I, p, eps, r, border, box)
     c = p.shape[1]
-    mab = box_mean(torch.cat((a.flatten(1, 2) if not gray else a, b), 1), r, border)
+    mab = box.mean(torch.cat((a.flatten(1, 2) if not gray else a, b), 1), r, border)
     ma = mab[:, :c] if gray else mab[:, :3 * c].unflatten(1, (c, 3))
     mb = mab[:, -c:]
     saved = dict(I=I, p=p, a=a, ma=ma, **aux)
@@ -88,7 +93,7 @@ def forward(I, p, eps, r, border, apply: bool):
     return q, saved
 
 
-def backward(saved, grads, eps, r, border, apply: bool):
+def backward(saved, grads, eps, r, border, apply: bool, box=TORCH_BOX):
     """Gradients (dI, dp, deps) from the upstream gradient of q (apply) or of (mean a, mean b)."""
     I, p, a = saved["I"], saved["p"], saved["a"]
     gray = I.shape[1] == 1
@@ -101,7 +106,7 @@ def backward(saved, grads, eps, r, border, apply: bool):
         g_ma, g_mb = grads
         g_ma = torch.zeros_like(saved["ma"]) if g_ma is None else g_ma
         g_mb = torch.zeros_like(p) if g_mb is None else g_mb
-    adj = box_mean_adjoint(torch.cat((g_ma if gray else g_ma.flatten(1, 2), g_mb), 1), r, border)
+    adj = box.adjoint(torch.cat((g_ma if gray else g_ma.flatten(1, 2), g_mb), 1), r, border)
     g_a = adj[:, :c] if gray else adj[:, :3 * c].unflatten(1, (c, 3))
     g_b = adj[:, -c:]
     mI, mp = saved["mI"], saved["mp"]
@@ -115,7 +120,7 @@ def backward(saved, grads, eps, r, border, apply: bool):
         g_mp = g_b - g_cov * mI
         g_mI = g_mI - (g_cov * mp).sum(1, keepdim=True) - 2.0 * g_var.sum(1, keepdim=True) * mI
         g_mII = g_var.sum(1, keepdim=True)
-        adj2 = box_mean_adjoint(torch.cat((g_mI, g_mII, g_mp, g_cov), 1), r, border)
+        adj2 = box.adjoint(torch.cat((g_mI, g_mII, g_mp, g_cov), 1), r, border)
         t_mI, t_mII, t_mp, t_mIp = adj2[:, :1], adj2[:, 1:2], adj2[:, 2:2 + c], adj2[:, 2 + c:]
         dI = t_mI + 2.0 * I * t_mII + (p * t_mIp).sum(1, keepdim=True)
         dp = t_mp + I * t_mIp
@@ -139,7 +144,7 @@ def backward(saved, grads, eps, r, border, apply: bool):
         g_mI[:, k] -= sum(Hs[k][j] * mI[:, j] for j in range(3))
     g_mI = g_mI - (g_cov * mp[:, :, None]).sum(1)
     g_mp = g_b - (g_cov * mI[:, None]).sum(2)
-    adj2 = box_mean_adjoint(torch.cat((g_mI, g_mII, g_mp, g_cov.flatten(1, 2)), 1), r, border)
+    adj2 = box.adjoint(torch.cat((g_mI, g_mII, g_mp, g_cov.flatten(1, 2)), 1), r, border)
     t_mI, t_mII, t_mp = adj2[:, :3], adj2[:, 3:9], adj2[:, 9:9 + c]
     t_mIp = adj2[:, 9 + c:].unflatten(1, (c, 3))
     dI = t_mI + (p[:, :, None] * t_mIp).sum(1)
