@@ -1,0 +1,178 @@
+"""guided_filter against the float64 reference on every path, against OpenCV and kornia in their
+border modes, gradients by gradcheck, and bad input."""
+import cv2
+import kornia
+import numpy as np
+import pytest
+import torch
+
+from vision.kernels import GuidedFilter, guided_filter
+from vision.kernels.guided.reference import guided_filter_reference
+
+BORDERS = ["valid", "reflect", "replicate", "symmetric"]
+
+
+def run(guide, src, *args, grad=False, **kw):
+    g = torch.tensor(guide, dtype=torch.float32, requires_grad=grad)
+    s = torch.tensor(src, dtype=torch.float32)
+    return guided_filter(g, s, *args, **kw).detach().numpy()
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("border", BORDERS)
+@pytest.mark.parametrize("radius", [1, 2, 8])
+def test_matches_reference(backend, channels, border, radius, rng):
+    guide, src = rng.random((2, channels, 13, 17)), rng.random((2, 2, 13, 17))
+    ref = guided_filter_reference(guide, src, radius, 1e-2, border)
+    np.testing.assert_allclose(run(guide, src, radius, 1e-2, border), ref, atol=1e-6)
+    if backend == "torch":  # with gradients on, the generic (non-banded) PyTorch path runs
+        np.testing.assert_allclose(run(guide, src, radius, 1e-2, border, grad=True), ref, atol=1e-6)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("eps", [1e-8, 1e-4, 1e-2, 1.0])
+def test_eps_range(backend, channels, eps, rng):
+    guide, src = rng.random((1, channels, 33, 29)), rng.random((1, 3, 33, 29))
+    ref = guided_filter_reference(guide, src, 2, eps)
+    np.testing.assert_allclose(run(guide, src, 2, eps), ref, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (1, 40), (1, 1), (6, 2)])
+@pytest.mark.parametrize("border", BORDERS)
+def test_window_larger_than_image(backend, shape, border, rng):
+    guide, src = rng.random((1, 1) + shape), rng.random((1, 1) + shape)
+    ref = guided_filter_reference(guide, src, 8, 1e-3, border)
+    np.testing.assert_allclose(run(guide, src, 8, 1e-3, border), ref, atol=1e-6)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_flat_and_nearly_flat(backend, channels, rng):
+    flat = np.full((1, channels, 40, 37), 0.6)
+    np.testing.assert_allclose(run(flat, flat[:, :1], 4, 1e-8), 0.6, atol=1e-6)
+    # 0.7 + 1e-3 noise with eps 1e-8: cumsum box filters give negative variances and NaN here
+    near = 0.7 + 1e-3 * rng.random((1, channels, 40, 37))
+    src = rng.random((1, 2, 40, 37))
+    out = run(near, src, 4, 1e-8)
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, guided_filter_reference(near, src, 4, 1e-8), atol=1e-4)
+    self_guided = run(near[:, :1], near[:, :1], 4, 1e-8)  # nearly flat filtered by itself: structure kept
+    np.testing.assert_allclose(self_guided, guided_filter_reference(near[:, :1], near[:, :1], 4, 1e-8), atol=2e-6)
+
+
+def test_degenerate_colour_guide_needs_some_eps(backend, rng):
+    """Identical guide channels make the 3x3 system singular but for eps; with eps = 1e-4 float32 is still exact."""
+    ramp = np.broadcast_to(np.linspace(0, 1, 29), (1, 3, 21, 29)).copy()
+    src = rng.random((1, 1, 21, 29))
+    np.testing.assert_allclose(run(ramp, src, 2, 1e-4), guided_filter_reference(ramp, src, 2, 1e-4), atol=1e-5)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("scale", [2, 4])
+@pytest.mark.parametrize("border", ["valid", "reflect"])
+def test_fast_guided_filter(backend, channels, scale, border, rng):
+    guide, src = rng.random((1, channels, 37, 50)), rng.random((1, 2, 37, 50))
+    ref = guided_filter_reference(guide, src, 8, 1e-2, border, scale)
+    np.testing.assert_allclose(run(guide, src, 8, 1e-2, border, scale=scale), ref, atol=1e-6)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision(backend, channels, dtype, rng):
+    guide, src = rng.random((1, channels, 24, 31)), rng.random((1, 3, 24, 31))
+    out = guided_filter(torch.tensor(guide).to(dtype), torch.tensor(src).to(dtype), 3, 1e-3)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    # error = rounding of the inputs (exact reference on the rounded inputs) + rounding of the output
+    g, s = torch.tensor(guide).to(dtype).double().numpy(), torch.tensor(src).to(dtype).double().numpy()
+    tol = 2e-3 if dtype == torch.float16 else 1.6e-2
+    np.testing.assert_allclose(out.double().numpy(), guided_filter_reference(g, s, 3, 1e-3), atol=tol)
+
+
+def test_layouts_and_per_batch_eps(backend, rng):
+    guide = torch.tensor(rng.random((2, 3, 18, 40)), dtype=torch.float32)
+    src = torch.tensor(rng.random((2, 2, 18, 40)), dtype=torch.float32)
+    eps = torch.tensor([1e-3, 1e-1])
+    ref = np.concatenate([guided_filter_reference(guide[i:i + 1].numpy(), src[i:i + 1].numpy(), 2, float(eps[i]))
+                          for i in range(2)])
+    np.testing.assert_allclose(guided_filter(guide, src, 2, eps).numpy(), ref, atol=1e-6)
+    cl = guided_filter(guide.to(memory_format=torch.channels_last), src.to(memory_format=torch.channels_last), 2, eps)
+    np.testing.assert_allclose(cl.numpy(), ref, atol=1e-6)
+    strided = guided_filter(guide[..., ::2], src[..., ::2], 2, eps)  # non-contiguous views
+    ref_s = np.concatenate([guided_filter_reference(guide[i:i + 1, :, :, ::2].numpy(), src[i:i + 1, :, :, ::2].numpy(),
+                                                    2, float(eps[i])) for i in range(2)])
+    np.testing.assert_allclose(strided.numpy(), ref_s, atol=1e-6)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_matches_opencv(channels, rng):
+    """cv2.ximgproc.guidedFilter pads with BORDER_REFLECT: our "symmetric", at every pixel."""
+    guide = rng.random((45, 61, channels)).astype(np.float32)
+    src = rng.random((45, 61)).astype(np.float32)
+    ref = cv2.ximgproc.guidedFilter(guide, src, 6, 1e-2)
+    got = guided_filter(torch.from_numpy(guide).permute(2, 0, 1)[None], torch.from_numpy(src)[None, None], 6, 1e-2,
+                        "symmetric")
+    np.testing.assert_allclose(got[0, 0].numpy(), ref, atol=2e-5)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("border", ["reflect", "replicate"])
+@pytest.mark.parametrize("scale", [1, 2])
+def test_matches_kornia(channels, border, scale, rng):
+    guide = torch.tensor(rng.random((2, channels, 40, 52)), dtype=torch.float32)
+    src = torch.tensor(rng.random((2, 3, 40, 52)), dtype=torch.float32)
+    ref = kornia.filters.guided_blur(guide, src, 9, 1e-2, border_type=border, subsample=scale)
+    got = guided_filter(guide, src, 4, 1e-2, border, scale=scale)
+    torch.testing.assert_close(got, ref, atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("border", BORDERS)
+def test_gradcheck(channels, border):
+    guide = torch.rand(2, channels, 9, 11, dtype=torch.float64, requires_grad=True)
+    src = torch.rand(2, 2, 9, 11, dtype=torch.float64, requires_grad=True)
+    eps = torch.tensor([1e-2, 5e-2], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda g, s, e: guided_filter(g, s, 2, e, border), (guide, src, eps))
+    assert torch.autograd.gradcheck(lambda g, s, e: guided_filter(g, s, 4, e, border, scale=2), (guide, src, eps))
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("border", ["valid", "symmetric"])
+def test_float32_gradients_match_float64(backend, channels, border, rng):
+    """The float32 backward of each path against the float64 closed form checked by gradcheck above."""
+    guide, src = rng.random((1, channels, 20, 23)), rng.random((1, 2, 20, 23))
+    up = rng.standard_normal((1, 2, 20, 23))
+    grads = []
+    for dtype in (torch.float32, torch.float64):
+        g = torch.tensor(guide, dtype=dtype, requires_grad=True)
+        s = torch.tensor(src, dtype=dtype, requires_grad=True)
+        e = torch.tensor([1e-2], dtype=dtype, requires_grad=True)
+        out = guided_filter(g, s, 3, e, border)
+        grads.append([t.double().numpy() for t in torch.autograd.grad(out, (g, s, e), torch.tensor(up, dtype=dtype))])
+    for got, ref in zip(*grads):
+        np.testing.assert_allclose(got, ref, atol=2e-4 * max(1.0, np.abs(ref).max()))
+
+
+def test_module_and_self_guidance(rng):
+    img = torch.rand(1, 3, 32, 32)
+    gf = GuidedFilter(4, 1e-2, border="reflect")
+    assert "radius=4" in repr(gf)
+    torch.testing.assert_close(gf(img, img), guided_filter(img, img, 4, 1e-2, "reflect"))
+
+
+@pytest.mark.parametrize("bad,match", [
+    (lambda: guided_filter(torch.rand(1, 2, 8, 8), torch.rand(1, 1, 8, 8), 2, 1e-2), "guide must have 1 or 3"),
+    (lambda: guided_filter(torch.rand(1, 1, 8, 8), torch.rand(1, 1, 8, 9), 2, 1e-2), "share batch"),
+    (lambda: guided_filter(torch.rand(1, 1, 8, 8), torch.rand(2, 1, 8, 8), 2, 1e-2), "share batch"),
+    (lambda: guided_filter(torch.rand(1, 8, 8), torch.rand(1, 8, 8), 2, 1e-2), "shape"),
+    (lambda: guided_filter(torch.rand(1, 1, 8, 8), torch.rand(1, 1, 8, 8), -2, 1e-2), "radius"),
+    (lambda: guided_filter(torch.rand(1, 1, 8, 8), torch.rand(1, 1, 8, 8), 2, -1e-2), "eps"),
+    (lambda: guided_filter(torch.rand(1, 1, 8, 8), torch.rand(1, 1, 8, 8), 2, 0.0), "eps"),
+    (lambda: guided_filter(torch.rand(1, 1, 8, 8), torch.rand(1, 1, 8, 8), 2, float("nan")), "eps"),
+    (lambda: guided_filter(torch.rand(2, 1, 8, 8), torch.rand(2, 1, 8, 8), 2, torch.ones(3)), "eps"),
+    (lambda: guided_filter(torch.rand(1, 1, 8, 8), torch.rand(1, 1, 8, 8), 2, 1e-2, scale=0), "scale"),
+    (lambda: guided_filter(torch.rand(1, 1, 8, 8), torch.rand(1, 1, 8, 8), 2, 1e-2, border="wrap"), "border"),
+    (lambda: guided_filter(torch.full((1, 1, 8, 8), float("inf")), torch.rand(1, 1, 8, 8), 2, 1e-2), "guide contains"),
+    (lambda: guided_filter(torch.rand(1, 1, 8, 8), torch.full((1, 1, 8, 8), float("nan")), 2, 1e-2), "src contains"),
+])
+def test_bad_input(bad, match):
+    with pytest.raises(ValueError, match=match):
+        bad()
