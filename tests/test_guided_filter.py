@@ -176,3 +176,25 @@ def test_module_and_self_guidance(rng):
 def test_bad_input(bad, match):
     with pytest.raises(ValueError, match=match):
         bad()
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("radius,border", [(3, "valid"), (8, "symmetric"), (12, "valid")])
+def test_many_tiles(backend, channels, radius, border, rng):
+    """Images spanning several Triton tiles in both directions, so tile seams and edge masks are exercised."""
+    guide, src = rng.random((1, channels, 100, 70)), rng.random((1, 1, 100, 70))
+    ref = guided_filter_reference(guide, src, radius, 1e-2, border)
+    np.testing.assert_allclose(run(guide, src, radius, 1e-2, border), ref, atol=1e-6)
+
+
+def test_triton_tile_shapes():
+    """Tiles are powers of two whose inner (output) part covers at least a quarter of the tile for every radius."""
+    from vision.kernels.box.triton_path import MAX_RADIUS, tile_shape
+
+    for r in range(1, MAX_RADIUS + 1):
+        for wide in (False, True):
+            th, tw = tile_shape(r, wide)
+            assert th & (th - 1) == 0 and tw & (tw - 1) == 0
+            assert (th - 2 * r) * (tw - 2 * r) >= th * tw / 4
+    with pytest.raises(ValueError, match="radius"):
+        tile_shape(MAX_RADIUS + 1)
