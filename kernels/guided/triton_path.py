@@ -7,9 +7,10 @@ and either apply them to the guide (q = mean(a) . I + mean(b)) or store the aver
 filter, which applies them after a bilinear upsample). Each tile is centred on its own mean before
 any second moment is formed; the shift is undone exactly in b.
 
-Training needs the window statistics in the backward pass: with gradients on, the forward keeps
-them by running the PyTorch path's formulas on the Triton box kernels, and the backward is the same
-closed form as the PyTorch path's, with every adjoint box filter a Triton kernel.
+Training ("valid" border, q output): the forward also keeps mean(a), and the backward is two more
+fused kernels (``triton_backward.py``). Other cases keep the window statistics by running the PyTorch
+path's formulas on the Triton box kernels, and their backward is the PyTorch path's closed form with
+every adjoint box filter a Triton kernel.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import triton.language as tl
 
 from ..box import triton_path as box
 from ..box.triton_path import MODES, tile_box_sum, tile_coords, tile_mean, tile_shape, window_count
-from . import torch_path
+from . import torch_path, triton_backward
 
 TRITON_BOX = SimpleNamespace(mean=box.box_mean, adjoint=box.box_mean_adjoint)
 
@@ -119,7 +120,7 @@ def _fit_color_kernel(I_ptr, p_ptr, a_ptr, b_ptr, eps_ptr, C, H, W, R: tl.conste
 
 @triton.jit
 def _apply_kernel(a_ptr, b_ptr, I_ptr, q_ptr, ma_ptr, mb_ptr, C, H, W, R: tl.constexpr, MODE: tl.constexpr,
-                  G: tl.constexpr, APPLY: tl.constexpr, TH: tl.constexpr, TW: tl.constexpr):
+                  G: tl.constexpr, APPLY: tl.constexpr, STORE_MA: tl.constexpr, TH: tl.constexpr, TW: tl.constexpr):
     pc = tl.program_id(0).to(tl.int64)
     bi = pc // C
     oy0 = tl.program_id(1) * (TH - 2 * R)
@@ -141,7 +142,7 @@ def _apply_kernel(a_ptr, b_ptr, I_ptr, q_ptr, ma_ptr, mb_ptr, C, H, W, R: tl.con
         if APPLY:
             guide = tl.load(I_ptr + (bi * G + g) * plane + pix, mask=keep, other=0.0).to(tl.float32)
             acc += ma * guide
-        else:
+        if STORE_MA:
             tl.store(ma_ptr + (pc * G + g) * plane + pix, ma, mask=keep)
     if APPLY:
         tl.store(q_ptr + pc * plane + pix, acc, mask=keep)
@@ -151,8 +152,10 @@ def supported(r: int, dtype: torch.dtype) -> bool:
     return box.supported(r) and dtype != torch.float64
 
 
-def fused_forward(I, p, eps, r, border, apply: bool):
-    """Inference: K1 then K2. I (B, G, H, W), p (B, C, H, W) float32 contiguous, eps (B,) float32."""
+def fused_forward(I, p, eps, r, border, apply: bool, keep_ma: bool = False):
+    """K1 then K2. I (B, G, H, W), p (B, C, H, W) float32 contiguous, eps (B,) float32.
+
+    Returns q (apply), or (mean a, mean b); ``keep_ma`` returns (q, mean a) for the fused backward."""
     bsz, g, h, w = I.shape
     c = p.shape[1]
     mode = MODES[border]
@@ -167,21 +170,29 @@ def fused_forward(I, p, eps, r, border, apply: bool):
     grid = (bsz * c, triton.cdiv(h, th - 2 * r), triton.cdiv(w, tw - 2 * r))
     if apply:
         q = torch.empty_like(b)
-        _apply_kernel[grid](a, b, I, q, q, q, c, h, w, R=r, MODE=mode, G=g, APPLY=True, TH=th, TW=tw, num_warps=4)
-        return q
+        ma = torch.empty_like(a) if keep_ma else q
+        _apply_kernel[grid](a, b, I, q, ma, q, c, h, w, R=r, MODE=mode, G=g, APPLY=True, STORE_MA=keep_ma, TH=th,
+                            TW=tw, num_warps=4)
+        return (q, ma) if keep_ma else q
     ma, mb = torch.empty_like(a), torch.empty_like(b)
-    _apply_kernel[grid](a, b, I, mb, ma, mb, c, h, w, R=r, MODE=mode, G=g, APPLY=False, TH=th, TW=tw,
-                        num_warps=4)
+    _apply_kernel[grid](a, b, I, mb, ma, mb, c, h, w, R=r, MODE=mode, G=g, APPLY=False, STORE_MA=True, TH=th,
+                        TW=tw, num_warps=4)
     return ma, mb
 
 
 def forward(I, p, eps, r, border, apply: bool, need_grad: bool = False):
     if r == 0 or not supported(r, I.dtype):
         return torch_path.forward(I, p, eps, r, border, apply)
+    I, p = I.contiguous(), p.contiguous()
     if not need_grad:
-        return fused_forward(I.contiguous(), p.contiguous(), eps, r, border, apply), None
+        return fused_forward(I, p, eps, r, border, apply), None
+    if apply and border == "valid":  # fused backward: keep only the inputs and mean(a)
+        q, ma = fused_forward(I, p, eps, r, border, apply, keep_ma=True)
+        return q, dict(fused=True, I=I, p=p, ma=ma)
     return torch_path.forward(I, p, eps, r, border, apply, box=TRITON_BOX)
 
 
 def backward(saved, grads, eps, r, border, apply: bool):
+    if saved.get("fused"):
+        return triton_backward.backward(saved["I"], saved["p"], grads, saved["ma"], eps.float().contiguous(), r)
     return torch_path.backward(saved, grads, eps, r, border, apply, box=TRITON_BOX)
