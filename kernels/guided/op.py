@@ -7,7 +7,7 @@ from torch import nn
 
 from ..border import check_border
 from ..dispatch import backend_for
-from ..validate import check_eps, check_finite, check_image, check_radius, check_scale
+from ..validate import check_all_finite, check_eps, check_image, check_radius, check_scale
 from . import cpu_banded, torch_path
 from .reference import low_res_radius, subsample_index
 
@@ -85,9 +85,7 @@ def guided_filter(guide: torch.Tensor, src: torch.Tensor, radius: int, eps, bord
     radius = check_radius(radius)
     scale = check_scale(scale)
     border = check_border(border)
-    check_finite(guide, "guide")
-    if src is not guide:
-        check_finite(src, "src")
+    check_all_finite((guide, "guide"), *(() if src is guide else ((src, "src"),)))
     eps_t = check_eps(eps, guide.shape[0], guide.device)
     # float32 accumulation for every input dtype; float64 stays float64 (gradcheck, references)
     work = torch.float64 if src.dtype == torch.float64 else torch.float32
