@@ -59,3 +59,59 @@ def print_table(rows: list[dict], columns: list[str], title: str | None = None) 
     text = "\n".join(lines)
     print(text, flush=True)
     return text
+
+
+def time_interleaved(calls: dict, *, device=None, repeat: int | None = None, budget: float = 5.0,
+                     max_repeat: int = 5, min_time: float = 0.0, sample_time: float = 0.0,
+                     clock: Callable[[], float] = time.perf_counter) -> dict:
+    """Median seconds per call of each ``calls[key]()``, timed round-robin: one sample of each per round.
+
+    On a shared machine a burst of load then slows every entry alike instead of whichever one happened
+    to be running, so the ratios between entries stay meaningful. Each entry gets one untimed first
+    call, then ``repeat`` timed samples, or by default as many as fit in ``budget`` seconds (1 to
+    ``max_repeat``), continuing past that while its timed total is under ``min_time`` (at most 10x).
+    ``sample_time`` > 0 makes each sample run the call back to back until about that many seconds
+    (from a second, calibrating call; at most 1000 calls) before one synchronisation: on a GPU this
+    measures throughput instead of launch-plus-sync latency, which dominates microsecond kernels.
+    A call that raises drops out; its exception is returned in place of the time. ``clock`` may be
+    ``time.process_time`` (CPU seconds of this process, all threads summed) for CPU work on a machine
+    whose other load makes wall time meaningless; it cannot see GPU time.
+    """
+    targets: dict = {}
+    inner: dict = {}
+    times: dict = {k: [] for k in calls}
+    result: dict = {}
+
+    def once(fn, n=1):
+        t0 = clock()
+        for _ in range(n):
+            fn()
+        synchronize(device)
+        return (clock() - t0) / n
+
+    for key, fn in calls.items():
+        try:
+            first = once(fn)
+            if sample_time > 0:
+                first = once(fn)
+                inner[key] = int(max(1, min(1000, -(-sample_time // max(first, 1e-9)))))
+        except Exception as err:  # noqa: BLE001 - reported to the caller, which prints it
+            result[key] = err
+            continue
+        targets[key] = repeat if repeat is not None else int(max(1, min(max_repeat, budget / max(first, 1e-9))))
+    active = list(targets)
+    while active:
+        for key in list(active):
+            try:
+                times[key].append(once(calls[key], inner.get(key, 1)))
+            except Exception as err:  # noqa: BLE001
+                result[key] = err
+                active.remove(key)
+                continue
+            n, spent = len(times[key]), sum(times[key]) * inner.get(key, 1)
+            if n >= targets[key] and (spent >= min_time or n >= 10 * targets[key]):
+                active.remove(key)
+    for key, ts in times.items():
+        if key not in result and ts:
+            result[key] = statistics.median(ts)
+    return result

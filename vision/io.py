@@ -1,0 +1,156 @@
+"""Read and write images as float32 arrays in [0, 1], and move them to and from torch tensors.
+
+Arrays are ``(H, W, C)`` with channels in **RGB(A)** order (OpenCV's BGR is swapped on the way in and
+out) and C in {1, 3, 4}. PNG, JPEG and TIFF are read at 8 or 16 bits per channel and scaled by the
+largest code (255 or 65535); a floating-point TIFF is returned as stored. Writes are atomic: the file
+is encoded in memory, written to a hidden temporary file in the same folder and renamed over the
+target, so a crash never leaves a half-written image behind. EXR lives in ``vision.data.exr``.
+
+    >>> img = read_image("photo.jpg")                 # (H, W, 3) float32 in [0, 1]
+    >>> x = to_tensor(img)                            # (1, 3, H, W)
+    >>> write_image("out.png", to_image(x))           # 8-bit PNG
+    >>> write_image("out.tif", img, bits=16)          # 16-bit TIFF
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+READ_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
+WRITE_BITS = {".png": (8, 16), ".jpg": (8,), ".jpeg": (8,), ".tif": (8, 16), ".tiff": (8, 16)}
+_MAX_CODE = {np.dtype(np.uint8): 255, np.dtype(np.uint16): 65535}
+
+
+class ImageNotFoundError(FileNotFoundError, ValueError):
+    """The image file does not exist. Both a ``FileNotFoundError`` and a ``ValueError``."""
+
+
+def _extension(path: Path, allowed) -> str:
+    ext = path.suffix.lower()
+    if ext not in allowed:
+        raise ValueError(f"{path}: unsupported image extension {path.suffix or '(none)'!r}; "
+                         f"use one of {', '.join(allowed)}")
+    return ext
+
+
+def read_image(path) -> np.ndarray:
+    """Read a PNG, JPEG or TIFF (8 or 16 bit) as a float32 ``(H, W, C)`` array in [0, 1], RGB(A) order.
+
+    Gray images come back as ``(H, W, 1)``. Raises ``ValueError`` (``ImageNotFoundError`` when the
+    file is missing) naming the path for a missing file, an unsupported extension or undecodable data.
+    """
+    import cv2
+
+    path = Path(path)
+    _extension(path, READ_EXTENSIONS)
+    if not path.is_file():
+        raise ImageNotFoundError(f"{path}: no such image file")
+    # Decode from bytes: cv2.imread cannot open non-ASCII paths on some platforms, and returns None silently.
+    data = np.fromfile(path, dtype=np.uint8)
+    img = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+    if img is None:
+        raise ValueError(f"{path}: not a readable image (empty or corrupt file?)")
+    if img.ndim == 2:
+        img = img[:, :, None]
+    if img.ndim != 3 or img.shape[2] not in (1, 3, 4):
+        raise ValueError(f"{path}: unsupported image layout {img.shape}")
+    if img.shape[2] == 3:
+        img = img[:, :, ::-1]
+    elif img.shape[2] == 4:
+        img = img[:, :, [2, 1, 0, 3]]
+    if img.dtype in _MAX_CODE:
+        return np.ascontiguousarray(img, dtype=np.float32) / np.float32(_MAX_CODE[img.dtype])
+    if img.dtype.kind == "f":
+        return np.ascontiguousarray(img, dtype=np.float32)
+    raise ValueError(f"{path}: unsupported sample type {img.dtype} (8/16-bit integer or float TIFF expected)")
+
+
+def _to_codes(array: np.ndarray, bits: int, path: Path) -> np.ndarray:
+    dtype = np.uint8 if bits == 8 else np.uint16
+    if array.dtype == dtype:
+        return array
+    if array.dtype.kind in "ui":
+        raise ValueError(f"{path}: integer array of type {array.dtype} cannot be written at {bits} bits; "
+                         f"pass {np.dtype(dtype).name} codes or floats in [0, 1]")
+    if array.dtype.kind != "f":
+        raise ValueError(f"{path}: unsupported array type {array.dtype}")
+    if not np.isfinite(array).all():
+        raise ValueError(f"{path}: image contains NaN or Inf")
+    top = 255.0 if bits == 8 else 65535.0
+    return np.rint(np.clip(array.astype(np.float64), 0.0, 1.0) * top).astype(dtype)
+
+
+def write_image(path, array, *, bits: int = 8, quality: int = 95) -> Path:
+    """Write ``array`` (``(H, W)`` or ``(H, W, C)``, C in {1, 3, 4}, RGB(A)) atomically; returns the path.
+
+    Float arrays are clipped to [0, 1] and rounded to ``bits`` (8, or 16 for PNG/TIFF); uint8/uint16
+    arrays are written as they are when their width matches ``bits``. ``quality`` is JPEG's (1..100).
+    Raises ``ValueError`` for an unsupported extension or bit depth, a missing folder, a bad shape,
+    NaN/Inf values, or a 4-channel JPEG.
+    """
+    import cv2
+
+    path = Path(path)
+    ext = _extension(path, tuple(WRITE_BITS))
+    if bits not in WRITE_BITS[ext]:
+        raise ValueError(f"{path}: {ext} images can be written at {WRITE_BITS[ext]} bits, not {bits!r}")
+    if not path.parent.is_dir():
+        raise ValueError(f"{path}: folder {path.parent} does not exist")
+    array = np.asarray(array)
+    if array.ndim == 2:
+        array = array[:, :, None]
+    if array.ndim != 3 or array.shape[2] not in (1, 3, 4) or array.shape[0] == 0 or array.shape[1] == 0:
+        raise ValueError(f"{path}: expected an (H, W) or (H, W, C) array with C in 1, 3, 4, got shape {array.shape}")
+    if ext in (".jpg", ".jpeg") and array.shape[2] == 4:
+        raise ValueError(f"{path}: JPEG has no alpha channel; drop it or write a PNG/TIFF")
+    codes = _to_codes(array, bits, path)
+    if codes.shape[2] == 3:
+        codes = codes[:, :, ::-1]
+    elif codes.shape[2] == 4:
+        codes = codes[:, :, [2, 1, 0, 3]]
+    codes = np.ascontiguousarray(codes[:, :, 0] if codes.shape[2] == 1 else codes)
+    params = [cv2.IMWRITE_JPEG_QUALITY, int(quality)] if ext in (".jpg", ".jpeg") else []
+    ok, buf = cv2.imencode(ext, codes, params)
+    if not ok:
+        raise ValueError(f"{path}: OpenCV could not encode a {codes.dtype} {codes.shape} image as {ext}")
+    # Temporary file beside the target (same file system, so the rename is atomic); created with
+    # os.open's mode so the final file gets the user's umask, not mkstemp's 0600.
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(buf.tobytes())
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def to_tensor(image, *, device=None, dtype=None):
+    """``(H, W, C)`` or ``(H, W)`` array -> ``(1, C, H, W)`` torch tensor (float32 unless ``dtype``)."""
+    import torch
+
+    array = np.asarray(image)
+    if array.ndim == 2:
+        array = array[:, :, None]
+    if array.ndim != 3:
+        raise ValueError(f"to_tensor expects an (H, W) or (H, W, C) array, got shape {array.shape}")
+    t = torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1), dtype=np.float32))[None]
+    return t.to(device=device, dtype=dtype or torch.float32)
+
+
+def to_image(tensor) -> np.ndarray:
+    """``(1, C, H, W)`` or ``(C, H, W)`` tensor -> float32 ``(H, W, C)`` NumPy array (detached, on CPU)."""
+    if tensor.ndim == 4:
+        if tensor.shape[0] != 1:
+            raise ValueError(f"to_image takes one image, got a batch of {tensor.shape[0]}; index it first")
+        tensor = tensor[0]
+    if tensor.ndim != 3:
+        raise ValueError(f"to_image expects a (1, C, H, W) or (C, H, W) tensor, got shape {tuple(tensor.shape)}")
+    return np.ascontiguousarray(tensor.detach().float().cpu().numpy().transpose(1, 2, 0))
