@@ -72,6 +72,20 @@ def tile_coords(y0, x0, H, W, MODE: tl.constexpr, TH: tl.constexpr, TW: tl.const
 
 
 @triton.jit
+def tile_program(H, W, R: tl.constexpr, MODE: tl.constexpr, TH: tl.constexpr, TW: tl.constexpr):
+    """The tile of this program (plane, tile row, tile column): its plane index, tile-local (i, j), the
+    mapped input offsets and in-image mask of the haloed tile, output coordinates and the store mask."""
+    pc = tl.program_id(0).to(tl.int64)
+    oy0 = tl.program_id(1) * (TH - 2 * R)
+    ox0 = tl.program_id(2) * (TW - 2 * R)
+    i, j, offs, inside = tile_coords(oy0 - R, ox0 - R, H, W, MODE, TH, TW)
+    oy = oy0 + i + j * 0
+    ox = ox0 + j + i * 0
+    keep = (i < TH - 2 * R) & (j < TW - 2 * R) & (oy < H) & (ox < W)
+    return pc, i, j, offs, inside, oy, ox, keep
+
+
+@triton.jit
 def tile_box_sum(t, R: tl.constexpr, TH: tl.constexpr, TW: tl.constexpr):
     """Window sums of a (TH, TW) tile: element (i, j) = sum of t[i:i+2R+1, j:j+2R+1] (valid for the inner part)."""
     i = tl.arange(0, TH)[:, None]

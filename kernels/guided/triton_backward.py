@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..box.triton_path import tile_box_sum, tile_coords, tile_mean, tile_shape, window_count
+from ..box.triton_path import tile_box_sum, tile_mean, tile_program, tile_shape, window_count
 
 
 @triton.jit
@@ -40,18 +40,13 @@ def _centred(t, inside):
 @triton.jit
 def _grad_moments_gray(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.constexpr, TH: tl.constexpr,
                        TW: tl.constexpr):
-    pc = tl.program_id(0).to(tl.int64)
+    pc, i, j, offs, inside, oy, ox, keep = tile_program(H, W, R, 0, TH, TW)
     bi = pc // C
-    oy0 = tl.program_id(1) * (TH - 2 * R)
-    ox0 = tl.program_id(2) * (TW - 2 * R)
-    i, j, offs, inside = tile_coords(oy0 - R, ox0 - R, H, W, 0, TH, TW)
     plane = H * W
     I = tl.load(I_ptr + bi * plane + offs, mask=inside, other=0.0)
     p = tl.load(p_ptr + pc * plane + offs, mask=inside, other=0.0)
     g = tl.load(g_ptr + pc * plane + offs, mask=inside, other=0.0)
-    inv_in = _inv_counts(oy0 - R + i + j * 0, ox0 - R + j + i * 0, H, W, R)
-    oy = oy0 + i + j * 0
-    ox = ox0 + j + i * 0
+    inv_in = _inv_counts(oy - R, ox - R, H, W, R)
     inv_n = _inv_counts(oy, ox, H, W, R)
     It, cI = _centred(I, inside)
     pt, cp = _centred(p, inside)
@@ -70,7 +65,6 @@ def _grad_moments_gray(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.con
     g_var = tl.where(var_raw > 0, -g_cov * a, 0.0)
     g_mp = g_b - g_cov * mI
     g_mI = -g_b * a - g_cov * mp - 2.0 * g_var * mI
-    keep = (i < TH - 2 * R) & (j < TW - 2 * R) & (oy < H) & (ox < W)
     pix = oy * W + ox
     n_out = C * 0 + tl.num_programs(0)  # planes per output kind: B * C
     base = out_ptr + pc * plane + pix
@@ -84,22 +78,16 @@ def _grad_moments_gray(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.con
 @triton.jit
 def _grad_inputs_gray(I_ptr, p_ptr, g_ptr, ma_ptr, mom_ptr, dI_ptr, dp_ptr, C, H, W, R: tl.constexpr,
                       TH: tl.constexpr, TW: tl.constexpr):
-    pc = tl.program_id(0).to(tl.int64)
+    pc, i, j, offs, inside, oy, ox, keep = tile_program(H, W, R, 0, TH, TW)
     bi = pc // C
-    oy0 = tl.program_id(1) * (TH - 2 * R)
-    ox0 = tl.program_id(2) * (TW - 2 * R)
-    i, j, offs, inside = tile_coords(oy0 - R, ox0 - R, H, W, 0, TH, TW)
     plane = H * W
     n_out = C * 0 + tl.num_programs(0)
-    inv_in = _inv_counts(oy0 - R + i + j * 0, ox0 - R + j + i * 0, H, W, R)
+    inv_in = _inv_counts(oy - R, ox - R, H, W, R)
     # per-image sums over channels of the shared terms sit at planes bi of the first two kinds
     t_mI = _adj(tl.load(mom_ptr + bi * plane + offs, mask=inside, other=0.0), inv_in, R, TH, TW)
     t_mII = _adj(tl.load(mom_ptr + (n_out + bi) * plane + offs, mask=inside, other=0.0), inv_in, R, TH, TW)
     t_mp = _adj(tl.load(mom_ptr + (2 * n_out + pc) * plane + offs, mask=inside, other=0.0), inv_in, R, TH, TW)
     t_cov = _adj(tl.load(mom_ptr + (3 * n_out + pc) * plane + offs, mask=inside, other=0.0), inv_in, R, TH, TW)
-    oy = oy0 + i + j * 0
-    ox = ox0 + j + i * 0
-    keep = (i < TH - 2 * R) & (j < TW - 2 * R) & (oy < H) & (ox < W)
     pix = oy * W + ox
     I = tl.load(I_ptr + bi * plane + pix, mask=keep, other=0.0)
     p = tl.load(p_ptr + pc * plane + pix, mask=keep, other=0.0)
@@ -114,11 +102,8 @@ def _grad_inputs_gray(I_ptr, p_ptr, g_ptr, ma_ptr, mom_ptr, dI_ptr, dp_ptr, C, H
 @triton.jit
 def _grad_moments_color(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.constexpr, TH: tl.constexpr,
                         TW: tl.constexpr):
-    pc = tl.program_id(0).to(tl.int64)
+    pc, i, j, offs, inside, oy, ox, keep = tile_program(H, W, R, 0, TH, TW)
     bi = pc // C
-    oy0 = tl.program_id(1) * (TH - 2 * R)
-    ox0 = tl.program_id(2) * (TW - 2 * R)
-    i, j, offs, inside = tile_coords(oy0 - R, ox0 - R, H, W, 0, TH, TW)
     plane = H * W
     n_out = C * 0 + tl.num_programs(0)
     I0 = tl.load(I_ptr + (bi * 3 + 0) * plane + offs, mask=inside, other=0.0)
@@ -126,9 +111,7 @@ def _grad_moments_color(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.co
     I2 = tl.load(I_ptr + (bi * 3 + 2) * plane + offs, mask=inside, other=0.0)
     p = tl.load(p_ptr + pc * plane + offs, mask=inside, other=0.0)
     g = tl.load(g_ptr + pc * plane + offs, mask=inside, other=0.0)
-    inv_in = _inv_counts(oy0 - R + i + j * 0, ox0 - R + j + i * 0, H, W, R)
-    oy = oy0 + i + j * 0
-    ox = ox0 + j + i * 0
+    inv_in = _inv_counts(oy - R, ox - R, H, W, R)
     inv_n = _inv_counts(oy, ox, H, W, R)
     J0, c0 = _centred(I0, inside)
     J1, c1 = _centred(I1, inside)
@@ -183,7 +166,6 @@ def _grad_moments_color(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.co
     gI1 = -g_b * a1 - (H01 * mI0 + 2.0 * G11 * mI1 + H12 * mI2) - u1 * mp
     gI2 = -g_b * a2 - (H02 * mI0 + H12 * mI1 + 2.0 * G22 * mI2) - u2 * mp
     g_mp = g_b - (u0 * mI0 + u1 * mI1 + u2 * mI2)
-    keep = (i < TH - 2 * R) & (j < TW - 2 * R) & (oy < H) & (ox < W)
     base = out_ptr + pc * plane + oy * W + ox
     step = n_out * plane
     tl.store(base, gI0, mask=keep)
@@ -205,14 +187,11 @@ def _grad_moments_color(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.co
 @triton.jit
 def _grad_inputs_color(I_ptr, p_ptr, g_ptr, ma_ptr, mom_ptr, dI_ptr, dp_ptr, C, H, W, R: tl.constexpr,
                        TH: tl.constexpr, TW: tl.constexpr):
-    pc = tl.program_id(0).to(tl.int64)
+    pc, i, j, offs, inside, oy, ox, keep = tile_program(H, W, R, 0, TH, TW)
     bi = pc // C
-    oy0 = tl.program_id(1) * (TH - 2 * R)
-    ox0 = tl.program_id(2) * (TW - 2 * R)
-    i, j, offs, inside = tile_coords(oy0 - R, ox0 - R, H, W, 0, TH, TW)
     plane = H * W
     step = (C * 0 + tl.num_programs(0)) * plane
-    inv_in = _inv_counts(oy0 - R + i + j * 0, ox0 - R + j + i * 0, H, W, R)
+    inv_in = _inv_counts(oy - R, ox - R, H, W, R)
     shared = mom_ptr + bi * plane + offs  # channel sums of the guide-only terms sit at planes bi
     own = mom_ptr + pc * plane + offs
     t0 = _adj(tl.load(shared, mask=inside, other=0.0), inv_in, R, TH, TW)
@@ -228,9 +207,6 @@ def _grad_inputs_color(I_ptr, p_ptr, g_ptr, ma_ptr, mom_ptr, dI_ptr, dp_ptr, C, 
     w0 = _adj(tl.load(own + 10 * step, mask=inside, other=0.0), inv_in, R, TH, TW)
     w1 = _adj(tl.load(own + 11 * step, mask=inside, other=0.0), inv_in, R, TH, TW)
     w2 = _adj(tl.load(own + 12 * step, mask=inside, other=0.0), inv_in, R, TH, TW)
-    oy = oy0 + i + j * 0
-    ox = ox0 + j + i * 0
-    keep = (i < TH - 2 * R) & (j < TW - 2 * R) & (oy < H) & (ox < W)
     pix = oy * W + ox
     I0 = tl.load(I_ptr + (bi * 3 + 0) * plane + pix, mask=keep, other=0.0)
     I1 = tl.load(I_ptr + (bi * 3 + 1) * plane + pix, mask=keep, other=0.0)

@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from ..box import triton_path as box
-from ..box.triton_path import MODES, tile_box_sum, tile_coords, tile_mean, tile_shape, window_count
+from ..box.triton_path import MODES, tile_box_sum, tile_mean, tile_program, tile_shape, window_count
 from . import torch_path, triton_backward
 
 TRITON_BOX = SimpleNamespace(mean=box.box_mean, adjoint=box.box_mean_adjoint)
@@ -46,15 +46,10 @@ def _load_centred(ptr, offs, inside):
 @triton.jit
 def _fit_gray_kernel(I_ptr, p_ptr, a_ptr, b_ptr, eps_ptr, C, H, W, R: tl.constexpr, MODE: tl.constexpr,
                      TH: tl.constexpr, TW: tl.constexpr):
-    pc = tl.program_id(0).to(tl.int64)
+    pc, i, j, offs, inside, oy, ox, keep = tile_program(H, W, R, MODE, TH, TW)
     bi = pc // C
-    oy0 = tl.program_id(1) * (TH - 2 * R)
-    ox0 = tl.program_id(2) * (TW - 2 * R)
-    i, j, offs, inside = tile_coords(oy0 - R, ox0 - R, H, W, MODE, TH, TW)
     I, cI = _load_centred(I_ptr + bi * H * W, offs, inside)
     p, cp = _load_centred(p_ptr + pc * H * W, offs, inside)
-    oy = oy0 + i + j * 0
-    ox = ox0 + j + i * 0
     inv_n = 1.0 / _counts(oy, ox, H, W, R, MODE)
     mI = tile_box_sum(I, R, TH, TW) * inv_n
     mp = tile_box_sum(p, R, TH, TW) * inv_n
@@ -63,7 +58,6 @@ def _fit_gray_kernel(I_ptr, p_ptr, a_ptr, b_ptr, eps_ptr, C, H, W, R: tl.constex
     eps = tl.load(eps_ptr + bi)
     a = cov / (var + eps)
     b = mp + cp - a * (mI + cI)
-    keep = (i < TH - 2 * R) & (j < TW - 2 * R) & (oy < H) & (ox < W)
     out = pc * H * W + oy * W + ox
     tl.store(a_ptr + out, a, mask=keep)
     tl.store(b_ptr + out, b, mask=keep)
@@ -72,18 +66,13 @@ def _fit_gray_kernel(I_ptr, p_ptr, a_ptr, b_ptr, eps_ptr, C, H, W, R: tl.constex
 @triton.jit
 def _fit_color_kernel(I_ptr, p_ptr, a_ptr, b_ptr, eps_ptr, C, H, W, R: tl.constexpr, MODE: tl.constexpr,
                       TH: tl.constexpr, TW: tl.constexpr):
-    pc = tl.program_id(0).to(tl.int64)
+    pc, i, j, offs, inside, oy, ox, keep = tile_program(H, W, R, MODE, TH, TW)
     bi = pc // C
-    oy0 = tl.program_id(1) * (TH - 2 * R)
-    ox0 = tl.program_id(2) * (TW - 2 * R)
-    i, j, offs, inside = tile_coords(oy0 - R, ox0 - R, H, W, MODE, TH, TW)
     plane = H * W
     I0, c0 = _load_centred(I_ptr + (bi * 3 + 0) * plane, offs, inside)
     I1, c1 = _load_centred(I_ptr + (bi * 3 + 1) * plane, offs, inside)
     I2, c2 = _load_centred(I_ptr + (bi * 3 + 2) * plane, offs, inside)
     p, cp = _load_centred(p_ptr + pc * plane, offs, inside)
-    oy = oy0 + i + j * 0
-    ox = ox0 + j + i * 0
     inv_n = 1.0 / _counts(oy, ox, H, W, R, MODE)
     m0 = tile_box_sum(I0, R, TH, TW) * inv_n
     m1 = tile_box_sum(I1, R, TH, TW) * inv_n
@@ -110,7 +99,6 @@ def _fit_color_kernel(I_ptr, p_ptr, a_ptr, b_ptr, eps_ptr, C, H, W, R: tl.conste
     a1 = (k01 * v0 + k11 * v1 + k12 * v2) * inv_det
     a2 = (k02 * v0 + k12 * v1 + k22 * v2) * inv_det
     b = mp + cp - a0 * (m0 + c0) - a1 * (m1 + c1) - a2 * (m2 + c2)
-    keep = (i < TH - 2 * R) & (j < TW - 2 * R) & (oy < H) & (ox < W)
     pix = oy * W + ox
     tl.store(a_ptr + (pc * 3 + 0) * plane + pix, a0, mask=keep)
     tl.store(a_ptr + (pc * 3 + 1) * plane + pix, a1, mask=keep)
@@ -121,16 +109,10 @@ def _fit_color_kernel(I_ptr, p_ptr, a_ptr, b_ptr, eps_ptr, C, H, W, R: tl.conste
 @triton.jit
 def _apply_kernel(a_ptr, b_ptr, I_ptr, q_ptr, ma_ptr, mb_ptr, C, H, W, R: tl.constexpr, MODE: tl.constexpr,
                   G: tl.constexpr, APPLY: tl.constexpr, STORE_MA: tl.constexpr, TH: tl.constexpr, TW: tl.constexpr):
-    pc = tl.program_id(0).to(tl.int64)
+    pc, i, j, offs, inside, oy, ox, keep = tile_program(H, W, R, MODE, TH, TW)
     bi = pc // C
-    oy0 = tl.program_id(1) * (TH - 2 * R)
-    ox0 = tl.program_id(2) * (TW - 2 * R)
-    i, j, offs, inside = tile_coords(oy0 - R, ox0 - R, H, W, MODE, TH, TW)
     plane = H * W
-    oy = oy0 + i + j * 0
-    ox = ox0 + j + i * 0
     inv_n = 1.0 / _counts(oy, ox, H, W, R, MODE)
-    keep = (i < TH - 2 * R) & (j < TW - 2 * R) & (oy < H) & (ox < W)
     pix = oy * W + ox
     b, cb = _load_centred(b_ptr + pc * plane, offs, inside)
     acc = tile_box_sum(b, R, TH, TW) * inv_n + cb
