@@ -215,3 +215,17 @@ def test_gradients_across_tiles(backend, channels, rng):
         grads.append([t.double().numpy() for t in torch.autograd.grad(out, (g, s, e), torch.tensor(up, dtype=dtype))])
     for got, ref in zip(*grads):
         np.testing.assert_allclose(got, ref, atol=1e-5 * max(1.0, np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("border", BORDERS)
+def test_cpu_bands(monkeypatch, channels, border, rng):
+    """The CPU inference path computes in bands with a 2r halo; force many bands on a small image."""
+    from vision.kernels.guided import cpu_banded
+
+    monkeypatch.setattr(cpu_banded, "WORKSPACE_BYTES", 1 << 15)
+    monkeypatch.setenv("VISION_BACKEND", "torch")
+    guide, src = rng.random((2, channels, 150, 37)), rng.random((2, 2, 150, 37))
+    assert len(cpu_banded._bands(150, 3, 9 if channels == 1 else 27, 37)[1]) > 2
+    np.testing.assert_allclose(run(guide, src, 3, 1e-3, border), guided_filter_reference(guide, src, 3, 1e-3, border),
+                               atol=1e-6)

@@ -10,6 +10,7 @@ below so that the rows it keeps see exactly the pixels the full image would give
 from __future__ import annotations
 
 import cv2
+import numpy as np
 import torch
 
 from ..box.torch_path import _CV2_BORDER, inv_count
@@ -39,28 +40,36 @@ def supported(I: torch.Tensor, p: torch.Tensor, r: int, border: str) -> bool:
             and (border == "valid" or border == "replicate" or r < min(h, w)))
 
 
-_inv_counts: dict = {}
+_corrections: dict = {}
 
 
 class _Box:
+    """Window mean into ``dst``. "valid": OpenCV divides by (2r+1)^2 and only the r-wide frame of
+    pixels whose windows leave the image is rescaled by (2r+1)^2 / N, so the interior costs nothing extra."""
+
     def __init__(self, r: int, border: str, rows: int, width: int):
-        self.k = 2 * r + 1
+        self.r, self.k = r, 2 * r + 1
         self.valid = border == "valid"
         self.code = _CV2_BORDER["zero" if self.valid else border]
-        self.scale = None
+        self.frame = None
         if self.valid:
             key = (rows, width, r)
-            if key not in _inv_counts:
-                if len(_inv_counts) > 8:
-                    _inv_counts.clear()
-                _inv_counts[key] = inv_count(rows, width, r, "cpu")
-            self.scale = _inv_counts[key]
+            if key not in _corrections:
+                if len(_corrections) > 8:
+                    _corrections.clear()
+                _corrections[key] = inv_count(rows, width, r, "cpu") * float(self.k * self.k)
+            corr = _corrections[key]
+            if rows > 2 * r and width > 2 * r:
+                self.frame = [(sl, corr[sl]) for sl in (np.s_[:r], np.s_[rows - r:], np.s_[r:rows - r, :r],
+                                                        np.s_[r:rows - r, width - r:])]
+            else:
+                self.frame = [(np.s_[:], corr)]
 
     def __call__(self, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
-        cv2.boxFilter(src.numpy(), -1, (self.k, self.k), dst=dst.numpy(), normalize=not self.valid,
-                      borderType=self.code)
+        cv2.boxFilter(src.numpy(), -1, (self.k, self.k), dst=dst.numpy(), normalize=True, borderType=self.code)
         if self.valid:
-            dst.mul_(self.scale)
+            for sl, corr in self.frame:
+                dst[sl].mul_(corr)
         return dst
 
 
