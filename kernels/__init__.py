@@ -1,3 +1,4 @@
 """Operators on tensors: Triton kernels, their PyTorch paths and float64 references."""
 from .box import BoxFilter, box_filter
 from .guided import GuidedFilter, guided_filter
+from .spl import structure_loss

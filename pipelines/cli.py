@@ -14,6 +14,7 @@ import sys
 COMMANDS = {
     "demo": "vision.pipelines.demo",
     "bench": "vision.pipelines.bench",
+    "restore-structure": "vision.pipelines.restore_structure",
 }
 
 EPILOG = """examples:
@@ -34,8 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"locallinear-vision {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in COMMANDS.values():
-        importlib.import_module(module).add_parser(sub)
+    for name, module in COMMANDS.items():
+        try:
+            importlib.import_module(module).add_parser(sub)
+        except ImportError as err:  # a missing optional dependency disables this command only
+            q = sub.add_parser(name, help=f"(unavailable: {err})")
+            q.set_defaults(func=lambda args, err=err: print(f"vision: this command is unavailable here: {err}") or 2)
     return parser
 
 

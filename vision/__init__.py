@@ -4,3 +4,15 @@ Keep this module small: Python runs it before any ``vision.kernels`` import. It 
 names and registers the backbones into timm; nothing here may import diffusers.
 """
 __version__ = "0.1.0"
+
+# name -> module, imported on first access (PEP 562) so that `import vision` stays light
+_LAZY = {"StructurePreservationLoss": "vision.losses", "ColorPreservationLoss": "vision.losses",
+         "restore_structure": "vision.restore"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'vision' has no attribute {name!r}")
