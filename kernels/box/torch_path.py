@@ -57,9 +57,14 @@ def _inv_count(h: int, w: int, r: int) -> np.ndarray:
     return 1.0 / np.outer(valid_count(h, r), valid_count(w, r))
 
 
-def inv_count(h: int, w: int, r: int, device, dtype=torch.float32) -> torch.Tensor:
-    """1/N: the reciprocal of the number of in-image pixels in each window ("valid" mode)."""
+@lru_cache(maxsize=32)
+def _inv_count_tensor(h: int, w: int, r: int, device: str, dtype: torch.dtype) -> torch.Tensor:
     return torch.from_numpy(_inv_count(h, w, r)).to(device=device, dtype=dtype)
+
+
+def inv_count(h: int, w: int, r: int, device, dtype=torch.float32) -> torch.Tensor:
+    """1/N: the reciprocal of the number of in-image pixels in each window ("valid" mode). Cached: read only."""
+    return _inv_count_tensor(h, w, r, str(torch.device(device)), dtype)
 
 
 def box_mean(x: torch.Tensor, r: int, border: str) -> torch.Tensor:
