@@ -15,6 +15,7 @@ COMMANDS = {
     "demo": "vision.pipelines.demo",
     "bench": "vision.pipelines.bench",
     "restore-structure": "vision.pipelines.restore_structure",
+    "render-scenes": "vision.pipelines.render_scenes",
 }
 
 EPILOG = """examples:
