@@ -39,3 +39,12 @@ def backend(request, monkeypatch):
         pytest.skip("triton does not import here")
     monkeypatch.setenv("VISION_BACKEND", request.param)
     return request.param
+
+
+@pytest.fixture
+def one_thread():
+    """gradcheck makes thousands of tiny calls; one intra-op thread avoids OpenMP stalls on a busy machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -31,7 +31,7 @@ def test_adjoint_is_transpose(backend, border, rng):
 
 
 @pytest.mark.parametrize("border", BORDERS)
-def test_gradcheck(border):
+def test_gradcheck(one_thread, border):
     x = torch.rand(1, 2, 7, 9, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda t: box_filter(t, 3, border), (x,))
 

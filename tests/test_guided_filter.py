@@ -126,12 +126,14 @@ def test_matches_kornia(channels, border, scale, rng):
 
 @pytest.mark.parametrize("channels", [1, 3])
 @pytest.mark.parametrize("border", BORDERS)
-def test_gradcheck(channels, border):
+def test_gradcheck(one_thread, channels, border):
     guide = torch.rand(2, channels, 9, 11, dtype=torch.float64, requires_grad=True)
     src = torch.rand(2, 2, 9, 11, dtype=torch.float64, requires_grad=True)
     eps = torch.tensor([1e-2, 5e-2], dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda g, s, e: guided_filter(g, s, 2, e, border), (guide, src, eps))
-    assert torch.autograd.gradcheck(lambda g, s, e: guided_filter(g, s, 4, e, border, scale=2), (guide, src, eps))
+    # the fast guided filter: torch's fast gradcheck (random projections of the Jacobian) keeps this cheap
+    assert torch.autograd.gradcheck(lambda g, s, e: guided_filter(g, s, 4, e, border, scale=2), (guide, src, eps),
+                                    fast_mode=True)
 
 
 @pytest.mark.parametrize("channels", [1, 3])
