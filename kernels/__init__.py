@@ -2,3 +2,4 @@
 from .box import BoxFilter, box_filter
 from .guided import GuidedFilter, guided_filter
 from .spl import structure_loss
+from .local_linear import local_linear_fit, local_linear_apply, LocalLinearFit, LocalLinearApply

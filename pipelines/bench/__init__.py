@@ -12,6 +12,7 @@ import importlib
 # what -> module; later issues add their line here.
 BENCHES = {
     "guided-filter": "vision.pipelines.bench.guided_filter",
+    "local-regression": "vision.pipelines.bench.local_regression",
     "spl": "vision.pipelines.bench.spl",
 }
 

@@ -1,0 +1,300 @@
+"""Public local linear regression: validation, centring, dispatch and the autograd Functions."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..border import check_border
+from ..dispatch import backend_for
+from ..guided.reference import low_res_radius
+from ..validate import check_finite, check_image, check_radius, check_scale
+from . import torch_path
+
+MAX_FEATURES = 8
+MAX_TARGETS = 4
+
+
+def _impl(backend: str):
+    if backend == "triton":
+        from . import triton_path
+
+        return triton_path
+    return torch_path
+
+
+class _Fit(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, f, p, eps, cf, cp, r, border, s, backend):
+        impl = _impl(backend)
+        save = any(ctx.needs_input_grad[:3])
+        coeffs, saved = impl.fit_forward(f, p, cf, cp, eps, r, border, s, save)
+        ctx.impl, ctx.saved = impl, saved  # plain attributes: backward runs once, no version checks needed
+        ctx.save_for_backward(eps)
+        return coeffs
+
+    @staticmethod
+    def backward(ctx, g):
+        (eps,) = ctx.saved_tensors
+        df, dp, deps = ctx.impl.fit_backward(ctx.saved, g.to(eps.dtype).contiguous(), eps, ctx.needs_input_grad[2])
+        return df, dp, deps, None, None, None, None, None, None
+
+
+class _Apply(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, f, coeffs, sh, sw, backend):
+        impl = _impl(backend)
+        ctx.impl, ctx.sh, ctx.sw = impl, sh, sw
+        ctx.save_for_backward(f, coeffs)
+        return impl.apply_forward(f, coeffs, sh, sw)
+
+    @staticmethod
+    def backward(ctx, g):
+        f, coeffs = ctx.saved_tensors
+        df, dco = ctx.impl.apply_backward(f, coeffs, g.to(f.dtype).contiguous(), ctx.sh, ctx.sw,
+                                          ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+        return df, dco, None, None, None
+
+
+def _work_dtype(*tensors) -> torch.dtype:
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def _check_features(features: torch.Tensor) -> int:
+    features = check_image(features, "features")
+    k = features.shape[1]
+    if not 1 <= k <= MAX_FEATURES:
+        raise ValueError(f"features must have K = 1 to {MAX_FEATURES} channels, got K = {k}")
+    return k
+
+
+def _check_eps(eps, batch: int, k: int, device, dtype) -> torch.Tensor:
+    """eps as a (B, K) tensor: a positive float, a per-feature tensor (K,) or a per-image one (B, K)."""
+    if isinstance(eps, torch.Tensor):
+        if eps.dim() == 0 or (eps.dim() == 1 and eps.numel() in (1, k)) or (eps.dim() == 2 and tuple(eps.shape) == (batch, k)):
+            t = eps.to(device=device, dtype=dtype)
+        else:
+            raise ValueError(f"eps must be a float, a tensor of shape ({k},) (one per feature) or ({batch}, {k}), "
+                             f"got shape {tuple(eps.shape)}")
+        values = t.detach()
+    else:
+        try:
+            value = float(eps)
+        except (TypeError, ValueError):
+            raise ValueError(f"eps must be a float or a tensor, got {eps!r}") from None
+        if not (math.isfinite(value) and value > 0):  # checked here: no device round trip for a plain float
+            raise ValueError(f"eps must be positive and finite (it keeps every window's system solvable), got "
+                             f"{value}")
+        return torch.full((batch, k), value, device=device, dtype=dtype)
+    if not bool(torch.isfinite(values).all()) or bool((values <= 0).any()):
+        raise ValueError(f"eps must be positive and finite (it keeps every window's system solvable), got "
+                         f"{values.flatten().tolist()[:8]}")
+    return t.expand(batch, k) if t.dim() < 2 else t
+
+
+def local_linear_fit(features: torch.Tensor, target: torch.Tensor, radius: int, eps, scale: int = 1,
+                     border: str = "valid") -> torch.Tensor:
+    r"""Local linear regression: in every window, a ridge fit of each target channel on K feature channels
+    plus a constant; returns the coefficients averaged over the overlapping windows.
+
+    This is the guided filter (He, Sun, Tang, TPAMI 2013) with K guide channels: with the window means
+    and the centred window covariance ``Sigma_w`` of the features (moments divided by the pixel count),
+    every window w solves ``(Sigma_w + diag(eps)) a_w = cov_w(features, target)`` and sets
+    ``b_w = mean_w(target) - a_w . mean_w(features)``. eps regularises the slopes a only, never the
+    intercept b, and is in the squared units of each feature: callers that want scale-free
+    regularisation standardise their features (e.g. to unit variance) before the call.
+
+    Averaging over the overlapping windows. At ``scale = 1`` the window of pixel x is the
+    ``(2r+1) x (2r+1)`` square centred on x (completed by ``border``), and the returned coefficients at x
+    are the means of the window coefficients over that same window of window centres, i.e. the box
+    filter of a and of b, exactly the guided filter's ``mean(a)`` and ``mean(b)``. So
+    ``local_linear_apply(f, local_linear_fit(f, p, r, eps))`` is ``guided_filter(f, p, r, eps)`` for
+    K = 1, and for K = 3 with a scalar eps (the colour guided filter).
+
+    Low-resolution fit (``scale = s > 1``, as in the fast guided filter and in Fast Local Neural
+    Regression, Salmi et al. 2024). The image is cut into ``s x s`` cells (cell (i, j) holds pixels
+    ``[i s, (i+1) s) x [j s, (j+1) s)``; the last row and column of cells may be partial). Every moment
+    (f_k, p_c, f_k f_l, f_k p_c) is first averaged over each cell's real pixels, then the windows are
+    ``(2r'+1)^2`` cells of that ``ceil(H/s) x ceil(W/s)`` grid, with ``r' = max(1, round(r / s))`` (the
+    radius stays in full-resolution pixels, as in :func:`guided_filter`), each cell weighing the same.
+    The coefficients are averaged over the overlapping windows on the grid, and coefficient (i, j)
+    belongs at the centre of its cell: :func:`local_linear_apply` places it at pixel
+    ``((i + 1/2) s - 1/2, (j + 1/2) s - 1/2)``.
+
+    Args:
+        features: (B, K, H, W), 1 <= K <= 8 feature (guide) channels.
+        target: (B, C, H, W), 1 <= C <= 4 channels to explain; same B, H, W as ``features``.
+        radius: window radius r >= 0 in full-resolution pixels.
+        eps: ridge weight (> 0) on the slopes: a float, a per-feature tensor (K,), or (B, K).
+            Differentiable when it is a tensor that requires grad.
+        scale: s >= 1; ``s > 1`` fits on the grid of s x s cells.
+        border: ``"valid"`` (default; windows keep their in-image pixels, or cells),
+            ``"reflect"``, ``"replicate"``, ``"symmetric"`` (see :mod:`vision.kernels.border`); applied to
+            pixels at scale 1, to cells of the grid at scale > 1.
+
+    Returns:
+        (B, C, K + 1, ceil(H/s), ceil(W/s)) coefficients for the raw (not centred) features: entries
+        0..K-1 the slopes, entry K the constant term. dtype: the promoted input dtype (float16/bfloat16
+        inputs are computed in float32). Differentiable w.r.t. features and target (closed-form
+        backward: adjoint box filters and one more per-pixel solve with the same factorisation).
+
+    Example:
+        >>> f = torch.rand(1, 6, 64, 64)   # e.g. albedo, normal, depth guides
+        >>> p = torch.rand(1, 3, 64, 64)   # noisy radiance
+        >>> coeffs = local_linear_fit(f, p, radius=8, eps=1e-3, scale=4)
+        >>> coeffs.shape
+        torch.Size([1, 3, 7, 16, 16])
+        >>> local_linear_apply(f, coeffs).shape
+        torch.Size([1, 3, 64, 64])
+    """
+    k = _check_features(features)
+    target = check_image(target, "target")
+    c = target.shape[1]
+    if not 1 <= c <= MAX_TARGETS:
+        raise ValueError(f"target must have C = 1 to {MAX_TARGETS} channels, got C = {c}")
+    if features.shape[0] != target.shape[0] or features.shape[-2:] != target.shape[-2:]:
+        raise ValueError(f"features {tuple(features.shape)} and target {tuple(target.shape)} must share batch, "
+                         "height and width")
+    if features.device != target.device:
+        raise ValueError(f"features are on {features.device} but target on {target.device}")
+    radius = check_radius(radius)
+    scale = check_scale(scale)
+    border = check_border(border)
+    check_finite(features, "features")
+    check_finite(target, "target")
+    work = _work_dtype(features, target)
+    out_dtype = torch.promote_types(features.dtype, target.dtype)
+    eps_t = _check_eps(eps, features.shape[0], k, features.device, work)
+    f, p = features.to(work), target.to(work)
+    # Shift invariance: fitting f - cf and p - cp gives the same slopes; the op adds the means back into
+    # the intercept. Small centred moments keep Sigma = M(f f^T) - M(f) M(f)^T from cancelling in float32.
+    cf = f.detach().mean((2, 3))
+    cp = p.detach().mean((2, 3))
+    backend = backend_for(f)
+    coeffs = _Fit.apply(f.contiguous(), p.contiguous(), eps_t, cf, cp, low_res_radius(radius, scale), border,
+                        scale, backend)
+    return coeffs.to(out_dtype)
+
+
+def _infer_scale(h: int, w: int, gh: int, gw: int) -> tuple[float, float]:
+    """Cell size of a (gh, gw) coefficient grid for (h, w) features: the smallest integer s with
+    ceil(h / s) = gh and ceil(w / s) = gw; if none, the size ratios (a plain align_corners=False resize)."""
+    if (gh, gw) == (h, w):
+        return 1.0, 1.0
+    lo = max(1, math.ceil(max(h / gh, w / gw) - 1e-9))
+    for s in range(lo, max(h, w) + 1):
+        if -(-h // s) == gh and -(-w // s) == gw:
+            return float(s), float(s)
+        if -(-h // s) < gh or -(-w // s) < gw:
+            break
+    return h / gh, w / gw
+
+
+def local_linear_apply(features: torch.Tensor, coeffs: torch.Tensor, scale: int | None = None) -> torch.Tensor:
+    r"""Evaluate local linear models: ``sum_k up(a_k) f_k + up(b)`` at every pixel.
+
+    ``up`` is the bilinear upsampling of the coefficient grid to the features' size with
+    ``align_corners=False``: coefficient (i, j) of a grid of s x s cells sits at pixel
+    ``((i + 1/2) s - 1/2, (j + 1/2) s - 1/2)``, the centre of its cell (for a partial last cell, of the
+    s x s cell it starts), and pixels beyond the outermost centres take the edge value. At equal sizes
+    it is the identity. Applying coefficients fitted at
+    low resolution (``local_linear_fit(..., scale=s)``, or a fit on a downsampled image) to full-resolution
+    features is the joint denoise-and-upsample path.
+
+    Args:
+        features: (B, K, H, W) the features the coefficients were fitted on (or their full-resolution version).
+        coeffs: (B, C, K + 1, H', W') from :func:`local_linear_fit`, H' <= H, W' <= W.
+        scale: the cell size s. By default the smallest integer s with ``ceil(H/s) = H'`` and
+            ``ceil(W/s) = W'`` (what ``local_linear_fit(..., scale=s)`` returns; pass it for tiny images
+            where several s fit), else the size ratios H / H', W / W' (a plain resize).
+
+    Returns:
+        (B, C, H, W) in the promoted dtype of features and coeffs (computed in float32 for half inputs).
+        Differentiable w.r.t. features and coeffs.
+
+    Example:
+        >>> f, p = torch.rand(2, 3, 40, 60), torch.rand(2, 1, 40, 60)
+        >>> q = local_linear_apply(f, local_linear_fit(f, p, radius=4, eps=1e-2, scale=2))
+        >>> q.shape
+        torch.Size([2, 1, 40, 60])
+    """
+    k = _check_features(features)
+    if not isinstance(coeffs, torch.Tensor) or coeffs.dim() != 5:
+        shape = tuple(coeffs.shape) if isinstance(coeffs, torch.Tensor) else type(coeffs).__name__
+        raise ValueError(f"coeffs must have shape (B, C, K + 1, H', W'), got {shape}")
+    b, c, k1, gh, gw = coeffs.shape
+    h, w = features.shape[-2:]
+    if b != features.shape[0] or k1 != k + 1:
+        raise ValueError(f"coeffs {tuple(coeffs.shape)} do not fit features {tuple(features.shape)}: need batch "
+                         f"{features.shape[0]} and K + 1 = {k + 1} coefficients per channel")
+    if not 1 <= c <= MAX_TARGETS:
+        raise ValueError(f"coeffs must have C = 1 to {MAX_TARGETS} channels, got C = {c}")
+    if min(coeffs.shape) == 0 or gh > h or gw > w:
+        raise ValueError(f"coeffs grid {gh}x{gw} must be non-empty and no larger than the features' {h}x{w}")
+    if coeffs.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        raise ValueError(f"coeffs must be float32, float16 or bfloat16, got {coeffs.dtype}")
+    if coeffs.device != features.device:
+        raise ValueError(f"features are on {features.device} but coeffs on {coeffs.device}")
+    if scale is None:
+        sh, sw = _infer_scale(h, w, gh, gw)
+    else:
+        s = check_scale(scale)
+        if -(-h // s) != gh or -(-w // s) != gw:
+            raise ValueError(f"scale={s} makes a {-(-h // s)}x{-(-w // s)} grid for {h}x{w} features, but coeffs "
+                             f"are {gh}x{gw}")
+        sh = sw = float(s)
+    check_finite(features, "features")
+    check_finite(coeffs, "coeffs")
+    work = _work_dtype(features, coeffs)
+    out_dtype = torch.promote_types(features.dtype, coeffs.dtype)
+    f, co = features.to(work).contiguous(), coeffs.to(work).contiguous()
+    return _Apply.apply(f, co, sh, sw, backend_for(f)).to(out_dtype)
+
+
+class LocalLinearFit(nn.Module):
+    r"""``nn.Module`` form of :func:`local_linear_fit`: per-window ridge regression of a target on K
+    feature channels (the guided filter of He, Sun and Tang, TPAMI 2013, generalised to K guides; the
+    ``scale`` fit on cells as in Salmi et al., "Fast Local Neural Regression", 2024).
+
+    Shapes: features (B, K, H, W), target (B, C, H, W) -> (B, C, K + 1, ceil(H/s), ceil(W/s)).
+
+    Example:
+        >>> fit = LocalLinearFit(radius=4, eps=1e-2, scale=2)
+        >>> fit(torch.rand(1, 4, 32, 32), torch.rand(1, 3, 32, 32)).shape
+        torch.Size([1, 3, 5, 16, 16])
+    """
+
+    def __init__(self, radius: int, eps, scale: int = 1, border: str = "valid") -> None:
+        super().__init__()
+        self.radius, self.eps = check_radius(radius), eps
+        self.scale, self.border = check_scale(scale), check_border(border)
+
+    def forward(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return local_linear_fit(features, target, self.radius, self.eps, self.scale, self.border)
+
+    def extra_repr(self) -> str:
+        return f"radius={self.radius}, eps={self.eps}, scale={self.scale}, border={self.border!r}"
+
+
+class LocalLinearApply(nn.Module):
+    r"""``nn.Module`` form of :func:`local_linear_apply`: bilinearly upsampled coefficients applied to features.
+
+    Shapes: features (B, K, H, W), coeffs (B, C, K + 1, H', W') -> (B, C, H, W).
+
+    Example:
+        >>> f, p = torch.rand(1, 4, 32, 32), torch.rand(1, 3, 32, 32)
+        >>> coeffs = LocalLinearFit(radius=4, eps=1e-2, scale=2)(f, p)
+        >>> LocalLinearApply()(f, coeffs).shape
+        torch.Size([1, 3, 32, 32])
+    """
+
+    def __init__(self, scale: int | None = None) -> None:
+        super().__init__()
+        self.scale = None if scale is None else check_scale(scale)
+
+    def forward(self, features: torch.Tensor, coeffs: torch.Tensor) -> torch.Tensor:
+        return local_linear_apply(features, coeffs, self.scale)
+
+    def extra_repr(self) -> str:
+        return f"scale={self.scale}"

@@ -1,0 +1,691 @@
+"""PyTorch path of local linear regression: forward and closed-form backward of the fit and the apply.
+
+Shapes: features f (B, K, H, W), target p (B, C, H, W), both raw; their per-image means cf (B, K) and
+cp (B, C) are subtracted here on the fly (shift invariance, as in the guided filter) and added back
+into the intercept, so the returned coefficients apply to the raw features. eps is (B, K).
+
+Moments. Every window quantity is a window mean of one of NM = K + C + K(K+1)/2 + KC "moment"
+channels, stacked in the order of :class:`Layout` (f_k, p_c, f_i f_j for j <= i, f_k p_c), so one
+batched box pass forms them all. At ``scale = s > 1`` the moments are first summed over s x s cells
+straight from the centred inputs (the s rows of a cell with strided-row multiply-adds, then its s
+columns), so the K(K+1)/2 + KC full-resolution product images are never stored.
+
+Solve. Per grid pixel (Sigma + diag eps) a = cov is factorised as L D L^T right-looking, one tensor
+op per column over a (B, K, K, n) block, and solved for all C right-hand sides at once. Eliminating
+the constant term first is what reduces the (K+1) x (K+1) normal equations of the window to this
+centred K x K system (its Schur complement), and b = mean(p) - a . mean(f) is the eliminated row.
+The pivots are floored at eps_j: for a positive semi-definite Sigma the j-th pivot of Sigma + diag eps
+is at least eps_j, so the floor only removes float32 rounding.
+
+CPU. On CPU float32 OpenCV does the window sums in place; the grid is solved in bands of rows that fit
+in cache; the upsampling of ``apply`` at integer cell sizes is one strided lerp per phase of the cell.
+Each stage's independent items (planes, bands, channels) go to worker threads (:func:`own_threads`).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from ..box.torch_path import _CV2_BORDER, _use_cv2, box_mean, box_mean_adjoint, cv2, inv_count
+
+BAND_PIXELS = 1 << 16  # grid pixels per band of the per-pixel solve (~ a few MB of working set)
+UPSAMPLE_PIXELS = 1 << 15  # output pixels per band of the apply
+
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+_pool_lock = threading.Lock()
+_local = threading.local()
+
+
+def _single_threaded():
+    torch.set_num_threads(1)  # per thread (OpenMP's thread count is a per-thread setting)
+
+
+@contextlib.contextmanager
+def own_threads(device):
+    """Run a CPU stage sequence with this thread's intra-op threads turned into :func:`parallel_for` workers.
+
+    The stages are hundreds of small tensor ops; with intra-op threads every op is a parallel region, and on
+    a busy machine each region waits for its slowest thread to be scheduled. So inside this block the caller
+    runs its ops on one thread and independent items go to ``torch.get_num_threads()`` workers (one intra-op
+    thread each), which only meet at the end of a stage. The caller's setting is restored on exit.
+    """
+    n = torch.get_num_threads()
+    if device.type != "cpu" or n <= 1 or getattr(_local, "workers", None) is not None:
+        yield
+        return
+    _local.workers = n
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+        _local.workers = None
+
+
+def threaded(fn):
+    """Decorator: run ``fn(first_tensor, ...)`` inside :func:`own_threads` of that tensor's device."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        t = next(a for a in args if isinstance(a, torch.Tensor) or isinstance(a, dict))
+        device = (t["f"] if isinstance(t, dict) else t).device
+        with own_threads(device):
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+def n_workers(device) -> int:
+    return getattr(_local, "workers", None) or 1 if device.type == "cpu" else 1
+
+
+def parallel_for(fn, items, device) -> None:
+    """Run ``fn(item)`` for independent items on the workers of :func:`own_threads` (in order without them).
+
+    Tensor ops and OpenCV release the GIL, so the workers overlap.
+    """
+    global _pool, _pool_size
+    items = list(items)
+    n = min(len(items), n_workers(device))
+    if n <= 1:
+        for item in items:
+            fn(item)
+        return
+    with _pool_lock:
+        if _pool is None or _pool_size < n:
+            if _pool is not None:
+                _pool.shutdown(wait=False)  # running items finish; the new pool takes the next ones
+            _pool = ThreadPoolExecutor(n, thread_name_prefix="vision-llr", initializer=_single_threaded)
+            _pool_size = n
+        pool = _pool
+
+    def run(item):
+        with torch.no_grad():  # grad mode is per thread; forward and backward never record a graph
+            fn(item)
+
+    for fut in [pool.submit(run, item) for item in items]:
+        fut.result()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Channel layout of the stacked moments for K features and C targets."""
+    K: int
+    C: int
+
+    @property
+    def P(self) -> int:
+        return self.K * (self.K + 1) // 2
+
+    @property
+    def NM(self) -> int:
+        return self.K + self.C + self.P + self.K * self.C
+
+    @property
+    def ff(self) -> int:  # first f_i f_j channel; pair (i, j), j <= i, at ff + i (i + 1) / 2 + j
+        return self.K + self.C
+
+    @property
+    def fp(self) -> int:  # first f_k p_c channel, at fp + c K + k
+        return self.ff + self.P
+
+
+@lru_cache(maxsize=None)
+def layout(K: int, C: int) -> Layout:
+    return Layout(K, C)
+
+
+@lru_cache(maxsize=None)
+def _pairs(K: int):
+    i, j = zip(*[(i, j) for i in range(K) for j in range(i + 1)])
+    return torch.tensor(i), torch.tensor(j)
+
+
+def _rows_per_band(n_pixels: int, row_pixels: int, device) -> int:
+    if device.type != "cpu":
+        return 1 << 30  # one band: accelerators want big ops
+    return max(1, n_pixels // max(row_pixels, 1))
+
+
+# ---------------------------------------------------------------------------------------------- boxes
+
+def box_mean_(x: torch.Tensor, r: int, border: str) -> torch.Tensor:
+    """Window mean over the last two axes, in place where OpenCV does the sums (CPU float32)."""
+    if r == 0:
+        return x
+    h, w = x.shape[-2:]
+    mode = "zero" if border == "valid" else border
+    if x.is_contiguous() and _use_cv2(x, r, mode):
+        k = 2 * r + 1
+        planes = x.detach().view(-1, h, w)
+        norm = inv_count(h, w, r, x.device, x.dtype) if border == "valid" else 1.0 / (k * k)
+        arrays = planes.numpy()
+
+        def one(i):
+            cv2.boxFilter(arrays[i], -1, (k, k), dst=arrays[i], normalize=False, borderType=_CV2_BORDER[mode])
+            planes[i].mul_(norm)
+
+        parallel_for(one, range(planes.shape[0]), x.device)
+        return x
+    return box_mean(x, r, border)
+
+
+def box_mean_adjoint_(g: torch.Tensor, r: int, border: str) -> torch.Tensor:
+    """The adjoint of :func:`box_mean_` (``M^T g = B(g / N)`` for "valid"), in place where OpenCV does the sums."""
+    if r == 0:
+        return g
+    h, w = g.shape[-2:]
+    if border == "valid" and g.is_contiguous() and _use_cv2(g, r, "zero"):
+        k = 2 * r + 1
+        planes = g.detach().view(-1, h, w)
+        inv = inv_count(h, w, r, g.device, g.dtype)
+        arrays = planes.numpy()
+
+        def one(i):
+            planes[i].mul_(inv)
+            cv2.boxFilter(arrays[i], -1, (k, k), dst=arrays[i], normalize=False, borderType=_CV2_BORDER["zero"])
+
+        parallel_for(one, range(planes.shape[0]), g.device)
+        return g
+    return box_mean_adjoint(g, r, border)
+
+
+# ---------------------------------------------------------------------------------------------- moments
+
+def grid_shape(h: int, w: int, s: int) -> tuple[int, int]:
+    return -(-h // s), -(-w // s)
+
+
+@lru_cache(maxsize=64)
+def _cell_count(h: int, w: int, s: int) -> np.ndarray:
+    gh, gw = grid_shape(h, w, s)
+    ny = np.minimum(s, h - s * np.arange(gh))
+    nx = np.minimum(s, w - s * np.arange(gw))
+    return np.outer(ny, nx).astype(np.float64)
+
+
+def _centred_padded(x, c, s):
+    """x - c in a (B, n, H' s, W' s) buffer, zero past the image (so partial cells sum their real pixels)."""
+    B, n, H, W = x.shape
+    gh, gw = grid_shape(H, W, s)
+    pad = (gh * s, gw * s) != (H, W)
+    z = x.new_zeros(B, n, gh * s, gw * s) if pad else torch.empty_like(x)
+    torch.sub(x, c[:, :, None, None], out=z[:, :, :H, :W])
+    return z
+
+
+def _cell_sum_(out, za, zb, s, acc):
+    """out (B, H', W') = sum over each s x s cell of za * zb (zb None: of za); acc a (B, H', W' s) buffer."""
+    B, Hs, Ws = za.shape
+    gh = Hs // s
+    ra = za.view(B, gh, s, Ws)
+    rb = None if zb is None else zb.view(B, gh, s, Ws)
+    # rows of a cell first (strided rows, contiguous inside), then its columns (a quarter of the data)
+    if rb is None:
+        acc.copy_(ra[:, :, 0])
+        for dy in range(1, s):
+            acc.add_(ra[:, :, dy])
+    else:
+        torch.mul(ra[:, :, 0], rb[:, :, 0], out=acc)
+        for dy in range(1, s):
+            acc.addcmul_(ra[:, :, dy], rb[:, :, dy])
+    cols = acc.view(B, gh, Ws // s, s)
+    torch.add(cols[..., 0], cols[..., 1], out=out)
+    for dx in range(2, s):
+        out.add_(cols[..., dx])
+
+
+@lru_cache(maxsize=None)
+def _moment_pairs(K: int, C: int):
+    """For every moment channel, the indices (a, b) into z = (f_0..f_K-1, p_0..p_C-1) of its product (b None: z_a)."""
+    pairs = [(k, None) for k in range(K + C)]
+    pairs += [(i, j) for i in range(K) for j in range(i + 1)]
+    pairs += [(k, K + c) for c in range(C) for k in range(K)]
+    return tuple(pairs)
+
+
+def cell_moments(f, p, cf, cp, s: int) -> torch.Tensor:
+    """Cell means (B, NM, H', W') of the moment channels of the centred f and p (no window pass yet)."""
+    B, K, H, W = f.shape
+    C = p.shape[1]
+    lay = layout(K, C)
+    if s == 1:
+        X = f.new_empty(B, lay.NM, H, W)
+        fc, pc = X[:, :K], X[:, K:K + C]
+        torch.sub(f, cf[:, :, None, None], out=fc)
+        torch.sub(p, cp[:, :, None, None], out=pc)
+        z = [fc[:, k] for k in range(K)] + [pc[:, c] for c in range(C)]
+        pairs = _moment_pairs(K, C)[K + C:]
+        parallel_for(lambda m: torch.mul(z[pairs[m][0]], z[pairs[m][1]], out=X[:, lay.ff + m]), range(len(pairs)),
+                     f.device)
+        return X
+    gh, gw = grid_shape(H, W, s)
+    zf, zp = _centred_padded(f, cf, s), _centred_padded(p, cp, s)  # two buffers: each stays under glibc's mmap limit
+    z = [zf[:, k] for k in range(K)] + [zp[:, c] for c in range(C)]
+    X = f.new_empty(B, lay.NM, gh, gw)
+    count = torch.as_tensor(_cell_count(H, W, s), device=f.device, dtype=f.dtype)
+    pairs = _moment_pairs(K, C)
+
+    def one(m):
+        a, b = pairs[m]
+        _cell_sum_(X[:, m], z[a], None if b is None else z[b], s, f.new_empty(B, gh, gw * s))
+        X[:, m].div_(count)
+
+    parallel_for(one, range(lay.NM), f.device)
+    return X
+
+
+def cell_moments_adjoint(gX, f, p, cf, cp, s: int):
+    """Gradients (df, dp) from the gradient of :func:`cell_moments`."""
+    B, K, H, W = f.shape
+    C = p.shape[1]
+    lay = layout(K, C)
+    if s == 1:
+        fc, pc = f - cf[:, :, None, None], p - cp[:, :, None, None]
+        z = [fc[:, k] for k in range(K)] + [pc[:, c] for c in range(C)]
+        df = gX[:, :K].clone()
+        dp = gX[:, K:K + C].clone()
+        terms = [[] for _ in range(K + C)]  # per output channel: (moment channel, factor, other z)
+        for m, (a, b) in enumerate(_moment_pairs(K, C)):
+            if b is None:
+                continue
+            if a == b:
+                terms[a].append((m, 2.0, a))
+            else:
+                terms[a].append((m, 1.0, b))
+                terms[b].append((m, 1.0, a))
+
+        def one(ch):
+            out = df[:, ch] if ch < K else dp[:, ch - K]
+            for m, factor, other in terms[ch]:
+                out.addcmul_(gX[:, m], z[other], value=factor)
+
+        parallel_for(one, range(K + C), f.device)
+        return df, dp
+    # s > 1: every pixel of a cell gets the cell's moment gradients / (its real pixel count), times z
+    gh, gw = grid_shape(H, W, s)
+    count = torch.as_tensor(_cell_count(H, W, s), device=f.device, dtype=f.dtype)
+    gc = gX / count
+    zf, zp = _centred_padded(f, cf, s), _centred_padded(p, cp, s)
+    z = [zf[:, k] for k in range(K)] + [zp[:, c] for c in range(C)]
+    dzf, dzp = torch.empty_like(zf), torch.empty_like(zp)
+    dz = [dzf[:, k] for k in range(K)] + [dzp[:, c] for c in range(C)]
+    terms = [[] for _ in range(K + C)]  # per channel of z: (moment channel, factor, other channel or None)
+    for m, (a, b) in enumerate(_moment_pairs(K, C)):
+        if b is None:
+            terms[a].append((m, 1.0, None))
+        elif a == b:
+            terms[a].append((m, 2.0, a))
+        else:
+            terms[a].append((m, 1.0, b))
+            terms[b].append((m, 1.0, a))
+    rows = lambda t: t.view(B, gh, s, gw * s)  # noqa: E731 - the s pixel rows of each cell row
+
+    def spread(m):  # a cell's value over its s columns; broadcast over its s rows below (rows stay contiguous)
+        return gc[:, m].repeat_interleave(s, dim=-1)[:, :, None]
+
+    def one(ch):
+        out = rows(dz[ch])
+        out.copy_(spread(terms[ch][0][0]).expand_as(out))  # the plain mean term comes first
+        for m, factor, other in terms[ch][1:]:
+            out.addcmul_(spread(m), rows(z[other]), value=factor)
+
+    parallel_for(one, range(K + C), f.device)
+    return dzf[:, :, :H, :W], dzp[:, :, :H, :W]
+
+
+# ---------------------------------------------------------------------------------------------- solve
+
+def _system(Xb, eps, lay):
+    """(Sigma + diag eps) as a full (B, K, K, n) block, the raw variance sign (B, n, K) and cov (B, C, K, n)."""
+    K, C = lay.K, lay.C
+    B, _, n = Xb.shape
+    mf, mp = Xb[:, :K], Xb[:, K:K + C]
+    I, J = (t.to(Xb.device) for t in _pairs(K))
+    S = Xb.new_empty(B, K, K, n)
+    low = Xb[:, lay.ff:lay.fp] - mf[:, I] * mf[:, J]
+    S[:, I, J] = low
+    S[:, J, I] = low
+    diag = S.diagonal(dim1=1, dim2=2)  # (B, n, K) view
+    pos = diag > 0
+    diag.clamp_(min=0.0).add_(eps[:, None, :])
+    cov = Xb[:, lay.fp:].view(B, C, K, n) - mp[:, :, None] * mf[:, None]
+    return S, pos, cov
+
+
+def ldl_(S, eps):
+    """In-place L D L^T of the SPD blocks S (B, K, K, n): strict lower part L, diagonal D (pivots >= eps)."""
+    K = S.shape[1]
+    for j in range(K):
+        dj = S[:, j, j]
+        dj.clamp_(min=eps[:, j:j + 1])
+        if j + 1 < K:
+            col = S[:, j + 1:, j]
+            lj = col / dj[:, None]
+            S[:, j + 1:, j + 1:].addcmul_(lj[:, :, None], col[:, None, :], value=-1.0)
+            col.copy_(lj)
+    return S
+
+
+def ldl_solve_(LD, Y):
+    """Solve (L D L^T) X = Y in place for Y (B, C, K, n), LD from :func:`ldl_`."""
+    K = LD.shape[1]
+    for j in range(K - 1):
+        Y[:, :, j + 1:].addcmul_(LD[:, None, j + 1:, j], Y[:, :, j:j + 1], value=-1.0)
+    Y.div_(LD.diagonal(dim1=1, dim2=2).transpose(1, 2)[:, None])
+    for j in range(K - 1, 0, -1):
+        Y[:, :, :j].addcmul_(LD[:, None, j, :j], Y[:, :, j:j + 1], value=-1.0)
+    return Y
+
+
+def solve_band(Xb, eps, lay):
+    """Window coefficients of one band: a (B, C, K, n), b (B, C, n), the factor and the variance signs."""
+    S, pos, cov = _system(Xb, eps, lay)
+    LD = ldl_(S, eps)
+    a = ldl_solve_(LD, cov)
+    mf, mp = Xb[:, :lay.K], Xb[:, lay.K:lay.K + lay.C]
+    b = mp - (a * mf[:, None]).sum(2)
+    return a, b, LD, pos
+
+
+def _bands(X):
+    B, _, h, w = X.shape
+    rows = _rows_per_band(BAND_PIXELS, B * w, X.device)
+    rows = min(rows, -(-h // n_workers(X.device)))  # at least one band per worker
+    for i0 in range(0, h, rows):
+        yield i0, min(h, i0 + rows)
+
+
+# ---------------------------------------------------------------------------------------------- fit
+
+@threaded
+def fit_forward(f, p, cf, cp, eps, r: int, border: str, s: int, save: bool):
+    """Coefficients (B, C, K + 1, H', W') for the raw features, and what the backward needs."""
+    B, K = f.shape[:2]
+    C = p.shape[1]
+    lay = layout(K, C)
+    X = box_mean_(cell_moments(f, p, cf, cp, s), r, border)
+    h, w = X.shape[-2:]
+    theta = X.new_empty(B, C, K + 1, h, w)
+
+    def band(rows):
+        i0, i1 = rows
+        a, b, _, _ = solve_band(X[:, :, i0:i1].reshape(B, lay.NM, -1), eps, lay)
+        theta[:, :, :K, i0:i1] = a.view(B, C, K, i1 - i0, w)
+        theta[:, :, K, i0:i1] = b.view(B, C, i1 - i0, w)
+
+    parallel_for(band, _bands(X), X.device)
+    theta = box_mean_(theta, r, border)
+    # back to raw features: a . (f - cf) + b + cp = a . f + (b - a . cf + cp)
+    theta[:, :, K] += cp[:, :, None, None] - torch.einsum("bckhw,bk->bchw", theta[:, :, :K], cf)
+    saved = dict(X=X, f=f, p=p, cf=cf, cp=cp, r=r, border=border, s=s) if save else None
+    return theta, saved
+
+
+@threaded
+def fit_backward(saved, g, eps, need_eps: bool):
+    """(df, dp, deps) from the gradient g (B, C, K + 1, H', W') of the coefficients."""
+    X, f, p, cf, cp = saved["X"], saved["f"], saved["p"], saved["cf"], saved["cp"]
+    r, border, s = saved["r"], saved["border"], saved["s"]
+    B, K = f.shape[:2]
+    C = p.shape[1]
+    lay = layout(K, C)
+    h, w = X.shape[-2:]
+    gt = g.clone()
+    gt[:, :, :K] -= g[:, :, K:] * cf[:, None, :, None, None]  # the intercept's - a . cf
+    gt = box_mean_adjoint_(gt, r, border)
+    gX = torch.empty_like(X)
+    I, J = (t.to(X.device) for t in _pairs(K))
+    bands = list(_bands(X))
+    deps_parts = [None] * len(bands)
+
+    def band(n):
+        i0, i1 = bands[n]
+        Xb = X[:, :, i0:i1].reshape(B, lay.NM, -1)
+        a, _, LD, pos = solve_band(Xb, eps, lay)
+        mf, mp = Xb[:, :K], Xb[:, K:K + C]
+        ga = gt[:, :, :K, i0:i1].reshape(B, C, K, -1)
+        gb = gt[:, :, K, i0:i1].reshape(B, C, -1)
+        # b = mp - a . mf
+        ga = ga - gb[:, :, None] * mf[:, None]
+        g_mf = -(gb[:, :, None] * a).sum(1)
+        g_mp = gb.clone()
+        # a = S^-1 cov: g_cov = S^-1 g_a, dL/dS = G = -sum_c g_cov a^T
+        g_cov = ldl_solve_(LD, ga)
+        G = -(g_cov[:, :, :, None] * a[:, :, None, :]).sum(1)  # (B, K, K, n)
+        Gd = G.diagonal(dim1=1, dim2=2)  # (B, n, K)
+        if need_eps:
+            deps_parts[n] = Gd.sum(1)
+        Gd.mul_(pos)  # clamped variances pass no gradient to the moments
+        Hs = G + G.transpose(1, 2)
+        g_ff = Hs[:, I, J]
+        g_ff[:, I == J] *= 0.5
+        g_mf -= (Hs * mf[:, None]).sum(2) + (g_cov * mp[:, :, None]).sum(1)
+        g_mp -= (g_cov * mf[:, None]).sum(2)
+        gXb = torch.cat((g_mf, g_mp, g_ff, g_cov.reshape(B, C * K, -1)), 1)
+        gX[:, :, i0:i1] = gXb.view(B, lay.NM, i1 - i0, w)
+
+    parallel_for(band, range(len(bands)), X.device)
+    gX = box_mean_adjoint_(gX, r, border)
+    df, dp = cell_moments_adjoint(gX, f, p, cf, cp, s)
+    return df, dp, (torch.stack(deps_parts).sum(0) if need_eps else None)
+
+
+# ---------------------------------------------------------------------------------------------- apply
+
+@lru_cache(maxsize=64)
+def _lerp_table(n_in: int, n_out: int, scale: float):
+    """Source rows i0, i1 and weight of i1 for every output row (align_corners=False, explicit scale)."""
+    pos = np.clip((np.arange(n_out) + 0.5) / scale - 0.5, 0.0, n_in - 1)
+    i0 = np.floor(pos).astype(np.int64)
+    i1 = np.minimum(i0 + 1, n_in - 1)
+    return i0, i1, (pos - i0)
+
+
+def _upsample_band(coeffs, y0, y1, H, W, sh, sw):
+    """Coefficients bilinearly upsampled to output rows [y0, y1): (B, C, K + 1, y1 - y0, W)."""
+    B, C, K1, h, w = coeffs.shape
+    if (h, w) == (H, W) and sh == 1.0 and sw == 1.0:
+        return coeffs[:, :, :, y0:y1]
+    i0, i1, fy = _lerp_table(h, H, sh)
+    i0, i1, fy = i0[y0:y1], i1[y0:y1], fy[y0:y1]
+    lo, hi = int(i0[0]), int(i1[-1]) + 1
+    dev, dt = coeffs.device, coeffs.dtype
+    cb = coeffs[:, :, :, lo:hi]
+    wy = torch.as_tensor(fy, device=dev, dtype=dt)[:, None]
+    v0 = cb.index_select(3, torch.as_tensor(i0 - lo, device=dev))
+    v1 = cb.index_select(3, torch.as_tensor(i1 - lo, device=dev))
+    v = torch.lerp(v0, v1, wy)
+    if w == W and sw == 1.0:
+        return v
+    n = y1 - y0
+    up = torch.ops.aten.upsample_bilinear2d(v.reshape(B, C * K1, n, w), [n, W], False, 1.0, float(sw))
+    return up.view(B, C, K1, n, W)
+
+
+def _upsample_band_adjoint(gu, coeffs_shape, y0, y1, H, W, sh, sw, out):
+    """Accumulate the adjoint of :func:`_upsample_band` of gu (B, C, K + 1, y1 - y0, W) into out."""
+    B, C, K1, h, w = coeffs_shape
+    n = y1 - y0
+    if (h, w) == (H, W) and sh == 1.0 and sw == 1.0:
+        out[:, :, :, y0:y1] += gu
+        return
+    if not (w == W and sw == 1.0):
+        gu = torch.ops.aten.upsample_bilinear2d_backward(
+            gu.reshape(B, C * K1, n, W).contiguous(), [n, W], [B, C * K1, n, w], False, 1.0, float(sw)
+        ).view(B, C, K1, n, w)
+    i0, i1, fy = _lerp_table(h, H, sh)
+    i0, i1, fy = i0[y0:y1], i1[y0:y1], fy[y0:y1]
+    wy = torch.as_tensor(fy, device=gu.device, dtype=gu.dtype)[:, None]
+    out.index_add_(3, torch.as_tensor(i0, device=gu.device), gu * (1 - wy))
+    out.index_add_(3, torch.as_tensor(i1, device=gu.device), gu * wy)
+
+
+def _apply_bands(f, coeffs, sh, sw):
+    B, K, H, W = f.shape
+    if coeffs.shape[-2:] == (H, W) and sh == 1.0 and sw == 1.0:
+        return [(0, H)]
+    if f.device.type != "cpu":
+        return [(0, H)]
+    rows = max(1, UPSAMPLE_PIXELS // (B * W))
+    return [(y0, min(H, y0 + rows)) for y0 in range(0, H, rows)]
+
+
+def _phases(s: int):
+    """For output index s j + t: (first padded source offset, weight of the second) per phase t.
+
+    With the source padded by one replicated entry at each end, output s j + t is
+    ``lerp(src_pad[j + o_t], src_pad[j + o_t + 1], w_t)``: its position ``j + (t + 1/2) / s - 1/2`` lies
+    between entries j - 1 and j (o_t = 0) or j and j + 1 (o_t = 1), and the clamping of
+    ``align_corners=False`` at the ends is what the replicated entries give.
+    """
+    out = []
+    for t in range(s):
+        delta = (t + 0.5) / s - 0.5
+        out.append((0, 1.0 + delta) if delta < 0 else (1, delta))
+    return out
+
+
+def _cells_horizontal(coeffs, s_w: int):
+    """Coefficient rows upsampled along x (1 / s_h of the output), with one replicated row above and below."""
+    B, C, K1, gh, gw = coeffs.shape
+    co = coeffs.reshape(B, C * K1, gh, gw)
+    cp = torch.cat((co[..., :1], co, co[..., -1:]), -1)  # replicated ends give align_corners=False's clamping
+    hp = co.new_empty(B, C * K1, gh + 2, gw * s_w)
+    mid = hp[:, :, 1:gh + 1].view(B, C * K1, gh, gw, s_w)
+    for t, (o, wt) in enumerate(_phases(s_w)):
+        torch.lerp(cp[..., o:o + gw], cp[..., o + 1:o + 1 + gw], wt, out=mid[..., t])
+    hp[:, :, 0] = hp[:, :, 1]
+    hp[:, :, gh + 1] = hp[:, :, gh]
+    return hp
+
+
+def _cells_band(hp, i0, i1, s_h, shape):
+    """Upsampled coefficients (B, C, K + 1, rows, W) for output rows [i0 s_h, min(H, i1 s_h))."""
+    B, C, K1, H, W = shape
+    u = hp.new_empty(B, C * K1, i1 - i0, s_h, hp.shape[-1])
+    for t, (o, wt) in enumerate(_phases(s_h)):
+        torch.lerp(hp[:, :, i0 + o:i1 + o], hp[:, :, i0 + o + 1:i1 + o + 1], wt, out=u[:, :, :, t])
+    y0, y1 = i0 * s_h, min(H, i1 * s_h)
+    return u.view(B, C, K1, (i1 - i0) * s_h, hp.shape[-1])[:, :, :, : y1 - y0, :W]
+
+
+def _cell_rows(B, C, K1, gh, gw, s_h, s_w):
+    return max(1, UPSAMPLE_PIXELS // (B * s_h * gw * s_w * max(1, C * K1 // 4)))
+
+
+def _apply_cells(f, coeffs, s_h: int, s_w: int):
+    """apply_forward for integer cell sizes: the upsampling as strided lerps, never a full-size gather."""
+    B, K, H, W = f.shape
+    C, K1, gh, gw = coeffs.shape[1:]
+    hp = _cells_horizontal(coeffs, s_w)
+    q = f.new_empty(B, C, H, W)
+    rows = _cell_rows(B, C, K1, gh, gw, s_h, s_w)
+
+    def one(i0):
+        i1 = min(gh, i0 + rows)
+        u = _cells_band(hp, i0, i1, s_h, (B, C, K1, H, W))
+        y0, y1 = i0 * s_h, min(H, i1 * s_h)
+        qb = q[:, :, y0:y1]
+        qb.copy_(u[:, :, K])
+        fb = f[:, None, :, y0:y1]
+        for k in range(K):
+            qb.addcmul_(u[:, :, k], fb[:, :, k])
+
+    parallel_for(one, range(0, gh, rows), f.device)
+    return q
+
+
+def _apply_cells_backward(f, coeffs, g, s_h: int, s_w: int, need_f: bool, need_coeffs: bool):
+    """Adjoint of :func:`_apply_cells`: df = sum_c g_c up(a_c); d coeffs = up^T(g f_k), up^T(g)."""
+    B, K, H, W = f.shape
+    C, K1, gh, gw = coeffs.shape[1:]
+    rows = _cell_rows(B, C, K1, gh, gw, s_h, s_w)
+    starts = list(range(0, gh, rows))
+    df = torch.empty_like(f) if need_f else None
+    hp = _cells_horizontal(coeffs, s_w) if need_f else None
+    parts = [None] * len(starts)  # per band: gradient of its rows of hp (band rows + 2), summed after
+
+    def one(n):
+        i0 = starts[n]
+        i1 = min(gh, i0 + rows)
+        y0, y1 = i0 * s_h, min(H, i1 * s_h)
+        gb, fb = g[:, :, y0:y1], f[:, :, y0:y1]
+        if need_f:
+            u = _cells_band(hp, i0, i1, s_h, (B, C, K1, H, W))
+            dfb = df[:, :, y0:y1]
+            torch.mul(u[:, 0, :K], gb[:, :1], out=dfb)
+            for c in range(1, C):
+                dfb.addcmul_(u[:, c, :K], gb[:, c:c + 1])
+        if need_coeffs:
+            gu = g.new_zeros(B, C, K1, (i1 - i0) * s_h, gw * s_w)
+            torch.mul(gb[:, :, None], fb[:, None], out=gu[:, :, :K, : y1 - y0, :W])
+            gu[:, :, K, : y1 - y0, :W] = gb
+            gu = gu.view(B, C * K1, i1 - i0, s_h, gw * s_w)
+            part = g.new_zeros(B, C * K1, i1 - i0 + 2, gw * s_w)
+            for t, (o, wt) in enumerate(_phases(s_h)):
+                part[:, :, o:o + i1 - i0].add_(gu[:, :, :, t], alpha=1.0 - wt)
+                part[:, :, o + 1:o + 1 + i1 - i0].add_(gu[:, :, :, t], alpha=wt)
+            parts[n] = part
+
+    parallel_for(one, range(len(starts)), f.device)
+    dco = None
+    if need_coeffs:
+        dhp = g.new_zeros(B, C * K1, gh + 2, gw * s_w)
+        for i0, part in zip(starts, parts):
+            dhp[:, :, i0:i0 + part.shape[2]] += part
+        dhp[:, :, 1] += dhp[:, :, 0]  # the replicated rows
+        dhp[:, :, gh] += dhp[:, :, gh + 1]
+        mid = dhp[:, :, 1:gh + 1].view(B, C * K1, gh, gw, s_w)
+        dcp = g.new_zeros(B, C * K1, gh, gw + 2)
+        for t, (o, wt) in enumerate(_phases(s_w)):
+            dcp[..., o:o + gw].add_(mid[..., t], alpha=1.0 - wt)
+            dcp[..., o + 1:o + 1 + gw].add_(mid[..., t], alpha=wt)
+        dcp[..., 1] += dcp[..., 0]  # the replicated columns
+        dcp[..., gw] += dcp[..., gw + 1]
+        dco = dcp[..., 1:gw + 1].reshape(B, C, K1, gh, gw)
+    return df, dco
+
+
+@threaded
+def apply_forward(f, coeffs, sh: float, sw: float):
+    """q (B, C, H, W) = sum_k up(a_k) f_k + up(b)."""
+    B, K, H, W = f.shape
+    C = coeffs.shape[1]
+    if float(sh).is_integer() and float(sw).is_integer() and coeffs.shape[-2:] != (H, W):
+        return _apply_cells(f, coeffs, int(sh), int(sw))
+    q = f.new_empty(B, C, H, W)
+    for y0, y1 in _apply_bands(f, coeffs, sh, sw):
+        u = _upsample_band(coeffs, y0, y1, H, W, sh, sw)
+        qb = q[:, :, y0:y1]
+        qb.copy_(u[:, :, K])
+        fb = f[:, None, :, y0:y1]
+        for k in range(K):
+            qb.addcmul_(u[:, :, k], fb[:, :, k])
+    return q
+
+
+@threaded
+def apply_backward(f, coeffs, g, sh: float, sw: float, need_f: bool, need_coeffs: bool):
+    B, K, H, W = f.shape
+    C = coeffs.shape[1]
+    if float(sh).is_integer() and float(sw).is_integer() and coeffs.shape[-2:] != (H, W):
+        return _apply_cells_backward(f, coeffs, g, int(sh), int(sw), need_f, need_coeffs)
+    df = torch.empty_like(f) if need_f else None
+    dco = torch.zeros_like(coeffs) if need_coeffs else None
+    for y0, y1 in _apply_bands(f, coeffs, sh, sw):
+        gb = g[:, :, y0:y1]
+        fb = f[:, :, y0:y1]
+        if need_f:
+            u = _upsample_band(coeffs, y0, y1, H, W, sh, sw)
+            df[:, :, y0:y1] = (u[:, :, :K] * gb[:, :, None]).sum(1)
+        if need_coeffs:
+            gu = torch.cat((gb[:, :, None] * fb[:, None], gb[:, :, None]), 2)
+            _upsample_band_adjoint(gu, coeffs.shape, y0, y1, H, W, sh, sw, dco)
+    return df, dco
