@@ -13,6 +13,7 @@ from pathlib import Path
 SECTIONS = {
     "guided-filter": "vision.pipelines.demo_guided_filter",
     "spl": "vision.pipelines.demo_spl",
+    "denoise": "vision.pipelines.demo_denoise",
 }
 
 

@@ -1,0 +1,182 @@
+"""``vision bench denoise``: quality and time of the denoisers on rendered scenes against their references.
+
+One run, the same inputs for every method: each frame of each scene under ``--data`` (default: the
+bundled scenes; or any ``vision render-scenes`` output) is denoised by
+
+* ``noisy``: the 1-spp input itself;
+* ``box``: a (2r+1)^2 box filter of the albedo-demodulated, emission-free radiance (remodulated; the
+  same signal model as FLR, no guides: what the regression adds is the guides);
+* ``flr`` (and ``flr s=2``: fit on 2x2 cells): :func:`vision.denoise.denoise`;
+* ``oidn fast|high``, colour only and with albedo + normal (``cleanAux``, the buffers are noise-free),
+  HDR mode, through ``pyoidn`` on the CPU (rows are skipped when it is not installed).
+
+Metrics (see :mod:`vision.denoise.metrics`): PSNR and SSIM on tonemapped images (clamp to [0, 1], then
+gamma 1/2.2), relMSE (eps 0.01, no 0.5 factor) on linear HDR values, HDR-FLIP (``flip-evaluator``,
+default parameters; column omitted when it is not installed), and the median wall time per frame.
+FLNR has no row: it is not implemented in this version.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .timing import print_table
+
+DESCRIPTION = ("render-frame denoisers on rendered scenes vs their references: noisy, box, FLR, OIDN "
+               "(PSNR, SSIM, relMSE, HDR-FLIP, time per frame)")
+
+EPILOG = """\
+examples:
+  vision bench denoise                          # the bundled scenes (3 scenes x 2 frames, 128x128)
+  vision bench denoise --data data/scenes --split test --json bench-denoise.json
+  vision bench denoise --no-oidn --radius 6
+
+Tonemap for PSNR/SSIM: clamp to [0, 1], then gamma 1/2.2. relMSE: mean((x-y)^2/(y^2+0.01)).
+Acceptance (issue 7) checked here: FLR >= 12 dB above the 1-spp input on average.
+"""
+
+GUIDES = ("albedo", "normal", "depth", "ao", "emission", "position")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", type=Path, default=None, help="vision render-scenes folder (default: bundled scenes)")
+    p.add_argument("--split", default="all", choices=("train", "val", "test", "all"),
+                   help="scenes of this split only (default all)")
+    p.add_argument("--radius", type=int, default=8, help="FLR and box radius (default 8)")
+    p.add_argument("--eps", type=float, default=1e-2, help="FLR ridge weight (default 0.01)")
+    p.add_argument("--repeat", type=int, default=3, help="timed calls per method and frame (median; default 3)")
+    p.add_argument("--no-oidn", action="store_true", help="skip the OIDN rows")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
+    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save every row as JSON here")
+    p.add_argument("--strict", action="store_true", help="exit with status 1 when an acceptance check FAILs")
+
+
+def box_denoise(d: dict, radius: int) -> np.ndarray:
+    import torch
+    import torch.nn.functional as F
+
+    from vision.denoise import buffers as B
+
+    t = {k: B.to_bchw(d[k], k) for k in ("color", "albedo", "emission") if k in d}
+    target, factor, add = B.demodulate(t["color"], t.get("albedo"), t.get("emission"), radius)
+    k = 2 * radius + 1
+    with torch.no_grad():
+        smooth = F.avg_pool2d(target, k, 1, radius, count_include_pad=False)
+    return B.like(smooth * factor + add, d["color"])
+
+
+def methods(args) -> dict:
+    from vision.denoise import denoise
+
+    def flr(scale):
+        return lambda d: denoise(d["color"], **{k: d[k] for k in GUIDES if k in d}, radius=args.radius,
+                                 eps=args.eps, scale=scale)
+
+    m = {"noisy": lambda d: d["color"], "box": lambda d: box_denoise(d, args.radius), "flr": flr(1),
+         "flr s=2": flr(2)}
+    if not args.no_oidn:
+        try:
+            import pyoidn
+        except ImportError:
+            print("(pyoidn not installed: no OIDN rows; pip install pyoidn)")
+        else:
+            for q in ("fast", "high"):
+                m[f"oidn {q} color"] = lambda d, q=q: pyoidn.denoise(np.ascontiguousarray(d["color"]), hdr=True,
+                                                                    quality=q)
+                m[f"oidn {q} aux"] = lambda d, q=q: pyoidn.denoise(
+                    np.ascontiguousarray(d["color"]), np.ascontiguousarray(d["albedo"]),
+                    np.ascontiguousarray(d["normal"]), hdr=True, clean_aux=True, quality=q)
+    return m
+
+
+def load_frames(args) -> list[tuple[str, int, dict]]:
+    from vision.bundled import asset_path
+    from vision.data import RenderedScenes
+
+    root = args.data or asset_path("scenes")
+    ds = RenderedScenes(root, split=args.split, fields=["color", "reference", *GUIDES])
+    if len(ds) == 0:
+        raise ValueError(f"no frames in {root} (split {args.split})")
+    out = []
+    for i in range(len(ds)):
+        s = ds[i]
+        d = {k: np.ascontiguousarray(s[k].permute(1, 2, 0).numpy()) for k in ["color", "reference", *GUIDES]}
+        out.append((s["scene"], s["frame"], d))
+    return out
+
+
+def run(args) -> int:
+    import torch
+
+    from vision.denoise import metrics as M
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        import flip_evaluator  # noqa: F401
+        has_flip = True
+    except ImportError:
+        has_flip = False
+        print("(flip-evaluator not installed: no HDR-FLIP column; pip install flip-evaluator)")
+    frames = load_frames(args)
+    ms = methods(args)
+    per: dict[tuple[str, str], list[dict]] = {}
+    for scene, k, d in frames:
+        for name, fn in ms.items():
+            times = []
+            for _ in range(max(1, args.repeat) if name != "noisy" else 1):
+                t0 = time.perf_counter()
+                with torch.no_grad():
+                    out = fn(d)
+                times.append(time.perf_counter() - t0)
+            out = np.asarray(out, dtype=np.float32)
+            rec = {"psnr": M.psnr(out, d["reference"]), "ssim": M.ssim(out, d["reference"]),
+                   "relmse": M.relmse(out, d["reference"]), "time": statistics.median(times)}
+            if has_flip:
+                rec["flip"] = M.hdr_flip(out, d["reference"])
+            per.setdefault((scene, name), []).append(rec)
+    keys = ["psnr", "ssim", "relmse", "time"] + (["flip"] if has_flip else [])
+    scenes = sorted({s for s, _, _ in frames})
+    rows, records = [], []
+
+    def fmt(name, scene, recs):
+        mean = {k: float(np.mean([r[k] for r in recs])) for k in keys}
+        records.append({"scene": scene, "method": name, "frames": len(recs), **mean})
+        row = {"scene": scene, "method": name, "PSNR": f"{mean['psnr']:.2f}", "SSIM": f"{mean['ssim']:.4f}",
+               "relMSE": f"{mean['relmse']:.4f}",
+               "time/frame": "-" if name == "noisy" else f"{mean['time'] * 1e3:.1f} ms"}
+        if has_flip:
+            row["FLIP"] = f"{mean['flip']:.4f}"
+        return row, mean
+
+    means = {}
+    for scene in scenes:
+        for name in ms:
+            rows.append(fmt(name, scene, per[(scene, name)])[0])
+    for name in ms:
+        recs = [r for s in scenes for r in per[(s, name)]]
+        row, mean = fmt(name, "mean", recs)
+        means[name] = mean
+        rows.append(row)
+    h, w = frames[0][2]["color"].shape[:2]
+    cols = ["scene", "method", "PSNR", "SSIM", "relMSE"] + (["FLIP"] if has_flip else []) + ["time/frame"]
+    print_table(rows, cols, title=f"vision bench denoise: {len(scenes)} scene(s), {len(frames)} frame(s), {w}x{h}, "
+                                  f"tonemap for PSNR/SSIM: clamp [0,1] + gamma 1/2.2; relMSE eps 0.01")
+    ok = True
+    gain = means["flr"]["psnr"] - means["noisy"]["psnr"]
+    verdict = "PASS" if gain >= 12 else "FAIL"
+    ok &= gain >= 12
+    print(f"acceptance 1: FLR - noisy = {gain:+.2f} dB (>= 12): {verdict}")
+    for peer in ("oidn high aux", "oidn fast aux"):
+        if peer in means:
+            print(f"FLR vs {peer}: {means['flr']['psnr'] - means[peer]['psnr']:+.2f} dB PSNR, time ratio (ours / "
+                  f"peer) {means['flr']['time'] / means[peer]['time']:.2f} (at {w}x{h}; CPU ratios only)")
+    if args.json:
+        args.json.write_text(json.dumps({"size": [h, w], "rows": records}, indent=1))
+        print(f"wrote {args.json}")
+    return 0 if ok or not args.strict else 1

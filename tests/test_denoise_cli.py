@@ -1,0 +1,211 @@
+"""``vision denoise`` on EXR frames: layouts, robustness (skip, atomic, inputs safe, NaN, errors), shards."""
+import shutil
+
+import numpy as np
+import pytest
+
+from vision.bundled import asset_path
+from vision.data import read_exr, read_frame, write_exr, write_frame
+from vision.denoise import metrics as M
+from vision.pipelines.cli import main
+from vision.pipelines.denoise_cli import expand_frames, parse_shard, shard
+
+SCENE = "scene_00001"
+
+
+@pytest.fixture
+def seq(tmp_path):
+    """The bundled frames of one scene, copied (never written next to the assets)."""
+    d = tmp_path / "frames"
+    d.mkdir()
+    for k in range(2):
+        shutil.copy(asset_path("scenes", SCENE, f"frame_{k:02d}.exr"), d / f"frame_{k:02d}.exr")
+    return d
+
+
+def _rgb(path):
+    ch = read_exr(path, ["R", "G", "B"])
+    return np.stack([ch[c] for c in "RGB"], -1)
+
+
+def test_help_has_an_example(capsys):
+    with pytest.raises(SystemExit):
+        main(["denoise", "--help"])
+    text = capsys.readouterr().out
+    assert "examples:" in text and "vision denoise" in text and "--shard" in text
+
+
+def test_denoises_render_scenes_frames_and_skips_done(seq, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["denoise", str(seq / "frame_*.exr"), "-o", str(out), "-q"]) == 0
+    for k in range(2):
+        d = read_frame(seq / f"frame_{k:02d}.exr", ["color", "reference"])
+        res = _rgb(out / f"frame_{k:02d}.exr")
+        assert M.psnr(res, d["reference"]) >= M.psnr(d["color"], d["reference"]) + 12
+    assert not list(out.glob(".*"))  # no temporary files left
+    mtime = (out / "frame_00.exr").stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(["denoise", str(seq / "frame_*.exr"), "-o", str(out), "-q"]) == 0
+    assert "skipped 2" in capsys.readouterr().out
+    assert (out / "frame_00.exr").stat().st_mtime_ns == mtime
+
+
+def test_never_overwrites_an_input(seq, capsys):
+    before = (seq / "frame_00.exr").read_bytes()
+    assert main(["denoise", str(seq / "frame_00.exr"), "-o", str(seq), "-q"]) == 2
+    assert "overwrite an input" in capsys.readouterr().err
+    assert (seq / "frame_00.exr").read_bytes() == before
+    # with a suffix the same folder is fine
+    assert main(["denoise", str(seq / "frame_00.exr"), "-o", str(seq), "--suffix", "_dn", "-q"]) == 0
+    assert (seq / "frame_00_dn.exr").is_file()
+
+
+def test_separate_buffer_files_match_the_multilayer_frame(seq, tmp_path):
+    d = read_frame(seq / "frame_00.exr")
+    sep = tmp_path / "sep"
+    sep.mkdir()
+    write_frame(sep / "beauty.0007.exr", {"color": d["color"]})
+    for name in ("albedo", "normal", "depth", "ao", "emission"):
+        write_frame(sep / f"{name}.0007.exr", {name: d[name]})
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert main(["denoise", str(seq / "frame_00.exr"), "-o", str(a), "-q"]) == 0
+    args = ["denoise", str(sep / "beauty.0007.exr"), "-o", str(b), "-q"]
+    for name in ("albedo", "normal", "depth", "ao", "emission"):
+        args += [f"--{name}", str(sep / f"{name}.{{frame}}.exr")]
+    assert main(args) == 0
+    np.testing.assert_allclose(_rgb(b / "beauty.0007.exr"), _rgb(a / "frame_00.exr"), atol=1e-5)
+
+
+def test_blender_channel_names(seq, tmp_path):
+    d = read_frame(seq / "frame_00.exr")
+    ch = {}
+    for pas, field, comps in [("Combined", "color", "RGB"), ("Denoising Albedo", "albedo", "RGB"),
+                              ("Denoising Normal", "normal", "XYZ"), ("Denoising Depth", "depth", "Z"),
+                              ("Emit", "emission", "RGB")]:
+        for k, c in enumerate(comps):
+            ch[f"ViewLayer.{pas}.{c}"] = np.ascontiguousarray(d[field][..., k])
+    write_exr(tmp_path / "blend.exr", ch)
+    assert main(["denoise", str(tmp_path / "blend.exr"), "-o", str(tmp_path / "o"), "-q"]) == 0
+    res = _rgb(tmp_path / "o" / "blend.exr")
+    assert M.psnr(res, d["reference"]) >= M.psnr(d["color"], d["reference"]) + 12
+
+
+def test_nan_samples_are_repaired_with_a_warning(seq, tmp_path, capsys):
+    d = read_frame(seq / "frame_00.exr")
+    color = d["color"].copy()
+    color[3, 4] = np.nan
+    color[50, 60, 0] = np.inf
+    d["color"] = color
+    write_frame(tmp_path / "bad.exr", d)
+    assert main(["denoise", str(tmp_path / "bad.exr"), "-o", str(tmp_path / "o"), "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "4 NaN/Inf" in err and "bad.exr" in err
+    assert np.isfinite(_rgb(tmp_path / "o" / "bad.exr")).all()
+
+
+@pytest.mark.parametrize("case, match", [
+    ("missing", "does not exist"),
+    ("size", "64x64"),
+    ("albedo", "albedo must lie in"),
+    ("nocolor", "no colour channels"),
+    ("noframes", "no files match"),
+    ("shard", "--shard"),
+])
+def test_clear_errors(seq, tmp_path, capsys, case, match):
+    d = read_frame(seq / "frame_00.exr")
+    frame = str(seq / "frame_00.exr")
+    extra = []
+    if case == "missing":
+        extra = ["--albedo", str(tmp_path / "albedo.{frame}.exr")]
+    elif case == "size":
+        write_frame(tmp_path / "small.exr", {"normal": np.ascontiguousarray(d["normal"][::2, ::2])})
+        extra = ["--normal", str(tmp_path / "small.exr")]
+    elif case == "albedo":
+        write_frame(tmp_path / "f.exr", {"color": d["color"], "albedo": d["albedo"] * 3})
+        frame = str(tmp_path / "f.exr")
+    elif case == "nocolor":
+        write_frame(tmp_path / "f.exr", {"albedo": d["albedo"]})
+        frame = str(tmp_path / "f.exr")
+    elif case == "noframes":
+        frame = str(tmp_path / "none_*.exr")
+    elif case == "shard":
+        extra = ["--shard", "2/2"]
+    assert main(["denoise", frame, "-o", str(tmp_path / "o"), "-q", *extra]) == 2
+    assert match in capsys.readouterr().err
+    assert not (tmp_path / "o").exists() or not list((tmp_path / "o").iterdir())
+
+
+def test_shards_split_a_sequence_without_overlap(tmp_path):
+    names = [tmp_path / f"f_{k}.exr" for k in (10, 9, 1, 2, 100, 3, 4)]
+    for n in names:
+        n.write_bytes(b"")
+    frames = expand_frames([str(tmp_path / "f_*.exr")])
+    assert [f.name for f in frames] == ["f_1.exr", "f_2.exr", "f_3.exr", "f_4.exr", "f_9.exr", "f_10.exr",
+                                        "f_100.exr"]
+    parts = [shard(frames, i, 3) for i in range(3)]
+    assert sum(parts, []) == frames and [len(p) for p in parts] == [2, 2, 3]
+    assert parse_shard("1/3") == (1, 3)
+    for bad in ("3/3", "a/b", "1/0"):
+        with pytest.raises(ValueError):
+            parse_shard(bad)
+
+
+def test_shard_runs_and_half_resolution_colour(seq, tmp_path):
+    out = tmp_path / "o"
+    assert main(["denoise", str(seq / "frame_*.exr"), "-o", str(out), "-q", "--shard", "1/2"]) == 0
+    assert [p.name for p in out.iterdir()] == ["frame_01.exr"]
+    # colour at half resolution in the frame, guides from full-resolution separate files
+    d = read_frame(seq / "frame_00.exr")
+    h, w, _ = d["color"].shape
+    write_frame(tmp_path / "half.exr", {"color": np.ascontiguousarray(
+        d["color"].reshape(h // 2, 2, w // 2, 2, 3).mean((1, 3)))})
+    write_frame(tmp_path / "g.exr", {k: d[k] for k in ("albedo", "normal", "depth", "ao", "emission")})
+    args = ["denoise", str(tmp_path / "half.exr"), "-o", str(out), "-q"]
+    for k in ("albedo", "normal", "depth", "ao", "emission"):
+        args += [f"--{k}", str(tmp_path / "g.exr")]
+    assert main(args) == 0
+    res = _rgb(out / "half.exr")
+    assert res.shape == (h, w, 3)
+    assert M.psnr(res, d["reference"]) >= M.psnr(d["color"], d["reference"]) + 10
+
+
+def test_failed_write_leaves_no_partial_output(seq, tmp_path, monkeypatch):
+    import vision.data as vd
+
+    def boom(path, channels, header=None):
+        path.write_bytes(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(vd, "write_exr", boom)
+    with pytest.raises(OSError):
+        main(["denoise", str(seq / "frame_00.exr"), "-o", str(tmp_path / "o"), "-q"])
+    assert list((tmp_path / "o").iterdir()) == []
+
+
+def test_demo_section_writes_a_comparison(tmp_path):
+    from vision.io import read_image
+    from vision.pipelines import demo_denoise
+
+    written = demo_denoise.run(tmp_path, "cpu")
+    assert len(written) == 2 * len(demo_denoise.SCENES) and all(p.is_file() for p in written)
+    d = read_frame(asset_path("scenes", demo_denoise.SCENES[0], "frame_00.exr"), ["color", "reference"])
+    flr = read_image(tmp_path / f"{demo_denoise.SCENES[0]}_flr.png")
+    ref, noisy = M.tonemap(d["reference"]), M.tonemap(d["color"])
+    # the 8-bit FLR image is far closer to the reference than the 1-spp input
+    assert np.mean((flr - ref) ** 2) < 0.05 * np.mean((noisy - ref) ** 2)
+    comp = read_image(tmp_path / f"{demo_denoise.SCENES[0]}_comparison.png")
+    assert comp.shape[1] >= 3 * 2 * 128
+
+
+def test_temporal_flag_reduces_flicker(seq, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert main(["denoise", str(seq / "frame_*.exr"), "-o", str(a), "-q"]) == 0
+    assert main(["denoise", str(seq / "frame_*.exr"), "-o", str(b), "-q", "--temporal"]) == 0
+    per = [_rgb(a / f"frame_{k:02d}.exr") for k in range(2)]
+    tem = [_rgb(b / f"frame_{k:02d}.exr") for k in range(2)]
+    assert M.flicker(tem) <= 0.52 * M.flicker(per)
+    np.testing.assert_allclose(tem[0], per[0], atol=1e-5)  # the first frame has no history
+    # a re-run that skips frame 0 still reads it into the history: frame 1 comes out the same
+    (b / "frame_01.exr").unlink()
+    assert main(["denoise", str(seq / "frame_*.exr"), "-o", str(b), "-q", "--temporal"]) == 0
+    np.testing.assert_allclose(_rgb(b / "frame_01.exr"), tem[1], atol=1e-6)

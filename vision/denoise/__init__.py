@@ -1,0 +1,93 @@
+"""Denoising of low-sample path-traced frames with local linear models on guide buffers.
+
+    >>> from vision.denoise import denoise
+    >>> out = denoise(color, albedo=albedo, normal=normal, depth=depth, ao=ao, emission=emission)
+
+``model="flr"`` is Fast Local Regression (see :mod:`vision.denoise.flr`). ``model="flnr"`` (a small
+network that enhances the guides before the same regression) is not implemented yet and raises.
+Metrics with their conventions are in :mod:`vision.denoise.metrics`.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import buffers
+from .buffers import BufferWarning, find_fields
+from .flr import DEFAULT_EPS, DEFAULT_RADIUS, TemporalFLR, flr, flr_tiled
+
+MODELS = ("flr", "flnr")
+
+
+def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None, position=None, model: str = "flr",
+            radius: int = DEFAULT_RADIUS, eps: float = DEFAULT_EPS, scale: int = 1, weights=None,
+            tile: int | None = None, repair: bool = True):
+    r"""Denoise a path-traced frame (or a batch) with a local linear model of its radiance on guide buffers.
+
+    Args:
+        color: noisy linear HDR radiance, ``(H, W, 3)`` or ``(B, 3, H, W)``, NumPy or torch. For joint
+            denoising and upsampling it may be smaller than the guides by an integer factor (colour
+            rendered at 1/2 or 1/4 resolution, guides at full resolution); the result then has the
+            guides' size.
+        albedo: diffuse reflectance in [0, 1] (3 channels): divided out before the fit, multiplied back after.
+        normal: shading normal, components in [-1, 1] (world or camera space).
+        depth: z-depth (1 channel; 0 or less = no surface); used as log-depth.
+        ao: ambient occlusion in [0, 1] (1 channel).
+        emission: directly visible emitted radiance (3 channels): subtracted before the fit, added after.
+        position: world-space position (3 channels); used only while the 8 feature channels allow
+            (guides are taken in the order normal, depth, ao, albedo, position).
+        model: ``"flr"``; ``"flnr"`` is not available yet (ValueError).
+        radius: window radius in full-resolution pixels (default 8).
+        eps: ridge weight on the slopes, in units of each standardised guide's variance (default 1e-2).
+        scale: fit on ``scale x scale`` cells and apply the coefficients at full resolution (faster).
+        weights: FLNR network weights (unused by FLR).
+        tile: process tiles of about this many pixels a side (with an exact overlap), bounding memory.
+        repair: replace NaN/Inf samples (warning with their count, :class:`BufferWarning`); with False
+            they raise a ValueError.
+
+    Returns:
+        The denoised radiance, same kind (NumPy / torch) and layout (HWC / BCHW) as ``color``.
+
+    Raises:
+        ValueError: mis-sized buffers, albedo outside [0, 1], normals outside [-1, 1], unknown model.
+    """
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; choose from {', '.join(MODELS)}")
+    if model == "flnr":
+        raise ValueError("model='flnr' is not available in this version (no trained guide network is shipped); "
+                         "use model='flr'")
+    c = buffers.to_bchw(color, "color", 3)
+    device = c.device
+    named = {"albedo": albedo, "normal": normal, "depth": depth, "ao": ao, "emission": emission,
+             "position": position}
+    guides = {k: (None if v is None else buffers.to_bchw(v, k, buffers.CHANNELS[k]).to(device))
+              for k, v in named.items()}
+    work = torch.float64 if c.dtype == torch.float64 else torch.float32
+    c = c.to(work)
+    guides = {k: (None if v is None else v.to(work)) for k, v in guides.items()}
+    present = {k: v for k, v in guides.items() if v is not None}
+    if present:
+        size = next(iter(present.values())).shape[-2:]
+        buffers.check_sizes(present, size, c.shape[0])
+    for name, t in [("color", c), *present.items()]:
+        if repair:
+            fixed, _ = buffers.repair_nonfinite(t, name)
+        else:
+            bad = int((~torch.isfinite(t)).sum())
+            if bad:
+                raise ValueError(f"{name} contains {bad} NaN or Inf values")
+            fixed = t
+        if name == "color":
+            c = fixed
+        else:
+            guides[name] = fixed
+    buffers.check_ranges(guides["albedo"], guides["normal"])
+    radius, scale = int(radius), int(scale)
+    with torch.set_grad_enabled(torch.is_grad_enabled() and c.requires_grad):
+        if tile:
+            out = flr_tiled(c, guides, radius, eps, scale, int(tile))
+        else:
+            out = flr(c, guides, radius, eps, scale)
+    return buffers.like(out, color)
+
+
+__all__ = ["denoise", "TemporalFLR", "flr", "flr_tiled", "find_fields", "BufferWarning", "buffers", "MODELS"]

@@ -1,0 +1,292 @@
+"""Render buffers for the denoiser: layouts, validation, repair, demodulation, guide features, channel names.
+
+Layouts. Every buffer is a NumPy array or a torch tensor: 2-D ``(H, W)`` (one channel), 3-D ``(H, W, C)``
+(HWC, what EXR readers return) or 4-D ``(B, C, H, W)``. The denoised result comes back in the kind
+(NumPy or torch) and layout of ``color``.
+
+Channel names. :func:`find_fields` maps the channel names of a (multi-layer) EXR to the denoiser's
+fields; it recognises the names ``vision render-scenes`` writes (see :data:`vision.data.exr.LAYERS`),
+Blender Cycles passes (``Combined`` / ``Noisy Image``, ``Denoising Albedo``, ``Denoising Normal``,
+``Denoising Depth``, ``Emit``, ``AO``, with or without a view-layer prefix such as ``ViewLayer.``) and
+the usual Mitsuba 3 AOV names (``albedo``, ``sh_normal`` / ``nn``, ``depth`` / ``dd``, ``position`` /
+``pp``; colour in the root ``R G B`` channels).
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+FIELDS = ("color", "albedo", "normal", "depth", "ao", "emission", "position")
+CHANNELS = {"color": 3, "albedo": 3, "normal": 3, "depth": 1, "ao": 1, "emission": 3, "position": 3,
+            "reference": 3}
+# albedo below this (per channel) is not divided out: dividing by ~0 would blow up the noise
+ALBEDO_FLOOR = 0.02
+# tolerances of the range checks: renderers write albedo slightly above 1 and normals slightly off unit
+ALBEDO_RANGE = (-1e-3, 1.05)
+NORMAL_RANGE = 1.05
+
+
+class BufferWarning(UserWarning):
+    """A buffer held NaN/Inf samples that were repaired, or was otherwise adjusted."""
+
+
+# --------------------------------------------------------------------------- layouts
+
+def to_bchw(x, name: str, channels: int | None = None) -> torch.Tensor:
+    """``x`` (NumPy or torch, HW / HWC / BCHW) as a float32 ``(B, C, H, W)`` tensor (a view where possible)."""
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind not in "fiu":
+            raise ValueError(f"{name} must be a numeric array, got dtype {x.dtype}")
+        t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    elif isinstance(x, torch.Tensor):
+        if not (x.dtype.is_floating_point or x.dtype in (torch.uint8, torch.int32, torch.int64)):
+            raise ValueError(f"{name} must be a float tensor, got {x.dtype}")
+        t = x.float() if x.dtype != torch.float64 else x
+    else:
+        raise ValueError(f"{name} must be a NumPy array or a torch tensor, got {type(x).__name__}")
+    if t.dim() == 2:
+        t = t[None, None]
+    elif t.dim() == 3:
+        t = t.permute(2, 0, 1)[None]
+    elif t.dim() != 4:
+        raise ValueError(f"{name} must be (H, W), (H, W, C) or (B, C, H, W), got shape {tuple(t.shape)}")
+    if min(t.shape) == 0:
+        raise ValueError(f"{name} is empty: shape {tuple(t.shape)}")
+    if channels is not None and t.shape[1] != channels:
+        if channels == 1 and t.shape[1] in (3, 4) and name in ("depth", "ao"):
+            t = t[:, :1]  # a gray buffer stored as RGB: all channels equal by construction
+        elif t.shape[1] == 4 and channels == 3:
+            t = t[:, :3]  # RGBA: drop alpha
+        else:
+            raise ValueError(f"{name} must have {channels} channel(s), got {t.shape[1]} (shape {tuple(x.shape)})")
+    return t
+
+
+def like(out: torch.Tensor, template):
+    """``out`` (B, C, H, W) converted back to the kind and layout of ``template``."""
+    nd = template.ndim if isinstance(template, np.ndarray) else template.dim()
+    if nd == 3:
+        out = out[0].permute(1, 2, 0)
+    elif nd == 2:
+        out = out[0, 0]
+    if isinstance(template, np.ndarray):
+        return np.ascontiguousarray(out.detach().cpu().numpy().astype(np.float32))
+    return out.to(dtype=template.dtype if template.dtype.is_floating_point else torch.float32,
+                  device=template.device)
+
+
+# --------------------------------------------------------------------------- validation
+
+def repair_nonfinite(x: torch.Tensor, name: str, warn: bool = True) -> tuple[torch.Tensor, int]:
+    """Replace NaN/Inf samples by the mean of the finite samples in their 3x3 neighbourhood (0 if none).
+
+    Returns the repaired tensor and the number of repaired values; warns (:class:`BufferWarning`)
+    with that count when there were any.
+    """
+    if bool(torch.isfinite(x.sum(dtype=torch.float32))):  # one reduction in the common, finite case
+        return x, 0
+    bad = ~torch.isfinite(x)
+    count = int(bad.sum())
+    if not count:
+        return x, 0
+    good = (~bad).to(x.dtype)
+    clean = torch.where(bad, torch.zeros_like(x), x)
+    num = F.avg_pool2d(clean, 3, 1, 1, count_include_pad=False)
+    den = F.avg_pool2d(good, 3, 1, 1, count_include_pad=False)
+    fill = torch.where(den > 0, num / den.clamp_min(1e-12), torch.zeros_like(x))
+    if warn:
+        warnings.warn(f"{name}: {count} NaN/Inf value(s) repaired with the mean of their finite neighbours",
+                      BufferWarning, stacklevel=3)
+    return torch.where(bad, fill, x), count
+
+
+def check_ranges(albedo: torch.Tensor | None, normal: torch.Tensor | None) -> None:
+    """Raise a ValueError when albedo leaves [0, 1] or normal components leave [-1, 1] (with tolerances)."""
+    if albedo is not None:
+        lo, hi = ALBEDO_RANGE
+        amin, amax = torch.aminmax(albedo)
+        n = int(((albedo < lo) | (albedo > hi)).sum()) if float(amin) < lo or float(amax) > hi else 0
+        if n:
+            raise ValueError(f"albedo must lie in [0, 1]: {n} value(s) outside (min {float(albedo.min()):.4g}, "
+                             f"max {float(albedo.max()):.4g}); is this a colour or emission pass passed as albedo?")
+    if normal is not None:
+        nmin, nmax = torch.aminmax(normal)
+        n = int((normal.abs() > NORMAL_RANGE).sum()) if max(-float(nmin), float(nmax)) > NORMAL_RANGE else 0
+        if n:
+            raise ValueError(f"normal components must lie in [-1, 1]: {n} value(s) outside (max |n| "
+                             f"{float(normal.abs().max()):.4g}); pass unit normals, not 0-1 encoded or position data")
+
+
+def check_sizes(buffers: dict[str, torch.Tensor], size: tuple[int, int], batch: int) -> None:
+    for name, t in buffers.items():
+        if t is None:
+            continue
+        if tuple(t.shape[-2:]) != tuple(size):
+            raise ValueError(f"{name} is {t.shape[-1]}x{t.shape[-2]} (WxH) but the guides are {size[1]}x{size[0]}")
+        if t.shape[0] not in (1, batch):
+            raise ValueError(f"{name} has batch {t.shape[0]}, color has {batch}")
+
+
+# --------------------------------------------------------------------------- signal model
+
+def emitter_mask(emission: torch.Tensor | None, like_t: torch.Tensor) -> torch.Tensor | None:
+    """1 where a pixel sees an emitter directly (any emission channel > 0), as (B, 1, H, W)."""
+    if emission is None:
+        return None
+    return (emission.amax(1, keepdim=True) > 0).to(like_t.dtype)
+
+
+def demodulate(color: torch.Tensor, albedo: torch.Tensor | None, emission: torch.Tensor | None,
+               fill_radius: int, floor: float = ALBEDO_FLOOR) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Split ``color`` into what the regression fits and how to put the result back together.
+
+    Returns ``(target, factor, add)`` with ``result = factor * fitted(target) + add``:
+
+    * ``add`` is the directly visible emission (0 without an emission buffer);
+    * the target is ``(color - emission) / albedo``, the albedo-demodulated (irradiance-like) signal,
+      where albedo >= ``floor``; elsewhere the albedo is not divided out (factor 1);
+    * pixels that see an emitter carry the emitter's noise (a 1-spp sample either hits the light or
+      not, the emission buffer is the pixel mean), so their target is replaced by the mean target of
+      the emitter-free pixels within ``fill_radius``; where such a pixel has no albedo (the emitter
+      itself, the sky) the factor is 0, so the result there is the emission buffer exactly.
+    """
+    zero = torch.zeros_like(color)
+    add = zero if emission is None else emission.expand_as(color)
+    light = color - add
+    if albedo is None:
+        factor = torch.ones_like(color)
+    else:
+        a = albedo.expand_as(color)
+        factor = torch.where(a >= floor, a, torch.ones_like(a))
+    target = light / factor
+    mask = emitter_mask(emission, color)
+    if mask is not None and bool(mask.any()):
+        keep = (1 - mask).expand_as(target)
+        k = 2 * fill_radius + 1
+        num = F.avg_pool2d(target * keep, k, 1, fill_radius, count_include_pad=False)
+        den = F.avg_pool2d(keep, k, 1, fill_radius, count_include_pad=False)
+        fill = torch.where(den > 0, num / den.clamp_min(1e-12), zero)
+        target = torch.where(keep > 0, target, fill)
+        if albedo is not None:
+            dark = (albedo.expand_as(color) < floor) & (mask.expand_as(color) > 0)
+            factor = torch.where(dark, zero, factor)
+        else:
+            factor = torch.where(mask.expand_as(color) > 0, zero, factor)
+    return target, factor, add
+
+
+# --------------------------------------------------------------------------- guide features
+
+# Guides in the order they are taken until the regression's 8 feature channels are full.
+GUIDE_ORDER = ("normal", "depth", "ao", "albedo", "position")
+
+
+def guide_list(available: Iterable[str], max_channels: int = 8) -> list[str]:
+    """The guide buffers the regression uses, in :data:`GUIDE_ORDER`, whole buffers up to ``max_channels``."""
+    chosen, used = [], 0
+    have = set(available)
+    for name in GUIDE_ORDER:
+        if name in have and used + CHANNELS[name] <= max_channels:
+            chosen.append(name)
+            used += CHANNELS[name]
+    return chosen
+
+
+def raw_features(buffers: dict[str, torch.Tensor | None]) -> tuple[torch.Tensor | None, list[str]]:
+    """Concatenate the guide buffers into (B, K, H, W) before standardisation.
+
+    Depth becomes log-depth (radiance varies smoothly in log-depth across a wide depth range, and one
+    far pixel no longer dominates the variance); pixels with no surface (depth <= 0, e.g. the sky) take
+    the largest depth of the frame.
+    """
+    names = guide_list(k for k, v in buffers.items() if v is not None)
+    parts = []
+    for name in names:
+        v = buffers[name]
+        if name == "depth":
+            valid = v > 0
+            far = v[valid].max() if bool(valid.any()) else torch.ones((), dtype=v.dtype)
+            v = torch.log(torch.where(valid, v, far).clamp_min(1e-6))
+        parts.append(v)
+    if not parts:
+        return None, []
+    b = max(p.shape[0] for p in parts)
+    return torch.cat([p.expand(b, -1, -1, -1) for p in parts], 1), names
+
+
+def feature_stats(f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per image and channel mean and standard deviation (floored), shapes (B, K, 1, 1)."""
+    mean = f.mean((2, 3), keepdim=True)
+    std = f.std((2, 3), keepdim=True, unbiased=False).clamp_min(1e-3)
+    return mean, std
+
+
+# --------------------------------------------------------------------------- channel names
+
+# field -> accepted layer names (lower case), best first; matched against the full layer name and its
+# last dotted component (so "ViewLayer.Denoising Albedo" matches "denoising albedo").
+ALIASES = {
+    "color": ("", "noisy image", "combined", "image", "color", "colour", "rgb", "rgba", "beauty", "my_path"),
+    "albedo": ("albedo", "denoising albedo", "diffcol", "diffuse color", "diffuse_color"),
+    "normal": ("normal", "denoising normal", "normals", "sh_normal", "nn", "shading_normal", "n"),
+    "depth": ("depth", "denoising depth", "dd", "z"),
+    "position": ("position", "world_position", "pp", "p"),
+    "ao": ("ao", "ambient occlusion", "ambient_occlusion", "occlusion"),
+    "emission": ("emission", "emit", "emitter", "emissive"),
+    "reference": ("reference", "ref", "clean"),
+}
+_TRIPLES = (("R", "G", "B"), ("X", "Y", "Z"), ("r", "g", "b"), ("x", "y", "z"), ("U", "V", "W"))
+_SINGLES = ("Z", "Y", "T", "V", "R", "X", "A")
+
+
+def _split(name: str) -> tuple[str, str]:
+    return tuple(name.rsplit(".", 1)) if "." in name else ("", name)
+
+
+def find_fields(channel_names: Iterable[str]) -> dict[str, list[str]]:
+    """Map EXR channel names to denoiser fields: ``{"albedo": ["albedo.R", "albedo.G", "albedo.B"], ...}``.
+
+    Fields not found are absent. A 3-channel field needs R G B or X Y Z components of one layer; a
+    1-channel field takes Z, Y, T, V, R, X or A of its layer, in that order (a single unnamed channel
+    such as Mitsuba's ``dd.T`` or Blender's ``Denoising Depth.Z``).
+    """
+    layers: dict[str, dict[str, str]] = {}
+    for full in channel_names:
+        layer, comp = _split(str(full))
+        layers.setdefault(layer, {})[comp] = full
+    found: dict[str, list[str]] = {}
+    claimed: set[str] = set()
+    for field, aliases in ALIASES.items():
+        n = CHANNELS[field]
+        for alias in aliases:
+            hit = None
+            for layer, comps in layers.items():
+                if layer in claimed:
+                    continue
+                key = layer.lower()
+                tail = key.rsplit(".", 1)[-1]
+                if alias != key and alias != tail:
+                    continue
+                if alias == "" and key != "":
+                    continue
+                if n == 3:
+                    for triple in _TRIPLES:
+                        if all(c in comps for c in triple):
+                            hit = (layer, [comps[c] for c in triple])
+                            break
+                else:
+                    for c in _SINGLES:
+                        if c in comps:
+                            hit = (layer, [comps[c]])
+                            break
+                if hit:
+                    break
+            if hit:
+                claimed.add(hit[0])
+                found[field] = hit[1]
+                break
+    return found

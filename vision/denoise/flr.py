@@ -1,0 +1,214 @@
+"""Fast Local Regression (FLR): a local linear model of the demodulated radiance on guide buffers.
+
+Per frame (Bauszat et al. 2011; BMFR, Koskela et al. 2019; the FLR core of Salmi, Csefalvay and Imber,
+"Fast Local Neural Regression", 2024):
+
+1. subtract the directly visible emission and divide out the albedo (where it is not ~0), so the
+   signal left is smooth irradiance that guides can explain (see :func:`.buffers.demodulate`);
+2. standardise the guide channels (normal, log-depth, AO, albedo, position; at most 8) per frame, so
+   ``eps`` is in units of a guide's standard deviation;
+3. in every ``(2r+1)^2`` window fit the signal as an affine function of the guides
+   (:func:`vision.kernels.local_linear_fit`, ridge ``eps``), on ``scale x scale`` cells when
+   ``scale > 1``, average the coefficients over the overlapping windows and evaluate them at full
+   resolution (:func:`vision.kernels.local_linear_apply`);
+4. clamp at 0, remodulate by the albedo and add the emission back.
+
+Joint denoising and upsampling: when ``color`` is smaller than the guides by an integer factor u
+(colour path-traced at 1/u resolution, guides rasterised at full resolution), the guides, albedo and
+emission are area-averaged to the colour's size for the fit and the coefficients are applied to the
+full-resolution guides.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from . import buffers as B
+
+DEFAULT_RADIUS = 8
+DEFAULT_EPS = 1e-2
+
+
+def _area_down(x: torch.Tensor | None, u: int) -> torch.Tensor | None:
+    """Mean over u x u blocks (the last partial blocks average their real pixels)."""
+    if x is None or u == 1:
+        return x
+    return F.avg_pool2d(x, u, u, ceil_mode=True, count_include_pad=False)
+
+
+def _fit_radius(radius: int, u: int) -> int:
+    return radius if u == 1 else max(1, round(radius / u))
+
+
+def _solve(feat_lo, target, feat_full, radius, eps, scale, u):
+    from vision.kernels import local_linear_apply, local_linear_fit
+
+    coeffs = local_linear_fit(feat_lo, target, radius, eps, scale=scale)
+    # coefficient (i, j) belongs at the centre of its cell of (scale * u) full-resolution pixels
+    cell = scale * u
+    h, w = feat_full.shape[-2:]
+    if -(-h // cell) == coeffs.shape[-2] and -(-w // cell) == coeffs.shape[-1]:
+        return local_linear_apply(feat_full, coeffs, scale=cell)
+    return local_linear_apply(feat_full, coeffs)
+
+
+def flr(color: torch.Tensor, guides: dict[str, torch.Tensor | None], radius: int = DEFAULT_RADIUS,
+        eps: float = DEFAULT_EPS, scale: int = 1, stats=None) -> torch.Tensor:
+    """FLR on (B, C, h, w) colour and full-resolution (B, *, H, W) guides; returns (B, C, H, W).
+
+    ``guides`` holds ``albedo, normal, depth, ao, emission, position`` (any may be None). ``stats``
+    (mean, std) standardise the guide features; by default they come from these guides (pass the
+    whole frame's when denoising a tile, so tiles match the whole-frame result).
+    """
+    h, w = color.shape[-2:]
+    hf, wf = _full_size(color, guides)
+    u = _upsample_factor((h, w), (hf, wf))
+    albedo, emission = guides.get("albedo"), guides.get("emission")
+    raw, _ = B.raw_features({k: guides.get(k) for k in B.GUIDE_ORDER})
+    b = color.shape[0]
+    if raw is None:
+        # no guides: the local linear model degenerates to the window mean (a box filter)
+        raw = torch.zeros(b, 1, hf, wf, dtype=color.dtype, device=color.device)
+        stats = None
+    mean, std = stats if stats is not None else B.feature_stats(raw)
+    feat = ((raw - mean) / std).expand(b, -1, -1, -1).contiguous()
+    r = _fit_radius(radius, u)
+    target, factor, add = B.demodulate(color, _area_down(albedo, u), _area_down(emission, u), r)
+    # the fit itself runs at the colour's resolution: the features are averaged down to it
+    feat_lo = _area_down(feat, u)
+    fitted = _solve(feat_lo, target.contiguous(), feat, r, eps, scale, u).clamp_min(0)
+    if u == 1:
+        return fitted * factor + add
+    _, factor_full, add_full = B.demodulate(torch.zeros(b, color.shape[1], hf, wf, dtype=color.dtype,
+                                                        device=color.device), albedo, emission, 0)
+    return fitted * factor_full + add_full
+
+
+def _full_size(color, guides) -> tuple[int, int]:
+    sizes = {tuple(t.shape[-2:]) for t in guides.values() if t is not None}
+    if len(sizes) > 1:
+        names = {k: f"{t.shape[-1]}x{t.shape[-2]}" for k, t in guides.items() if t is not None}
+        raise ValueError(f"guide buffers must all have the same size (WxH), got {names}")
+    return sizes.pop() if sizes else tuple(color.shape[-2:])
+
+
+def _upsample_factor(small: tuple[int, int], full: tuple[int, int]) -> int:
+    if small == full:
+        return 1
+    for u in range(2, 17):
+        if -(-full[0] // u) == small[0] and -(-full[1] // u) == small[1]:
+            return u
+    raise ValueError(f"color is {small[1]}x{small[0]} (WxH) but the guides are {full[1]}x{full[0]}: for joint "
+                     "upsampling the colour must be the guides' size divided by an integer factor (2, 4, ...)")
+
+
+def flr_tiled(color: torch.Tensor, guides: dict, radius: int, eps: float, scale: int, tile: int) -> torch.Tensor:
+    """:func:`flr` over tiles of about ``tile`` full-resolution pixels with an overlap margin that makes
+    every tile's interior equal to the whole-frame result, so memory is bounded by the tile size."""
+    h, w = color.shape[-2:]
+    hf, wf = _full_size(color, guides)
+    u = _upsample_factor((h, w), (hf, wf))
+    raw, _ = B.raw_features({k: guides.get(k) for k in B.GUIDE_ORDER})
+    if raw is None or (hf <= tile and wf <= tile):
+        return flr(color, guides, radius, eps, scale)
+    stats = B.feature_stats(raw)
+    del raw
+    # what influences a pixel: emitter fill (r) + fit window (r) + coefficient averaging (r) + one cell
+    # each for the cell grid and the bilinear apply, all in colour pixels; aligned to whole cells
+    r = _fit_radius(radius, u)
+    unit = u * scale  # tile origins on the cell grid, in full-resolution pixels
+    r_cells = max(1, round(r / scale)) if scale > 1 else r
+    margin_lo = r + (2 * r_cells + 2) * scale
+    margin = int(math.ceil(margin_lo * u / unit)) * unit
+    step = max(unit, (tile // unit) * unit)
+    out = torch.empty(color.shape[0], color.shape[1], hf, wf, dtype=color.dtype, device=color.device)
+    for y0 in range(0, hf, step):
+        for x0 in range(0, wf, step):
+            y1, x1 = min(y0 + step, hf), min(x0 + step, wf)
+            ya, xa = max(0, y0 - margin), max(0, x0 - margin)
+            yb, xb = min(hf, y1 + margin), min(wf, x1 + margin)
+            sub = {k: (None if v is None else v[..., ya:yb, xa:xb]) for k, v in guides.items()}
+            c = color[..., ya // u:-(-yb // u), xa // u:-(-xb // u)]
+            res = flr(c, sub, radius, eps, scale, stats=stats)
+            out[..., y0:y1, x0:x1] = res[..., y0 - ya:y1 - ya, x0 - xa:x1 - xa]
+    return out
+
+
+class TemporalFLR:
+    r"""FLR over a static-camera sequence: the regression statistics are carried from frame to frame.
+
+    The moments the local linear fit is built from, window sums of ``f p`` and ``p`` for guides ``f``
+    and signal ``p``, are linear in ``p``; while the guides of a pixel do not change (static camera and
+    scene), a running mean of those statistics is the statistics of the running mean of the signal.
+    So each call blends the new noisy colour into a per-pixel history, ``h <- (1 - a) h + a c`` with
+    ``a = max(1 / n, alpha)`` after n accepted frames, and fits FLR on ``h``. Where any guide of a
+    pixel changes by more than ``threshold`` (albedo, normal, AO: absolute; depth, position, emission:
+    relative to ``1 + |previous|``), that pixel's history is rejected (``n`` restarts at 1), so moving
+    or changing content is not smeared. Successive outputs then differ far less than per-frame FLR
+    (less flicker); ``alpha`` bounds how long an old frame keeps weight.
+
+    Example:
+        >>> tf = TemporalFLR()
+        >>> outs = [tf(f["color"], albedo=f["albedo"], normal=f["normal"], depth=f["depth"]) for f in frames]
+    """
+
+    GUIDES = ("albedo", "normal", "depth", "ao", "emission", "position")
+    _ABSOLUTE = ("albedo", "normal", "ao")
+
+    def __init__(self, radius: int = DEFAULT_RADIUS, eps: float = DEFAULT_EPS, scale: int = 1, alpha: float = 0.1,
+                 threshold: float = 0.05, tile: int | None = None):
+        if not 0 < alpha <= 1:
+            raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+        if threshold <= 0:
+            raise ValueError(f"threshold must be positive, got {threshold}")
+        self.radius, self.eps, self.scale, self.alpha, self.threshold, self.tile = radius, eps, scale, alpha, \
+            threshold, tile
+        self.reset()
+
+    def reset(self) -> None:
+        self.history = self.count = self.previous = None
+        self.rejected = 0  # pixels whose history was rejected at the last call
+
+    def accumulate(self, color, **guides) -> torch.Tensor:
+        """Blend a frame into the history (without denoising it); returns the history (B, 3, h, w)."""
+        c = B.to_bchw(color, "color", 3)
+        c, _ = B.repair_nonfinite(c.float(), "color")
+        g = {k: (None if guides.get(k) is None else B.to_bchw(guides[k], k, B.CHANNELS[k]).float().to(c.device))
+             for k in self.GUIDES}
+        g = {k: (None if v is None else B.repair_nonfinite(v, k)[0]) for k, v in g.items()}
+        if self.history is None or self.history.shape != c.shape or not self._same_buffers(g):
+            self.history, self.count = c.clone(), torch.ones_like(c[:, :1])
+            self.previous, self.rejected = g, 0
+            return self.history
+        keep = torch.ones_like(c[:, :1], dtype=torch.bool)
+        for k, v in g.items():
+            if v is None:
+                continue
+            old = self.previous[k]
+            diff = (v - old).abs()
+            if k not in self._ABSOLUTE:
+                diff = diff / (1 + old.abs())
+            moved = (diff > self.threshold).any(1, keepdim=True)
+            if moved.shape[-2:] != c.shape[-2:]:  # full-resolution guides, low-resolution colour
+                u = moved.shape[-1] // c.shape[-1] if moved.shape[-1] != c.shape[-1] else 1
+                moved = F.max_pool2d(moved.float(), u, u, ceil_mode=True) > 0
+            keep &= ~moved
+        self.count = torch.where(keep, self.count + 1, torch.ones_like(self.count))
+        a = torch.clamp(1.0 / self.count, min=self.alpha)
+        self.history = torch.where(keep, (1 - a) * self.history + a * c, c)
+        self.previous, self.rejected = g, int((~keep).sum())
+        return self.history
+
+    def _same_buffers(self, g) -> bool:
+        return all((v is None) == (self.previous.get(k) is None) and (v is None or v.shape == self.previous[k].shape)
+                   for k, v in g.items())
+
+    def __call__(self, color, **guides):
+        from . import denoise
+
+        acc = self.accumulate(color, **guides)
+        out = denoise(acc, **{k: guides.get(k) for k in self.GUIDES if guides.get(k) is not None},
+                      radius=self.radius, eps=self.eps, scale=self.scale, tile=self.tile)
+        return B.like(out, color)
