@@ -16,6 +16,7 @@ COMMANDS = {
     "bench": "vision.pipelines.bench",
     "restore-structure": "vision.pipelines.restore_structure",
     "render-scenes": "vision.pipelines.render_scenes",
+    "edit": "vision.pipelines.edit_cli",
     "denoise": "vision.pipelines.denoise_cli",
 }
 

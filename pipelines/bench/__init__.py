@@ -14,6 +14,7 @@ BENCHES = {
     "guided-filter": "vision.pipelines.bench.guided_filter",
     "local-regression": "vision.pipelines.bench.local_regression",
     "spl": "vision.pipelines.bench.spl",
+    "edit": "vision.pipelines.bench.edit",
     "denoise": "vision.pipelines.bench.denoise",
 }
 

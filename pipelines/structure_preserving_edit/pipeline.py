@@ -1,0 +1,207 @@
+"""StructurePreservingEditPipeline: source-prompt -> target-prompt editing of a real image with SPL.
+
+The paper's setting (Gong et al., WACV 2026): an SD1.5-family UNet with the LCM scheduler and the
+virtual inversion sampler of InfEdit (Xu et al. 2023, DDCM): the source branch is the clean source
+latent re-noised with the same noise as the target branch, and both branches (source prompt on the
+source latent; unconditional and target prompt on the target latent) go through one batched UNet
+call per step, so no explicit inversion is needed. The target's clean prediction is
+
+    z0_t = z0_src + ((x_t - x_s) - sqrt(1 - abar_t) * (eps_t - eps_s)) / sqrt(abar_t)
+
+and both branches are re-noised with one shared fresh noise. In the last part of sampling z0_t is
+decoded, restored with SPL (+ colour) against the source's VAE round trip, and re-encoded; the decoded
+output is post-processed against the source itself. ``mutual_self_attention`` lets the target
+branch's decoder self-attention read the source branch's keys and values in the first steps (the
+self-attention part of InfEdit's unified attention control); its cross-attention control
+(Prompt-to-Prompt word swap / refinement, LocalBlend) is not implemented.
+
+This folder also works as ``DiffusionPipeline.from_pretrained(model, custom_pipeline=<this folder>)``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+
+from diffusers import AutoencoderKL, DiffusionPipeline, ImagePipelineOutput, LCMScheduler, UNet2DConditionModel
+from diffusers.image_processor import VaeImageProcessor
+from diffusers.utils.torch_utils import randn_tensor
+
+from vision.pipelines.spl_guidance import LatentRestorer
+
+
+class MutualSelfAttention:
+    """Self-attention processor for the decoder: while ``active``, the unconditional and target entries
+    of the batched call ``[source, unconditional, target]`` attend to the *source* entry's keys and
+    values (mutual self-attention, the self-attention part of InfEdit's unified attention control), so
+    the target keeps the source's layout and appearance correspondences."""
+
+    def __init__(self):
+        self.active = False
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, temb=None,
+                 *args, **kwargs):
+        residual = hidden_states
+        ndim = hidden_states.ndim
+        if ndim == 4:
+            b, c, h, w = hidden_states.shape
+            hidden_states = hidden_states.view(b, c, h * w).transpose(1, 2)
+        if attn.group_norm is not None:
+            hidden_states = attn.group_norm(hidden_states.transpose(1, 2)).transpose(1, 2)
+        context = hidden_states if encoder_hidden_states is None else encoder_hidden_states
+        query, key, value = attn.to_q(hidden_states), attn.to_k(context), attn.to_v(context)
+        if self.active and encoder_hidden_states is None and key.shape[0] % 3 == 0:
+            n = key.shape[0] // 3
+            key, value = torch.cat([key[:n]] * 3), torch.cat([value[:n]] * 3)
+        batch, heads = query.shape[0], attn.heads
+
+        def split(x):
+            return x.view(batch, -1, heads, x.shape[-1] // heads).transpose(1, 2)
+
+        out = F.scaled_dot_product_attention(split(query), split(key), split(value))
+        out = out.transpose(1, 2).reshape(batch, -1, heads * out.shape[-1]).to(query.dtype)
+        out = attn.to_out[1](attn.to_out[0](out))
+        if ndim == 4:
+            out = out.transpose(-1, -2).reshape(b, c, h, w)
+        if attn.residual_connection:
+            out = out + residual
+        return out / attn.rescale_output_factor
+
+
+@contextlib.contextmanager
+def _mutual_self_attention(unet, enabled: bool):
+    """Install :class:`MutualSelfAttention` on the decoder's self-attention layers; restore on exit."""
+    if not enabled:
+        yield None
+        return
+    control, saved = MutualSelfAttention(), unet.attn_processors
+    unet.set_attn_processor({name: control if name.startswith("up_blocks") and "attn1" in name else proc
+                             for name, proc in saved.items()})
+    try:
+        yield control
+    finally:
+        unet.set_attn_processor(saved)
+
+
+class StructurePreservingEditPipeline(DiffusionPipeline):
+    """Edit ``image`` from ``source_prompt`` to ``prompt`` keeping its structure (DDCM + SPL guidance).
+
+    Components: ``vae`` (AutoencoderKL), ``text_encoder`` (CLIPTextModel), ``tokenizer`` (CLIPTokenizer),
+    ``unet`` (UNet2DConditionModel), ``scheduler`` (LCMScheduler).
+
+        >>> pipe = StructurePreservingEditPipeline.from_pretrained("SimianLuo/LCM_Dreamshaper_v7")
+        >>> out = pipe(prompt="a cat, sunset", source_prompt="a cat, day", image=photo).images[0]
+    """
+
+    model_cpu_offload_seq = "text_encoder->unet->vae"
+    _callback_tensor_inputs = ["latents", "denoised", "source_latents", "prompt_embeds"]
+
+    def __init__(self, vae: AutoencoderKL, text_encoder, tokenizer, unet: UNet2DConditionModel,
+                 scheduler: LCMScheduler):
+        super().__init__()
+        self.register_modules(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet, scheduler=scheduler)
+        self.vae_scale_factor = 2 ** (len(self.vae.config.block_out_channels) - 1) if vae is not None else 8
+        self.image_processor = VaeImageProcessor(vae_scale_factor=self.vae_scale_factor)
+
+    def _embed(self, prompts: list[str], device) -> torch.Tensor:
+        ids = self.tokenizer(prompts, padding="max_length", max_length=self.tokenizer.model_max_length,
+                             truncation=True, return_tensors="pt").input_ids.to(device)
+        return self.text_encoder(ids)[0]
+
+    @property
+    def num_timesteps(self):
+        return self._num_timesteps
+
+    @torch.no_grad()
+    def __call__(self, prompt: str | list[str], image, source_prompt: str | list[str] = "", *,
+                 negative_prompt: str | list[str] = "", num_inference_steps: int = 15, strength: float = 1.0,
+                 guidance_scale: float = 2.0, source_guidance_scale: float = 1.0,
+                 structure_preservation: bool = True, start: float = 0.8, steps_per_guidance: int = 100,
+                 spl_weight: float = 1e4, color_weight: float = 1e3, mask=None, invert_mask: bool = False,
+                 post_process: bool = True, mutual_self_attention: float = 0.0, num_images_per_prompt: int = 1,
+                 generator: torch.Generator | list[torch.Generator] | None = None, output_type: str = "pil",
+                 return_dict: bool = True,
+                 callback_on_step_end: Callable[[Any, int, Any, dict], dict] | None = None,
+                 callback_on_step_end_tensor_inputs: list[str] | None = None):
+        """Args follow diffusers; ``source_prompt`` describes ``image``, ``prompt`` the edit. SPL settings
+        as in :func:`vision.pipelines.enable_structure_preservation`; ``source_guidance_scale`` is the CFG
+        scale of the source branch (1 = its conditional prediction alone, as published).
+        ``mutual_self_attention``: fraction of the first steps in which the decoder's self-attention of
+        the target branch reads the source branch's keys and values (0 = off)."""
+        tensor_inputs = callback_on_step_end_tensor_inputs or ["latents"]
+        if hasattr(callback_on_step_end, "tensor_inputs"):
+            tensor_inputs = callback_on_step_end.tensor_inputs
+        bad = [k for k in tensor_inputs if k not in self._callback_tensor_inputs]
+        if bad:
+            raise ValueError(f"callback_on_step_end_tensor_inputs {bad} not in {self._callback_tensor_inputs}")
+        if not 0.0 < strength <= 1.0:
+            raise ValueError(f"strength must be in (0, 1], got {strength}")
+        prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+        n = len(prompts) * num_images_per_prompt
+        expand = lambda p: ([p] * len(prompts) if isinstance(p, str) else list(p))  # noqa: E731
+        src_prompts, neg_prompts = expand(source_prompt), expand(negative_prompt)
+        device = self._execution_device
+        tgt_emb, src_emb, neg_emb = (self._embed(p, device).repeat_interleave(num_images_per_prompt, 0)
+                                     for p in (prompts, src_prompts, neg_prompts))
+
+        pixels = self.image_processor.preprocess(image).to(device, self.vae.dtype)  # [-1, 1], size to the grid
+        restorer = LatentRestorer((pixels[:1].float() + 1) / 2, steps=steps_per_guidance, spl_weight=spl_weight,
+                                  color_weight=color_weight, mask=mask, invert_mask=invert_mask)
+        restorer.vae, restorer.decode_fn = self.vae, self.vae.decode
+        z_src = restorer.encode((pixels.float() + 1) / 2).to(device)
+        z_src = (z_src.expand(n, -1, -1, -1) if z_src.shape[0] == 1
+                 else z_src.repeat_interleave(num_images_per_prompt, 0))
+
+        self.scheduler.set_timesteps(num_inference_steps, device=device, strength=strength)
+        timesteps = self.scheduler.timesteps
+        self._num_timesteps = len(timesteps)
+        abar = self.scheduler.alphas_cumprod.to(device, torch.float32)
+        noise = randn_tensor(z_src.shape, generator=generator, device=device, dtype=torch.float32)
+        a0 = abar[int(timesteps[0])]
+        x_s = a0.sqrt() * z_src + (1 - a0).sqrt() * noise
+        x_t = x_s.clone()
+        denoised = z_src
+        with self.progress_bar(total=len(timesteps)) as bar, \
+                _mutual_self_attention(self.unet, mutual_self_attention > 0) as control:
+            for i, t in enumerate(timesteps):
+                if control is not None:
+                    control.active = i / len(timesteps) < mutual_self_attention
+                inp = torch.cat([x_s, x_t, x_t]).to(self.unet.dtype)
+                eps = self.unet(inp, t, encoder_hidden_states=torch.cat([src_emb, neg_emb, tgt_emb]),
+                                ).sample.float()
+                eps_s, eps_u, eps_c = eps.chunk(3)
+                eps_t = eps_u + guidance_scale * (eps_c - eps_u)
+                if source_guidance_scale != 1.0:  # (the source's unconditional branch reuses the target's)
+                    eps_s = eps_u + source_guidance_scale * (eps_s - eps_u)
+                ab = abar[int(t)]
+                denoised = z_src + ((x_t - x_s) - (1 - ab).sqrt() * (eps_t - eps_s)) / ab.sqrt()
+                if structure_preservation and steps_per_guidance > 0 and i / len(timesteps) >= start - 1e-9:
+                    denoised = restorer.optimise_latent(denoised)
+                if i < len(timesteps) - 1:
+                    ap = abar[int(timesteps[i + 1])]
+                    fresh = randn_tensor(z_src.shape, generator=generator, device=device, dtype=torch.float32)
+                    x_s = ap.sqrt() * z_src + (1 - ap).sqrt() * fresh
+                    x_t = ap.sqrt() * denoised + (1 - ap).sqrt() * fresh
+                else:
+                    x_t = denoised
+                if callback_on_step_end is not None:
+                    local = {"latents": x_t, "denoised": denoised, "source_latents": x_s, "prompt_embeds": tgt_emb}
+                    out = callback_on_step_end(self, i, t, {k: local[k] for k in tensor_inputs})
+                    x_t = out.pop("latents", x_t)
+                    denoised = out.pop("denoised", denoised)
+                    x_s = out.pop("source_latents", x_s)
+                bar.update()
+        if output_type == "latent":
+            images = denoised
+        else:
+            decoded = restorer.decode_fn(restorer._to_vae(denoised).to(self.vae.dtype), return_dict=False)[0]
+            if structure_preservation and post_process:
+                decoded = restorer.post_process(decoded)
+            images = self.image_processor.postprocess(decoded.float().clamp(-1, 1), output_type=output_type)
+        self.maybe_free_model_hooks()
+        if not return_dict:
+            return (images,)
+        return ImagePipelineOutput(images=images)
