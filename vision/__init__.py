@@ -4,6 +4,7 @@ Keep this module small: Python runs it before any ``vision.kernels`` import. It 
 names and registers the backbones into timm; nothing here may import diffusers.
 """
 __version__ = "0.1.0"
+from . import backbones  # noqa: E402,F401  registers the ViG family into timm
 
 # name -> module, imported on first access (PEP 562) so that `import vision` stays light
 _LAZY = {"StructurePreservationLoss": "vision.losses", "ColorPreservationLoss": "vision.losses",

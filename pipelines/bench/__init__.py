@@ -11,6 +11,7 @@ import importlib
 
 # what -> module; later issues add their line here.
 BENCHES = {
+    "backbone": "vision.pipelines.bench.backbone",
     "guided-filter": "vision.pipelines.bench.guided_filter",
     "local-regression": "vision.pipelines.bench.local_regression",
     "spl": "vision.pipelines.bench.spl",
