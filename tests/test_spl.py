@@ -154,16 +154,6 @@ def test_torch_path_float32_matches_reference(rng, masked):
     assert rel_err(m, rm) < 1e-4 and rel_err(de, rde) < 1e-5
 
 
-@pytest.fixture
-def one_thread():
-    # gradcheck makes hundreds of calls on tiny tensors; on a busy 2-core machine every intra-op
-    # parallel region then waits for a descheduled thread (~15 ms per avg_pool2d call measured)
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def test_gradcheck_float64_true_gradient(rng, one_thread):
     src, edit = make_pair(rng, 1, 3, 6, 7)
     s = torch.tensor(src, requires_grad=True)

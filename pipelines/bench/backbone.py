@@ -23,7 +23,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from .timing import format_time, print_table, synchronize, time_interleaved
+from .timing import DTYPES, format_time, library_versions, print_table, synchronize, time_interleaved
 
 DESCRIPTION = "linear-attention backbones (ViG, H-ViG, Mamba-style) against DeiT-T / ViT-S, and the GLA op"
 
@@ -46,7 +46,6 @@ DEFAULT_MODELS = ["vig_tiny_patch16_224", "vig_small_patch16_224", "hvig_tiny_22
                   "deit_tiny_patch16_224", "vit_small_patch16_224"]
 QUICK_MODELS = ["vig_tiny_patch16_224", "vig_mamba_tiny_patch16_224", "deit_tiny_patch16_224"]
 BASELINE = "deit_tiny_patch16_224"
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -303,16 +302,6 @@ def acceptance(model_rows, gla_rows, device) -> list[tuple[str, bool | None]]:
     return lines
 
 
-def _versions() -> dict:
-    v = {"python": platform.python_version(), "torch": torch.__version__}
-    for mod in ("timm", "fla", "triton"):
-        try:
-            v[mod] = __import__(mod).__version__
-        except Exception:
-            v[mod] = None
-    return v
-
-
 def run(args) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(device)
@@ -335,7 +324,7 @@ def run(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or platform.machine()
-    versions = _versions()
+    versions = library_versions("timm", "fla", "triton")
     print(f"backbone bench: device={device} ({name}), dtype={args.dtype}, batch={batch}, "
           f"threads={torch.get_num_threads()}, clock={'process CPU time' if args.clock == 'cpu' else 'wall'}")
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v))

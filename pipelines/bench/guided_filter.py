@@ -22,7 +22,7 @@ import torch
 
 import numpy as np
 
-from .timing import format_time, print_table, time_call, time_interleaved
+from .timing import DTYPES, format_time, print_table, set_threads, time_call, time_interleaved, library_versions
 
 DESCRIPTION = "guided filter: ours against OpenCV ximgproc, kornia and a cumsum (Deep Guided Filter style) filter"
 
@@ -44,7 +44,6 @@ device-to-device copy measured in the same run. On CPU the run ends with the acc
 """
 
 DEFAULT_SIZES = ["1024", "3840x2160"]
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 KINDS = {"gray": (1, 1), "colour": (3, 3)}  # guide channels, src channels
 PASSES = ("forward", "forward+backward")
 
@@ -355,16 +354,6 @@ def acceptance(all_rows, args, device) -> list[tuple[str, bool | None]]:
 
 # ---------------------------------------------------------------------------------------------- run
 
-def _versions() -> dict:
-    v = {"python": platform.python_version(), "torch": torch.__version__}
-    for mod in ("kornia", "cv2", "triton", "numpy"):
-        try:
-            v[mod] = __import__(mod).__version__
-        except Exception:
-            v[mod] = None
-    return v
-
-
 def run(args) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(device)
@@ -378,19 +367,12 @@ def run(args) -> int:
         raise ValueError("--repeat must be >= 1")
     sizes = [parse_size(s) for s in (args.sizes or (["1024"] if args.quick else DEFAULT_SIZES))]
     dtype = DTYPES[args.dtype]
-    if args.threads:
-        torch.set_num_threads(args.threads)
-        try:
-            import cv2
-
-            cv2.setNumThreads(args.threads)
-        except ImportError:
-            pass
+    set_threads(args.threads)
     from vision.kernels.dispatch import backend_for
 
     cuda = dev.type == "cuda"
     saved_tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    versions = _versions()
+    versions = library_versions("kornia", "cv2", "triton", "numpy")
     try:
         if cuda:
             # kornia's box filter is a conv2d: with TF32 on, cuDNN may round the inputs to 10 bits and

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .timing import format_time, print_table, time_interleaved
+from .timing import DTYPES, format_time, print_table, set_threads, time_interleaved
 
 DESCRIPTION = ("local linear regression (fit + apply, K features, C targets): ours against plain PyTorch "
                "(box moments + torch.linalg.solve)")
@@ -40,7 +40,6 @@ The peer runs fit+apply only. Ratios below 1 mean ours is faster. Acceptance (is
 scale 4 <= 150 ms; on CUDA at 1920x1080, scale 4: fit+apply <= 1 ms.
 """
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 PASSES = ("forward", "forward+backward")
 
 
@@ -273,14 +272,7 @@ def run(args) -> int:
         raise ValueError("--repeat must be >= 1")
     h, w = parse_size(args.size or ("1920x1080" if dev.type == "cuda" else "1280x720"))
     dtype = DTYPES[args.dtype]
-    if args.threads:
-        torch.set_num_threads(args.threads)
-        try:
-            import cv2
-
-            cv2.setNumThreads(args.threads)
-        except ImportError:
-            pass
+    set_threads(args.threads)
     from vision.kernels.dispatch import backend_for
 
     cuda = dev.type == "cuda"

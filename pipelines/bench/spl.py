@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from .timing import format_time, print_table, synchronize, time_interleaved
+from .timing import format_time, print_table, set_threads, synchronize, time_interleaved, library_versions
 
 DESCRIPTION = "structure preservation loss: ours (fused) against an unfused cumsum implementation of the same math"
 
@@ -125,16 +125,6 @@ def make_pair(h: int, w: int, device, seed: int = 0):
 
 # ---------------------------------------------------------------------------------------------- run
 
-def _versions() -> dict:
-    v = {"python": platform.python_version(), "torch": torch.__version__}
-    for mod in ("triton", "kornia", "cv2", "numpy"):
-        try:
-            v[mod] = __import__(mod).__version__
-        except Exception:
-            v[mod] = None
-    return v
-
-
 def _loss_and_grad(fn, src, edit):
     def call():
         x = edit.detach().clone().requires_grad_(True)
@@ -160,19 +150,12 @@ def run(args) -> int:
     if args.clock == "cpu" and dev.type != "cpu":
         raise ValueError("--clock cpu measures CPU time; it cannot time a CUDA device")
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    if args.threads:
-        torch.set_num_threads(args.threads)
-        try:
-            import cv2
-
-            cv2.setNumThreads(args.threads)
-        except ImportError:
-            pass
+    set_threads(args.threads)
     cuda = dev.type == "cuda"
     sizes = [parse_size(s) for s in (args.sizes or DEFAULT_SIZES)]
     r, eps = args.radius, args.eps
     name = torch.cuda.get_device_name(dev) if cuda else (platform.processor() or platform.machine())
-    versions = _versions()
+    versions = library_versions("triton", "kornia", "cv2", "numpy")
     probe = torch.empty(1, device=dev)
     print(f"structure preservation loss: r={r} (window {2 * r + 1}), eps={eps:g}, bidirectional, stop-gradient, "
           f"device={device} ({name}), our backend={backend_for(probe)}, threads={torch.get_num_threads()}, "

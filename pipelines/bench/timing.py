@@ -115,3 +115,32 @@ def time_interleaved(calls: dict, *, device=None, repeat: int | None = None, bud
         if key not in result and ts:
             result[key] = statistics.median(ts)
     return result
+
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def set_threads(n: int | None) -> None:
+    """Use ``n`` CPU threads in torch and OpenCV (``None``/0: leave their defaults)."""
+    if not n:
+        return
+    torch.set_num_threads(n)
+    try:
+        import cv2
+
+        cv2.setNumThreads(n)
+    except ImportError:
+        pass
+
+
+def library_versions(*modules: str) -> dict:
+    """Python, torch and the given modules' versions (None where a module does not import), for the report."""
+    import platform
+
+    v = {"python": platform.python_version(), "torch": torch.__version__}
+    for mod in modules:
+        try:
+            v[mod] = __import__(mod).__version__
+        except Exception:  # noqa: BLE001 - a missing or broken peer is reported as None
+            v[mod] = None
+    return v
