@@ -279,6 +279,8 @@ def test_timm_api():
     assert model(x).shape == (2, 192)
     hv = timm.create_model("hvig_tiny_224", pretrained=False, num_classes=0)
     assert hv(x).shape == (2, 768) and hv.forward_features(x).shape == (2, 768, 2, 2)
+    hv.reset_classifier(7)
+    assert hv(x).shape == (2, 7) and hv.get_classifier().out_features == 7
 
 
 @pytest.mark.parametrize("name", ["vig_tiny_patch16_224", "hvig_tiny_224", "vig_mamba_tiny_patch16_224"])

@@ -17,7 +17,7 @@ from timm.layers import LayerNorm2d
 from timm.models._features import feature_take_indices
 from torch.utils.checkpoint import checkpoint
 
-from .layers import ConvStem, Downsample, GatedLinearAttention2D, GLABlock, swiglu_hidden
+from .layers import ClassifierHead, ConvStem, Downsample, GatedLinearAttention2D, GLABlock, swiglu_hidden
 
 
 class HViGStage(nn.Module):
@@ -43,7 +43,7 @@ class HViGStage(nn.Module):
         return x.permute(0, 3, 1, 2)
 
 
-class HierViG(nn.Module):
+class HierViG(ClassifierHead, nn.Module):
     """Hierarchical ViG.
 
     Args:
@@ -119,18 +119,6 @@ class HierViG(nn.Module):
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         for s in self.stages:
             s.grad_checkpointing = enable
-
-    @torch.jit.ignore
-    def get_classifier(self) -> nn.Module:
-        return self.head
-
-    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
-        self.num_classes = num_classes
-        if global_pool is not None:
-            if global_pool not in ("avg", ""):
-                raise ValueError(f"global_pool must be 'avg' or '', got {global_pool!r}")
-            self.global_pool = global_pool
-        self.head = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm(self.stages(self.stem(x)))

@@ -15,12 +15,12 @@ from timm.layers import RmsNorm, resample_abs_pos_embed, trunc_normal_
 from timm.models._features import feature_take_indices
 from torch.utils.checkpoint import checkpoint
 
-from .layers import ConvStem, GatedLinearAttention2D, GLABlock, swiglu_hidden
+from .layers import ClassifierHead, ConvStem, GatedLinearAttention2D, GLABlock, swiglu_hidden
 
 PATCH = 16
 
 
-class ViG(nn.Module):
+class ViG(ClassifierHead, nn.Module):
     """Isotropic ViG.
 
     Args:
@@ -94,18 +94,6 @@ class ViG(nn.Module):
     @torch.jit.ignore
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         self.grad_checkpointing = enable
-
-    @torch.jit.ignore
-    def get_classifier(self) -> nn.Module:
-        return self.head
-
-    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
-        self.num_classes = num_classes
-        if global_pool is not None:
-            if global_pool not in ("avg", ""):
-                raise ValueError(f"global_pool must be 'avg' or '', got {global_pool!r}")
-            self.global_pool = global_pool
-        self.head = nn.Linear(self.embed_dim, num_classes) if num_classes > 0 else nn.Identity()
 
     def _embed(self, x: torch.Tensor) -> torch.Tensor:
         """Image (B, 3, H, W) -> token map (B, H/16, W/16, C) with position embedding added."""
