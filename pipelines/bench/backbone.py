@@ -23,7 +23,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from .timing import DTYPES, format_time, library_versions, print_table, synchronize, time_interleaved
+from .timing import (
+    DTYPES, format_time, library_versions, print_table, resolve_device, synchronize,
+    time_interleaved,
+)
 
 DESCRIPTION = "linear-attention backbones (ViG, H-ViG, Mamba-style) against DeiT-T / ViT-S, and the GLA op"
 
@@ -303,10 +306,7 @@ def acceptance(model_rows, gla_rows, device) -> list[tuple[str, bool | None]]:
 
 
 def run(args) -> int:
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda but no CUDA device is available")
+    device, dev = resolve_device(args.device)
     if args.clock == "cpu" and dev.type != "cpu":
         raise ValueError("--clock cpu measures CPU time; it cannot time a CUDA device")
     for name, value in (("--batch", args.batch), ("--repeat", args.repeat), ("--threads", args.threads)):

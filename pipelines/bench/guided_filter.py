@@ -22,7 +22,10 @@ import torch
 
 import numpy as np
 
-from .timing import DTYPES, format_time, print_table, set_threads, time_call, time_interleaved, library_versions
+from .timing import (
+    DTYPES, format_time, library_versions, print_table, resolve_device, set_threads, time_call,
+    time_interleaved,
+)
 
 DESCRIPTION = "guided filter: ours against OpenCV ximgproc, kornia and a cumsum (Deep Guided Filter style) filter"
 
@@ -355,10 +358,7 @@ def acceptance(all_rows, args, device) -> list[tuple[str, bool | None]]:
 # ---------------------------------------------------------------------------------------------- run
 
 def run(args) -> int:
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda but no CUDA device is available")
+    device, dev = resolve_device(args.device)
     if args.radius < 0 or args.eps <= 0:
         raise ValueError("--radius must be >= 0 and --eps > 0")
     if args.clock == "cpu" and dev.type != "cpu":

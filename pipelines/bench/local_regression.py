@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .timing import DTYPES, format_time, print_table, set_threads, time_interleaved
+from .timing import DTYPES, format_time, print_table, resolve_device, set_threads, time_interleaved
 
 DESCRIPTION = ("local linear regression (fit + apply, K features, C targets): ours against plain PyTorch "
                "(box moments + torch.linalg.solve)")
@@ -260,10 +260,7 @@ def acceptance(rows, args, device, h, w):
 
 
 def run(args) -> int:
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda but no CUDA device is available")
+    device, dev = resolve_device(args.device)
     if not 1 <= args.features <= 8 or not 1 <= args.targets <= 4:
         raise ValueError("--features must be 1..8 and --targets 1..4")
     if args.radius < 0 or args.eps <= 0 or any(s < 1 for s in args.scales):

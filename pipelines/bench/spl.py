@@ -21,7 +21,10 @@ from pathlib import Path
 
 import torch
 
-from .timing import format_time, print_table, set_threads, synchronize, time_interleaved, library_versions
+from .timing import (
+    format_time, library_versions, print_table, resolve_device, set_threads, synchronize,
+    time_interleaved,
+)
 
 DESCRIPTION = "structure preservation loss: ours (fused) against an unfused cumsum implementation of the same math"
 
@@ -139,10 +142,7 @@ def run(args) -> int:
     from vision.kernels.dispatch import backend_for
     from vision.restore import restore_structure
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda but no CUDA device is available")
+    device, dev = resolve_device(args.device)
     if args.steps < 1 or args.radius < 0 or args.eps <= 0:
         raise ValueError("--steps must be >= 1, --radius >= 0 and --eps > 0")
     if args.repeat is not None and args.repeat < 1:

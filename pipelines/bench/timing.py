@@ -144,3 +144,12 @@ def library_versions(*modules: str) -> dict:
         except Exception:  # noqa: BLE001 - a missing or broken peer is reported as None
             v[mod] = None
     return v
+
+
+def resolve_device(name: str | None) -> tuple[str, torch.device]:
+    """``--device`` (default: cuda if available, else cpu) as (name, torch.device); a missing CUDA is a ValueError."""
+    device = name or ("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda but no CUDA device is available")
+    return device, dev
