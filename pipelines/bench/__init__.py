@@ -17,6 +17,7 @@ BENCHES = {
     "spl": "vision.pipelines.bench.spl",
     "edit": "vision.pipelines.bench.edit",
     "denoise": "vision.pipelines.bench.denoise",
+    "dense-head": "vision.pipelines.bench.dense_head",
 }
 
 

@@ -138,7 +138,8 @@ def _create(cls, variant: str, pretrained: bool, feature_cfg: dict, **kwargs):
 def _vig(variant: str, pretrained: bool, **kwargs) -> ViG:
     depth = kwargs.get("depth", 12)
     # features_only: four evenly spaced blocks (stride 16), read through forward_intermediates
-    out_indices = kwargs.pop("out_indices", tuple(depth * (i + 1) // 4 - 1 for i in range(4)))
+    # (fewer when depth < 4: the indices must be distinct and non-negative)
+    out_indices = kwargs.pop("out_indices", tuple(sorted({max(0, depth * (i + 1) // 4 - 1) for i in range(4)})))
     return _create(ViG, variant, pretrained, dict(out_indices=out_indices, feature_cls="getter"), **kwargs)
 
 
