@@ -1,8 +1,10 @@
 """``vision edit``: structure-preserving image editing with a local diffusers model and SPL guidance.
 
-Loads an image-to-image pipeline for the model (a local folder saved by ``save_pretrained``, or a
-model id already in the local Hugging Face cache; nothing is downloaded), attaches SPL guidance with
-:func:`vision.pipelines.enable_structure_preservation` and edits the image towards ``--prompt``.
+Loads the model from a local folder saved by ``save_pretrained`` or from the local Hugging Face cache
+(nothing is downloaded). With ``--prompt`` alone: the model's stock image-to-image pipeline with SPL
+guidance attached by :func:`vision.pipelines.enable_structure_preservation`. With ``--source-prompt``
+too: :class:`vision.pipelines.StructurePreservingEditPipeline` (source -> target prompt editing with
+InfEdit's virtual inversion and unified attention control, SPL guidance and post-processing).
 """
 from __future__ import annotations
 
@@ -17,10 +19,19 @@ EPILOG = f"""examples:
   vision edit photo.jpg --prompt "a snowy street" --model ./my-sd15-folder --mask keep.png -o snow.png
   vision edit big.jpg --prompt "autumn" --working-size 768 --strength 0.5 -o autumn.png
   vision edit cat.jpg --prompt "a cat on a beach" --mask-words cat -o beach.png   # keep the cat's structure
+  vision edit cat.jpg --source-prompt "a cat on grass" --prompt "a dog on grass" -o dog.png
+  vision edit cat.jpg --source-prompt "a cat on grass" --prompt "a dog on grass" --blend-words cat dog -o dog.png
+  vision edit cat.jpg --source-prompt "a cat on grass" --prompt "a dog on grass" --mask-words grass \\
+      --mask-threshold otsu --cross-replace-steps 0.8 -o dog.png   # keep the grass's edges
 
 The model (default {DEFAULT_MODEL}) must already be on this machine: a folder written by
 save_pretrained, or a Hub id in the local Hugging Face cache (get it once with `hf download ID`).
-The mask is gray, 1 (white) where the image's structure must be kept; --invert-mask flips it.
+With --source-prompt (a description of the input image) the edit is source -> target prompt editing
+with StructurePreservingEditPipeline (InfEdit's inversion-free sampler; LCM scheduler, which replaces
+the model's own; SD1.5-family models): --cross-replace-steps / --self-replace-steps set its attention
+control, --blend-words limits the change to those words' cross-attention region (LocalBlend).
+The mask is gray, 1 (white) where the image's structure must be kept; --invert-mask flips it;
+--mask-words are looked up in --prompt, else in --source-prompt.
 Sizes that are not multiples of the model's latent grid are padded and cropped back; images larger
 than --working-size are edited at that size and post-processed (SPL restoration) at full size.
 """
@@ -39,17 +50,29 @@ def add_parser(sub) -> None:
     p.add_argument("image", type=Path, help="the image to edit (PNG, JPEG, TIFF)")
     p.add_argument("--prompt", required=True, help="what the edited image should show")
     p.add_argument("--source-prompt", default=None,
-                   help="what the image shows (StructurePreservingEditPipeline; not driven by the CLI yet)")
+                   help="what the image shows: edit from it to --prompt with StructurePreservingEditPipeline")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"local folder or cached Hub id (default {DEFAULT_MODEL})")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--mask", type=Path, default=None, help="gray mask, white = keep structure there")
     group.add_argument("--mask-words", nargs="+", default=None,
-                       help="words of --prompt whose cross-attention (16 x 16, from a dry run) gives the mask")
+                       help="words of --prompt (or --source-prompt) whose cross-attention (16 x 16, from a dry "
+                            "run) gives the mask")
+    p.add_argument("--mask-threshold", type=_threshold, default=0.5,
+                   help="threshold of --mask-words maps: a number in [0, 1] on max-normalised maps (default 0.5), "
+                        "or otsu / mean (adaptive, on min-max normalised maps)")
     p.add_argument("--invert-mask", action="store_true", help="keep structure where the mask is black instead")
     p.add_argument("-o", "--output", type=Path, required=True, help="where to write the edit (PNG, JPEG, TIFF)")
     p.add_argument("--negative-prompt", default=None)
-    p.add_argument("--steps", type=int, default=None, help="sampling steps (default: 8 for LCM models, 30 otherwise)")
-    p.add_argument("--strength", type=float, default=0.6, help="how far to re-noise the image, 0..1 (default 0.6)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="sampling steps (default: 15 with --source-prompt, else 8 for LCM models and 30 otherwise)")
+    p.add_argument("--strength", type=float, default=None,
+                   help="how far to re-noise the image, 0..1 (default 1 with --source-prompt, else 0.6)")
+    p.add_argument("--cross-replace-steps", type=float, default=None,
+                   help="with --source-prompt: fraction of steps with cross-attention control (default 0.7)")
+    p.add_argument("--self-replace-steps", type=float, default=None,
+                   help="with --source-prompt: fraction of steps with self-attention control (default 0.3)")
+    p.add_argument("--blend-words", nargs="+", default=None,
+                   help="with --source-prompt: words of either prompt; only their region changes (LocalBlend)")
     p.add_argument("--guidance-scale", type=float, default=None, help="classifier-free guidance (pipeline default)")
     p.add_argument("--start", type=float, default=0.8, help="guide the last (1 - START) of the steps (default 0.8)")
     p.add_argument("--spl-steps", type=int, default=100, help="optimisation steps per guided step (default 100)")
@@ -63,6 +86,18 @@ def add_parser(sub) -> None:
     p.add_argument("--dtype", choices=("float16", "bfloat16", "float32"), default=None,
                    help="model precision (default float16 on CUDA, float32 otherwise)")
     p.set_defaults(func=run)
+
+
+def _threshold(text: str):
+    if text in ("otsu", "mean"):
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], otsu or mean, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {value}")
+    return value
 
 
 def missing_model_message(model: str) -> str:
@@ -87,6 +122,34 @@ def load_pipeline(model: str, torch_dtype=None):
         raise FileNotFoundError(missing_model_message(model)) from err
 
 
+def load_edit_pipeline(model: str, torch_dtype=None):
+    """A :class:`StructurePreservingEditPipeline` for ``model`` (an SD1.5-family folder or cached id; its
+    components are reused, its scheduler is replaced by an LCMScheduler with the same noise schedule)."""
+    from diffusers import LCMScheduler
+
+    from .structure_preserving_edit import StructurePreservingEditPipeline
+
+    path = Path(os.path.expanduser(model))
+    kwargs = dict(torch_dtype=torch_dtype) if torch_dtype is not None else {}
+    if path.exists():
+        if not (path / "model_index.json").is_file():
+            raise FileNotFoundError(f"{path} is not a diffusers model folder (no model_index.json); "
+                                    "write one with pipeline.save_pretrained(folder)")
+        pipe = StructurePreservingEditPipeline.from_pretrained(path, local_files_only=True, **kwargs)
+    else:
+        try:
+            pipe = StructurePreservingEditPipeline.from_pretrained(model, local_files_only=True, **kwargs)
+        except (OSError, ValueError) as err:
+            raise FileNotFoundError(missing_model_message(model)) from err
+    missing = [name for name in ("vae", "text_encoder", "tokenizer", "unet") if getattr(pipe, name, None) is None]
+    if missing:
+        raise ValueError(f"--source-prompt needs an SD1.5-family model with a vae, text_encoder, tokenizer and "
+                         f"unet; {model!r} has no {', '.join(missing)}")
+    if not isinstance(pipe.scheduler, LCMScheduler):
+        pipe.scheduler = LCMScheduler.from_config(pipe.scheduler.config)
+    return pipe
+
+
 def _multiple(pipe) -> int:
     factor = int(getattr(pipe, "vae_scale_factor", 8) or 8)
     model = getattr(pipe, "transformer", None)
@@ -94,14 +157,22 @@ def _multiple(pipe) -> int:
     return max(8, factor * patch)
 
 
-def edit(pipe, image, prompt: str, *, mask=None, mask_words=None, invert_mask=False, negative_prompt=None,
-         steps=None, strength=0.6, guidance_scale=None, start=0.8, spl_steps=100, spl_weight=1e4, color_weight=1e3,
-         post_process=True, working_size=1024, seed=0):
+def edit(pipe, image, prompt: str, *, source_prompt=None, mask=None, mask_words=None, mask_threshold=0.5,
+         invert_mask=False,
+         negative_prompt=None, steps=None, strength=None, guidance_scale=None, start=0.8, spl_steps=100,
+         spl_weight=1e4, color_weight=1e3, post_process=True, working_size=1024, seed=0,
+         cross_replace_steps=None, self_replace_steps=None, blend_words=None):
     """Edit ``image`` (anything :func:`vision.pipelines.masks.to_image_tensor` takes) with SPL guidance.
 
-    Returns a (1, 3, H, W) float32 tensor in [0, 1] at the input's size. The image is resized so its
-    longest side is at most ``working_size``, padded (reflect) to the model's latent multiple, edited,
-    cropped back and, when it was shrunk, upsampled and post-processed at full size.
+    ``pipe`` is a stock image-to-image pipeline (SPL guidance is attached for the call), or, with
+    ``source_prompt``, a :class:`vision.pipelines.StructurePreservingEditPipeline` (from
+    :func:`load_edit_pipeline`; ``cross_replace_steps``, ``self_replace_steps`` and ``blend_words``
+    go to its attention control, None = its defaults). Returns a (1, 3, H, W) float32 tensor in
+    [0, 1] at the input's size. The image is resized so its longest side is at most ``working_size``,
+    padded (reflect) to the model's latent multiple, edited, cropped back and, when it was shrunk,
+    upsampled and post-processed at full size.
+
+        >>> out = edit(load_edit_pipeline("./sd15"), photo, "a dog on grass", source_prompt="a cat on grass")
     """
     import torch
     import torch.nn.functional as F
@@ -111,6 +182,13 @@ def edit(pipe, image, prompt: str, *, mask=None, mask_words=None, invert_mask=Fa
     from .masks import load_mask, to_image_tensor
     from .spl_guidance import disable_structure_preservation, enable_structure_preservation
 
+    editing = source_prompt is not None
+    if not editing and (cross_replace_steps is not None or self_replace_steps is not None or blend_words):
+        raise ValueError("--cross-replace-steps, --self-replace-steps and --blend-words need --source-prompt")
+    if editing and type(pipe).__name__ != "StructurePreservingEditPipeline":
+        raise ValueError(f"a source prompt needs StructurePreservingEditPipeline, got {type(pipe).__name__}")
+    if strength is None:
+        strength = 1.0 if editing else 0.6
     if not 0.0 < strength <= 1.0:
         raise ValueError(f"--strength must be in (0, 1], got {strength}")
     if working_size < 16:
@@ -131,27 +209,53 @@ def edit(pipe, image, prompt: str, *, mask=None, mask_words=None, invert_mask=Fa
         work_mask = F.pad(work_mask, (0, pw, 0, ph), mode="replicate")
     shrunk = (h, w) != (H, W)
     if steps is None:
-        steps = 8 if type(pipe.scheduler).__name__ == "LCMScheduler" else 30
+        steps = 15 if editing else (8 if type(pipe.scheduler).__name__ == "LCMScheduler" else 30)
+    control = {}
+    if editing:
+        control = {name: v for name, v in (("cross_replace_steps", cross_replace_steps),
+                                     ("self_replace_steps", self_replace_steps),
+                                     ("local_blend_words", blend_words)) if v is not None}
     if mask_words:  # a dry run without guidance stores the words' cross-attention; guided-filter upsampling
-        from .masks import attention_mask
+        from .masks import attention_mask, word_token_indices
 
+        where = dict(batch_index=-1)
+        if editing:
+            def has_all(text):
+                try:
+                    word_token_indices(pipe.tokenizer, text, mask_words)
+                    return True
+                except ValueError:
+                    return False
+
+            if not has_all(prompt):
+                if not has_all(source_prompt):
+                    raise ValueError(f"--mask-words {' '.join(mask_words)!r} must all be words of --prompt "
+                                     f"{prompt!r} or all of --source-prompt {source_prompt!r}")
+                where = dict(batch_index=0, words_from=source_prompt)  # the source branch's maps
+            where.update(source_prompt=source_prompt, structure_preservation=False, **control)
         work_mask = attention_mask(pipe, mask_words, prompt=prompt, guide_image=padded, image=padded,
                                    strength=strength, num_inference_steps=steps,
-                                   generator=torch.Generator().manual_seed(seed), invert=invert_mask)
+                                   generator=torch.Generator().manual_seed(seed), invert=invert_mask,
+                                   threshold=mask_threshold, **where)
         full_mask = F.interpolate(work_mask[..., :h, :w], size=(H, W), mode="bilinear", align_corners=False)
-    enable_structure_preservation(pipe, padded, start=start, steps_per_guidance=spl_steps, spl_weight=spl_weight,
-                                  color_weight=color_weight, mask=work_mask,
-                                  post_process=post_process and not shrunk)
-    try:
-        kwargs = dict(prompt=prompt, image=padded, strength=strength, num_inference_steps=steps,
-                      output_type="pt", generator=torch.Generator().manual_seed(seed))
-        if negative_prompt is not None:
-            kwargs["negative_prompt"] = negative_prompt
-        if guidance_scale is not None:
-            kwargs["guidance_scale"] = guidance_scale
-        out = pipe(**kwargs).images[:1].float().cpu()
-    finally:
-        disable_structure_preservation(pipe)
+    kwargs = dict(prompt=prompt, image=padded, strength=strength, num_inference_steps=steps,
+                  output_type="pt", generator=torch.Generator().manual_seed(seed))
+    if negative_prompt is not None:
+        kwargs["negative_prompt"] = negative_prompt
+    if guidance_scale is not None:
+        kwargs["guidance_scale"] = guidance_scale
+    if editing:
+        out = pipe(source_prompt=source_prompt, start=start, steps_per_guidance=spl_steps, spl_weight=spl_weight,
+                   color_weight=color_weight, mask=work_mask, post_process=post_process and not shrunk,
+                   **control, **kwargs).images[:1].float().cpu()
+    else:
+        enable_structure_preservation(pipe, padded, start=start, steps_per_guidance=spl_steps,
+                                      spl_weight=spl_weight, color_weight=color_weight, mask=work_mask,
+                                      post_process=post_process and not shrunk)
+        try:
+            out = pipe(**kwargs).images[:1].float().cpu()
+        finally:
+            disable_structure_preservation(pipe)
     out = out[..., :h, :w].clamp(0, 1)
     if shrunk:
         out = F.interpolate(out, size=(H, W), mode="bicubic", align_corners=False).clamp(0, 1)
@@ -166,9 +270,9 @@ def run(args) -> int:
 
     from vision.io import read_image, write_image
 
-    if args.source_prompt is not None:
-        raise ValueError("--source-prompt needs StructurePreservingEditPipeline (source + target prompt editing), "
-                         "which `vision edit` does not drive yet; use it from Python, or edit with --prompt alone")
+    if args.source_prompt is None and (args.cross_replace_steps is not None or args.self_replace_steps is not None
+                                       or args.blend_words):
+        raise ValueError("--cross-replace-steps, --self-replace-steps and --blend-words need --source-prompt")
     if not args.image.is_file():
         raise FileNotFoundError(f"no such image: {args.image}")
     if args.mask is not None and not args.mask.is_file():
@@ -178,13 +282,16 @@ def run(args) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.float16 if device == "cuda" else None)
     image = read_image(args.image)
-    pipe = load_pipeline(args.model, torch_dtype=dtype).to(device)
+    loader = load_pipeline if args.source_prompt is None else load_edit_pipeline
+    pipe = loader(args.model, torch_dtype=dtype).to(device)
     pipe.set_progress_bar_config(desc="vision edit")
-    out = edit(pipe, image, args.prompt, mask=None if args.mask is None else str(args.mask),
-               mask_words=args.mask_words, invert_mask=args.invert_mask, negative_prompt=args.negative_prompt,
-               steps=args.steps,
-               strength=args.strength, guidance_scale=args.guidance_scale, start=args.start,
-               spl_steps=args.spl_steps, spl_weight=args.spl_weight, color_weight=args.color_weight,
+    out = edit(pipe, image, args.prompt, source_prompt=args.source_prompt,
+               cross_replace_steps=args.cross_replace_steps, self_replace_steps=args.self_replace_steps,
+               blend_words=args.blend_words, mask=None if args.mask is None else str(args.mask),
+               mask_words=args.mask_words, mask_threshold=args.mask_threshold, invert_mask=args.invert_mask,
+               negative_prompt=args.negative_prompt, steps=args.steps, strength=args.strength,
+               guidance_scale=args.guidance_scale, start=args.start, spl_steps=args.spl_steps,
+               spl_weight=args.spl_weight, color_weight=args.color_weight,
                post_process=not args.no_post_process, working_size=args.working_size, seed=args.seed)
     path = write_image(args.output, out[0].permute(1, 2, 0).numpy())
     print(f"wrote {path} ({out.shape[-1]} x {out.shape[-2]})")

@@ -123,10 +123,21 @@ def load_mask(mask, size=None, *, invert: bool = False, threshold: float | None 
 # ----------------------------------------------------------------------------- masks from cross-attention
 class _StoreCrossAttention:
     """Attention processor that computes attention explicitly and keeps the cross-attention maps,
-    summed over heads, layers and steps, per query length (one entry per UNet grid)."""
+    summed over heads, layers and steps, per query length (one entry per UNet grid).
+
+    It is also an attention *observer*: StructurePreservingEditPipeline's attention control calls
+    :meth:`record` of the processors it replaces, so a dry run of that pipeline stores the
+    cross-attention it really uses."""
 
     def __init__(self, store: dict):
         self.store = store
+
+    def record(self, probs: torch.Tensor, heads: int) -> None:
+        """Add cross-attention probabilities ``probs`` (B * heads, Q, K) to the store."""
+        q = probs.shape[1]
+        maps = probs.float().view(-1, heads, *probs.shape[1:]).sum(1)  # (B, Q, K)
+        total, count = self.store.get(q, (0.0, 0))
+        self.store[q] = (total + maps, count + heads)
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, temb=None,
                  *args, **kwargs):
@@ -151,10 +162,7 @@ class _StoreCrossAttention:
         query, key, value = attn.head_to_batch_dim(query), attn.head_to_batch_dim(key), attn.head_to_batch_dim(value)
         probs = attn.get_attention_scores(query, key, attention_mask)
         if cross:
-            heads, q = attn.heads, probs.shape[1]
-            maps = probs.float().view(-1, heads, *probs.shape[1:]).sum(1)  # (B, Q, K)
-            total, count = self.store.get(q, (0.0, 0))
-            self.store[q] = (total + maps, count + heads)
+            self.record(probs, attn.heads)
         hidden_states = attn.batch_to_head_dim(torch.bmm(probs, value))
         hidden_states = attn.to_out[1](attn.to_out[0](hidden_states))
         if ndim == 4:
@@ -196,10 +204,66 @@ def upsample_mask(mask: torch.Tensor, guide: torch.Tensor, eps: float = 1e-2) ->
     return m
 
 
+THRESHOLDS = ("otsu", "mean")
+
+
+def refine_attention_map(maps: torch.Tensor, *, gamma: float = 1.0, threshold: float | str | None = "otsu",
+                         normalise: str = "minmax") -> torch.Tensor:
+    """Normalise rough cross-attention maps, apply a gamma and threshold them (adaptively by default).
+
+    Args:
+        maps: (B, 1, h, w) non-negative maps (e.g. the 16 x 16 maps of a word).
+        gamma: exponent on the normalised map (> 1 keeps only the strongest responses, < 1 widens).
+        threshold: a number in [0, 1], ``"otsu"`` (per map, Otsu's threshold on the normalised map,
+            OpenCV) or ``"mean"`` (per map, its mean), or None to keep the map soft.
+        normalise: ``"minmax"`` (to [0, 1] per map) or ``"max"`` (divide by the maximum).
+
+    Returns (B, 1, h, w) float32 in [0, 1] (0 / 1 when thresholded). A flat map (no contrast) gives 1.
+
+        >>> m = refine_attention_map(rough, gamma=2.0, threshold="otsu")
+    """
+    if maps.dim() != 4 or maps.shape[1] != 1:
+        raise ValueError(f"maps must be (B, 1, h, w), got {tuple(maps.shape)}")
+    if not torch.isfinite(maps).all():
+        raise ValueError("the attention maps have NaN or Inf values")
+    if not gamma > 0:
+        raise ValueError(f"gamma must be > 0, got {gamma}")
+    if normalise not in ("minmax", "max"):
+        raise ValueError(f"normalise must be 'minmax' or 'max', got {normalise!r}")
+    if isinstance(threshold, str) and threshold not in THRESHOLDS:
+        raise ValueError(f"threshold must be a number, one of {THRESHOLDS} or None, got {threshold!r}")
+    m = maps.float()
+    flat = m.flatten(1)
+    hi = flat.amax(1).view(-1, 1, 1, 1)
+    lo = flat.amin(1).view(-1, 1, 1, 1) if normalise == "minmax" else torch.zeros_like(hi)
+    span = hi - lo
+    m = torch.where(span > 1e-12 * hi.abs().clamp_min(1e-30), (m - lo) / span.clamp_min(1e-30), torch.ones_like(m))
+    m = m.clamp(0, 1) ** gamma
+    if threshold is None:
+        return m
+    if threshold == "mean":
+        level = m.flatten(1).mean(1).view(-1, 1, 1, 1)
+    elif threshold == "otsu":
+        import cv2
+        import numpy as np
+
+        levels = []
+        for one in m:
+            u8 = np.ascontiguousarray((one[0].cpu().numpy() * 255).round().astype(np.uint8))
+            t, _ = cv2.threshold(u8, 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)
+            levels.append((t + 0.5) / 255)  # OpenCV keeps values > t
+        level = torch.tensor(levels, dtype=m.dtype, device=m.device).view(-1, 1, 1, 1)
+    else:
+        level = float(threshold)
+        if not 0.0 <= level <= 1.0:
+            raise ValueError(f"threshold must lie in [0, 1], got {threshold}")
+    return (m >= level).float()
+
+
 @torch.no_grad()
-def attention_mask(pipe, words, *, prompt: str, guide_image, resolution: int = 16, threshold: float | None = 0.5,
-                   batch_index: int = -1, invert: bool = False, words_from: str | None = None,
-                   **call_kwargs) -> torch.Tensor:
+def attention_mask(pipe, words, *, prompt: str, guide_image, resolution: int = 16,
+                   threshold: float | str | None = 0.5, gamma: float = 1.0, batch_index: int = -1,
+                   invert: bool = False, words_from: str | None = None, **call_kwargs) -> torch.Tensor:
     """A mask from the cross-attention of ``words`` of ``prompt``, stored during a dry run of ``pipe``.
 
     Runs ``pipe(prompt=prompt, output_type="latent", **call_kwargs)`` with processors that keep the
@@ -208,7 +272,9 @@ def attention_mask(pipe, words, *, prompt: str, guide_image, resolution: int = 1
     the words' tokens for the batch entry ``batch_index`` (-1: the conditional branch of a CFG pipeline;
     for StructurePreservingEditPipeline 0 is the source branch, -1 the target), normalises by the
     maximum, thresholds (None keeps it soft) and upsamples x2 per level with a guided filter guided by
-    ``guide_image``. Returns (1, 1, H, W) in [0, 1], 1 = preserve (``invert`` flips it).
+    ``guide_image``. ``threshold="otsu"`` or ``"mean"`` (adaptive, per map) or ``gamma != 1`` refine the
+    map with :func:`refine_attention_map` instead (min-max normalised, gamma, adaptive threshold).
+    Returns (1, 1, H, W) in [0, 1], 1 = preserve (``invert`` flips it).
     ``words_from``: the prompt the words are looked up in (default ``prompt``); pass the source prompt
     with ``batch_index=0`` for source words of StructurePreservingEditPipeline (``source_prompt=`` then
     goes in ``call_kwargs``). A dry run with guidance attached also runs the guidance; run it before.
@@ -236,8 +302,11 @@ def attention_mask(pipe, words, *, prompt: str, guide_image, resolution: int = 1
     total, count = store[q]
     maps = total / count  # (B, Q, K)
     rough = maps[batch_index, :, tokens].mean(-1).view(1, 1, rh, rw)
-    rough = rough / rough.amax().clamp_min(1e-12)
-    if threshold is not None:
-        rough = (rough >= threshold).float()
+    if isinstance(threshold, str) or gamma != 1.0:
+        rough = refine_attention_map(rough, gamma=gamma, threshold=threshold)
+    else:
+        rough = rough / rough.amax().clamp_min(1e-12)
+        if threshold is not None:
+            rough = (rough >= threshold).float()
     m = upsample_mask(rough, guide)
     return 1 - m if invert else m

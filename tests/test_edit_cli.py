@@ -23,6 +23,7 @@ def test_help_has_an_example(capsys):
         main(["edit", "--help"])
     text = capsys.readouterr().out
     assert "vision edit photo.jpg --prompt" in text and "--mask" in text and "--working-size" in text
+    assert 'vision edit cat.jpg --source-prompt "a cat on grass"' in text and "--blend-words" in text
 
 
 def test_missing_model_is_one_clear_sentence(tmp_path, monkeypatch, capsys):
@@ -109,6 +110,41 @@ def test_edit_with_mask_words(tmp_path, tiny_model):
                "--mask-words", "cat", "--steps", "2", "--spl-steps", "5", "--device", "cpu",
                "-o", str(tmp_path / "out.png")])
     assert rc == 0 and read_image(tmp_path / "out.png").shape[:2] == (32, 32)
-    rc = main(["edit", str(tmp_path / "in.png"), "--prompt", "a red cat", "--source-prompt", "a cat",
+    rc = main(["edit", str(tmp_path / "in.png"), "--prompt", "a red cat", "--blend-words", "cat",
                "--model", str(tiny_model), "-o", str(tmp_path / "out2.png")])
-    assert rc == 2  # needs StructurePreservingEditPipeline, which `vision edit` does not drive yet
+    assert rc == 2  # attention control options need --source-prompt
+
+
+def test_edit_with_source_prompt_drives_the_edit_pipeline(tmp_path, tiny_model, capsys, monkeypatch):
+    """--source-prompt: StructurePreservingEditPipeline from the saved img2img folder (its scheduler
+    replaced by LCM), odd RGBA input, mask words of the source prompt, LocalBlend words of both."""
+    from vision.pipelines.structure_preserving_edit import StructurePreservingEditPipeline
+
+    calls = []
+    orig = StructurePreservingEditPipeline.__call__
+
+    def spy(self, *a, **k):
+        calls.append((type(self.scheduler).__name__, tuple(k["image"].shape[-2:]), k.get("source_prompt"),
+                      k.get("local_blend_words"), k.get("mask") is not None))
+        return orig(self, *a, **k)
+
+    monkeypatch.setattr(StructurePreservingEditPipeline, "__call__", spy)
+    rgba = np.concatenate([tiny.source_image(48)[0].permute(1, 2, 0).numpy()[:37, :45],
+                           np.ones((37, 45, 1), np.float32)], -1)
+    write_image(tmp_path / "in.png", rgba)
+    rc = main(["edit", str(tmp_path / "in.png"), "--source-prompt", "a red cat", "--prompt", "a blue dog",
+               "--mask-words", "cat", "--mask-threshold", "otsu", "--blend-words", "cat", "dog",
+               "--cross-replace-steps", "1",
+               "--model", str(tiny_model), "--steps", "2", "--spl-steps", "5", "--device", "cpu",
+               "-o", str(tmp_path / "out.png")])
+    assert rc == 0, capsys.readouterr().err
+    out = read_image(tmp_path / "out.png")
+    assert out.shape[:2] == (37, 45) and np.isfinite(out).all()
+    # the mask's dry run (source words: source branch), then the edit with the mask, both at the padded size
+    assert [c[0] for c in calls] == ["LCMScheduler", "LCMScheduler"]
+    assert all(c[1] == (40, 48) and c[2] == "a red cat" and c[3] == ["cat", "dog"] for c in calls)
+    assert calls[-1][4], "the attention mask must reach the edit"
+    rc = main(["edit", str(tmp_path / "in.png"), "--source-prompt", "a red cat", "--prompt", "a blue dog",
+               "--mask-words", "tree", "--model", str(tiny_model), "--steps", "1", "--device", "cpu",
+               "-o", str(tmp_path / "out3.png")])
+    assert rc == 2 and "--mask-words" in capsys.readouterr().err

@@ -346,8 +346,9 @@ def test_mutual_self_attention_keeps_the_source_layout():
     """With the target's decoder self-attention reading the source branch, the edit stays closer to the source."""
     pipe, src = _edit_pipe(), tiny.source_image()
     saved = {k: type(v) for k, v in pipe.unet.attn_processors.items()}
-    plain = _edit(pipe, src, structure_preservation=False)
-    mutual = _edit(pipe, src, structure_preservation=False, mutual_self_attention=1.0)
+    plain = _edit(pipe, src, structure_preservation=False, cross_replace_steps=0.0, self_replace_steps=0.0)
+    mutual = _edit(pipe, src, structure_preservation=False, mutual_self_attention=1.0, cross_replace_steps=0.0,
+                   self_replace_steps=0.0)
     d_plain, d_mutual = float((plain - src).abs().mean()), float((mutual - src).abs().mean())
     l_plain, l_mutual = _spl(src, plain), _spl(src, mutual)
     print(f"mutual self-attention: mean |out - src| {d_plain:.4f} -> {d_mutual:.4f}, "

@@ -11,9 +11,11 @@ call per step, so no explicit inversion is needed. The target's clean prediction
 and both branches are re-noised with one shared fresh noise. In the last part of sampling z0_t is
 decoded, restored with SPL (+ colour) against the source's VAE round trip, and re-encoded; the decoded
 output is post-processed against the source itself. ``mutual_self_attention`` lets the target
-branch's decoder self-attention read the source branch's keys and values in the first steps (the
-self-attention part of InfEdit's unified attention control); its cross-attention control
-(Prompt-to-Prompt word swap / refinement, LocalBlend) is not implemented.
+branch's decoder self-attention read the source branch's keys and values in the first steps. InfEdit's
+unified attention control (Prompt-to-Prompt word swap / refinement of cross-attention, re-weighting,
+self-attention replacement, LocalBlend) is in :mod:`.attention_control`, driven by ``__call__``'s
+``cross_replace_steps``, ``self_replace_steps``, ``cross_attention_mode``, ``equalizer`` and
+``local_blend_*`` arguments.
 
 This folder also works as ``DiffusionPipeline.from_pretrained(model, custom_pipeline=<this folder>)``.
 """
@@ -21,10 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import contextlib
-
 import torch
-import torch.nn.functional as F
 
 from diffusers import AutoencoderKL, DiffusionPipeline, ImagePipelineOutput, LCMScheduler, UNet2DConditionModel
 from diffusers.image_processor import VaeImageProcessor
@@ -32,58 +31,10 @@ from diffusers.utils.torch_utils import randn_tensor
 
 from vision.pipelines.spl_guidance import LatentRestorer
 
-
-class MutualSelfAttention:
-    """Self-attention processor for the decoder: while ``active``, the unconditional and target entries
-    of the batched call ``[source, unconditional, target]`` attend to the *source* entry's keys and
-    values (mutual self-attention, the self-attention part of InfEdit's unified attention control), so
-    the target keeps the source's layout and appearance correspondences."""
-
-    def __init__(self):
-        self.active = False
-
-    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, temb=None,
-                 *args, **kwargs):
-        residual = hidden_states
-        ndim = hidden_states.ndim
-        if ndim == 4:
-            b, c, h, w = hidden_states.shape
-            hidden_states = hidden_states.view(b, c, h * w).transpose(1, 2)
-        if attn.group_norm is not None:
-            hidden_states = attn.group_norm(hidden_states.transpose(1, 2)).transpose(1, 2)
-        context = hidden_states if encoder_hidden_states is None else encoder_hidden_states
-        query, key, value = attn.to_q(hidden_states), attn.to_k(context), attn.to_v(context)
-        if self.active and encoder_hidden_states is None and key.shape[0] % 3 == 0:
-            n = key.shape[0] // 3
-            key, value = torch.cat([key[:n]] * 3), torch.cat([value[:n]] * 3)
-        batch, heads = query.shape[0], attn.heads
-
-        def split(x):
-            return x.view(batch, -1, heads, x.shape[-1] // heads).transpose(1, 2)
-
-        out = F.scaled_dot_product_attention(split(query), split(key), split(value))
-        out = out.transpose(1, 2).reshape(batch, -1, heads * out.shape[-1]).to(query.dtype)
-        out = attn.to_out[1](attn.to_out[0](out))
-        if ndim == 4:
-            out = out.transpose(-1, -2).reshape(b, c, h, w)
-        if attn.residual_connection:
-            out = out + residual
-        return out / attn.rescale_output_factor
-
-
-@contextlib.contextmanager
-def _mutual_self_attention(unet, enabled: bool):
-    """Install :class:`MutualSelfAttention` on the decoder's self-attention layers; restore on exit."""
-    if not enabled:
-        yield None
-        return
-    control, saved = MutualSelfAttention(), unet.attn_processors
-    unet.set_attn_processor({name: control if name.startswith("up_blocks") and "attn1" in name else proc
-                             for name, proc in saved.items()})
-    try:
-        yield control
-    finally:
-        unet.set_attn_processor(saved)
+try:  # a package import, or this folder loaded by diffusers as custom_pipeline=<folder>
+    from .attention_control import AttentionControl, attention_control
+except ImportError:  # pragma: no cover - diffusers loads pipeline.py as a single module
+    from vision.pipelines.structure_preserving_edit.attention_control import AttentionControl, attention_control
 
 
 class StructurePreservingEditPipeline(DiffusionPipeline):
@@ -121,16 +72,42 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
                  guidance_scale: float = 2.0, source_guidance_scale: float = 1.0,
                  structure_preservation: bool = True, start: float = 0.8, steps_per_guidance: int = 100,
                  spl_weight: float = 1e4, color_weight: float = 1e3, mask=None, invert_mask: bool = False,
-                 post_process: bool = True, mutual_self_attention: float = 0.0, num_images_per_prompt: int = 1,
+                 post_process: bool = True, cross_replace_steps: float = 0.7, self_replace_steps: float = 0.3,
+                 cross_attention_mode: str = "auto", equalizer: dict | None = None,
+                 local_blend_words: str | list[str] | None = None, local_blend_threshold: float = 0.3,
+                 local_blend_start: float = 0.2, mutual_self_attention: float = 0.0, num_images_per_prompt: int = 1,
                  generator: torch.Generator | list[torch.Generator] | None = None, output_type: str = "pil",
                  return_dict: bool = True,
                  callback_on_step_end: Callable[[Any, int, Any, dict], dict] | None = None,
                  callback_on_step_end_tensor_inputs: list[str] | None = None):
-        """Args follow diffusers; ``source_prompt`` describes ``image``, ``prompt`` the edit. SPL settings
-        as in :func:`vision.pipelines.enable_structure_preservation`; ``source_guidance_scale`` is the CFG
+        """Edit ``image`` (PIL, array or (B, 3, H, W) tensor in [-1, 1] / [0, 1]; H and W are snapped to
+        the latent grid) from ``source_prompt`` to ``prompt``.
+
+        Args follow diffusers; ``source_prompt`` describes ``image``, ``prompt`` the edit. SPL settings
+        (``structure_preservation``, ``start``, ``steps_per_guidance``, ``spl_weight``, ``color_weight``,
+        ``mask`` (1 = preserve), ``invert_mask``, ``post_process``) as in
+        :func:`vision.pipelines.enable_structure_preservation`; ``source_guidance_scale`` is the CFG
         scale of the source branch (1 = its conditional prediction alone, as published).
-        ``mutual_self_attention``: fraction of the first steps in which the decoder's self-attention of
-        the target branch reads the source branch's keys and values (0 = off)."""
+
+        Unified attention control (InfEdit; Prompt-to-Prompt), see :mod:`.attention_control`; the
+        defaults are InfEdit's demo settings, and 0 / None switches each part off:
+            cross_replace_steps: fraction of the first steps in which the target's cross-attention
+                probabilities of tokens aligned to the source's are the source's (default 0.7).
+            self_replace_steps: fraction of the first steps in which the target's self-attention
+                probabilities are the source's (default 0.3).
+            cross_attention_mode: ``"auto"`` (word swap when both prompts have the same token length,
+                refinement otherwise), ``"replace"`` or ``"refine"``.
+            equalizer: ``{word of prompt: scale}``, re-weights those words' cross-attention in the target.
+            local_blend_words: words of the source and/or target prompt; outside their thresholded
+                cross-attention region (``local_blend_threshold`` of the max, from step
+                ``local_blend_start`` on) the target's clean latent is replaced by the source's.
+            mutual_self_attention: fraction of the first steps in which the decoder's self-attention
+                of the target branch reads the source branch's keys and values (0 = off).
+        The attention processors are installed for the call and restored afterwards.
+
+            >>> out = pipe("a blue dog", image=photo, source_prompt="a red cat", local_blend_words=["cat", "dog"],
+            ...            equalizer={"blue": 2.0}, output_type="pt").images   # (1, 3, H, W) in [0, 1]
+        """
         tensor_inputs = callback_on_step_end_tensor_inputs or ["latents"]
         if hasattr(callback_on_step_end, "tensor_inputs"):
             tensor_inputs = callback_on_step_end.tensor_inputs
@@ -164,11 +141,16 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
         x_s = a0.sqrt() * z_src + (1 - a0).sqrt() * noise
         x_t = x_s.clone()
         denoised = z_src
-        with self.progress_bar(total=len(timesteps)) as bar, \
-                _mutual_self_attention(self.unet, mutual_self_attention > 0) as control:
+        control = AttentionControl(self.tokenizer, [p for p in src_prompts for _ in range(num_images_per_prompt)],
+                                   [p for p in prompts for _ in range(num_images_per_prompt)], n=n,
+                                   num_steps=len(timesteps), cross_replace_steps=cross_replace_steps,
+                                   self_replace_steps=self_replace_steps, cross_attention_mode=cross_attention_mode,
+                                   equalizer=equalizer, local_blend_words=local_blend_words,
+                                   local_blend_threshold=local_blend_threshold, local_blend_start=local_blend_start,
+                                   mutual_self_attention=mutual_self_attention)
+        with self.progress_bar(total=len(timesteps)) as bar, attention_control(self.unet, control):
             for i, t in enumerate(timesteps):
-                if control is not None:
-                    control.active = i / len(timesteps) < mutual_self_attention
+                control.step = i
                 inp = torch.cat([x_s, x_t, x_t]).to(self.unet.dtype)
                 eps = self.unet(inp, t, encoder_hidden_states=torch.cat([src_emb, neg_emb, tgt_emb]),
                                 ).sample.float()
@@ -178,8 +160,9 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
                     eps_s = eps_u + source_guidance_scale * (eps_s - eps_u)
                 ab = abar[int(t)]
                 denoised = z_src + ((x_t - x_s) - (1 - ab).sqrt() * (eps_t - eps_s)) / ab.sqrt()
+                denoised = control.apply_blend(z_src, denoised)  # LocalBlend: the source outside the words
                 if structure_preservation and steps_per_guidance > 0 and i / len(timesteps) >= start - 1e-9:
-                    denoised = restorer.optimise_latent(denoised)
+                    denoised = control.apply_blend(z_src, restorer.optimise_latent(denoised))
                 if i < len(timesteps) - 1:
                     ap = abar[int(timesteps[i + 1])]
                     fresh = randn_tensor(z_src.shape, generator=generator, device=device, dtype=torch.float32)
