@@ -1,15 +1,16 @@
-"""``vision demo`` section "denoise": a bundled 1-spp frame, FLR, OIDN and the 2048-spp reference side by side.
+"""``vision demo`` section "denoise": a bundled 1-spp frame, FLR, FLNR, OIDN and the 2048-spp reference side by side.
 
 FLR (Fast Local Regression) fits the albedo-demodulated radiance as a local linear function of the
-normal, depth, AO and albedo buffers. OIDN (``pyoidn``, HDR, albedo + normal, cleanAux) is shown when
-it is installed. FLNR is not in this version. Images are tonemapped by clamping to [0, 1] and gamma
+normal, depth, AO and albedo buffers; FLNR (Fast Local Neural Regression, bundled weights) first lets a
+small network enhance those guides. OIDN (``pyoidn``, HDR, albedo + normal, cleanAux) is shown when
+it is installed. Images are tonemapped by clamping to [0, 1] and gamma
 1/2.2, the convention of the PSNR printed under each panel.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-TITLE = "render-frame denoising: 1-spp input, FLR, OIDN, 2048-spp reference"
+TITLE = "render-frame denoising: 1-spp input, FLR, FLNR, OIDN, 2048-spp reference"
 
 SCENES = ("scene_00000", "scene_00002")  # a room lit from the ceiling; one with a visible lamp
 GUIDES = ("albedo", "normal", "depth", "ao", "emission")
@@ -41,7 +42,8 @@ def run(out_dir: Path, device: str) -> list[Path]:
         t = {k: torch.from_numpy(d[k]).to(device) for k in ("color", *GUIDES)}
         with torch.no_grad():
             flr = denoise(t["color"], **{k: t[k] for k in GUIDES}).cpu().numpy()
-        panels = [("1 spp", d["color"]), ("FLR", flr)]
+            flnr = denoise(t["color"], **{k: t[k] for k in GUIDES}, model="flnr").cpu().numpy()
+        panels = [("1 spp", d["color"]), ("FLR", flr), ("FLNR", flnr)]
         try:
             import pyoidn
 

@@ -26,6 +26,8 @@ examples:
   vision denoise shot/beauty.*.exr -o out/ --albedo 'shot/albedo.{frame}.exr' --normal 'shot/normal.{frame}.exr'
   vision denoise 'seq/*.exr' -o out/ --scale 2 --tile 1024 --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT
   vision denoise 'turntable/frame_*.exr' -o out/ --temporal      # static camera: no flicker
+  vision denoise 'frames/*.exr' -o out/ --model flnr             # neural guides (bundled weights)
+  vision denoise 'frames/*.exr' -o out/ --model flnr --weights my_flnr.safetensors   # from vision train-denoiser
 
 Buffers are read from each frame by channel name: the layers vision render-scenes writes (R G B,
 albedo.*, normal.*, depth.Z, ao.Y, emission.*, position.*), Blender Cycles passes (Combined or Noisy
@@ -62,12 +64,17 @@ def add_parser(sub) -> None:
     for name in BUFFERS:
         p.add_argument(f"--{name}", metavar="PATTERN", default=None,
                        help=f"read {name} from a separate EXR per frame (placeholders {{stem}} {{frame}} {{dir}})")
-    p.add_argument("--model", choices=("flr", "flnr"), default="flr", help="denoiser (default flr; flnr is not "
-                                                                           "available in this version)")
-    p.add_argument("--radius", type=int, default=8, help="regression window radius in pixels (default 8)")
-    p.add_argument("--eps", type=float, default=1e-2, help="ridge weight on standardised guides (default 0.01)")
-    p.add_argument("--scale", type=int, default=1, help="fit on scale x scale cells, apply at full resolution "
-                                                        "(default 1)")
+    p.add_argument("--model", choices=("flr", "flnr"), default="flr",
+                   help="denoiser: flr (local regression on the guides) or flnr (a trained network enhances the "
+                        "guides first; default flr)")
+    p.add_argument("--weights", type=Path, default=None, metavar="FILE",
+                   help="--model flnr: weights from vision train-denoiser (default: the bundled ones)")
+    p.add_argument("--radius", type=int, default=None, help="regression window radius in pixels (default 8; "
+                                                            "flnr: the trained one)")
+    p.add_argument("--eps", type=float, default=None, help="ridge weight on standardised guides (default 0.01; "
+                                                           "flnr: the learned ones)")
+    p.add_argument("--scale", type=int, default=None, help="fit on scale x scale cells, apply at full resolution "
+                                                           "(default 1; flnr: the trained one)")
     p.add_argument("--tile", type=int, default=1024, help="process tiles of about this many pixels a side "
                                                           "(exact overlap; bounds memory; default 1024, 0 = off)")
     p.add_argument("--temporal", action="store_true",
@@ -199,11 +206,23 @@ def run(args) -> int:
 
     from vision.denoise import BufferWarning, TemporalFLR, denoise
 
-    if args.radius < 0 or args.scale < 1 or args.eps <= 0 or args.tile < 0:
-        raise ValueError("--radius must be >= 0, --scale >= 1, --eps > 0 and --tile >= 0")
+    net = None
     if args.model == "flnr":
-        raise ValueError("--model flnr is not available in this version (no trained guide network is shipped); "
-                         "use --model flr")
+        from vision.denoise import load_flnr
+
+        if args.temporal:
+            raise ValueError("--temporal works with --model flr only")
+        net = load_flnr(args.weights)
+        defaults = (net.radius, None, net.scale)
+    else:
+        if args.weights is not None:
+            raise ValueError("--weights is for --model flnr")
+        defaults = (8, 1e-2, 1)
+    args.radius = defaults[0] if args.radius is None else args.radius
+    args.eps = defaults[1] if args.eps is None else args.eps
+    args.scale = defaults[2] if args.scale is None else args.scale
+    if args.radius < 0 or args.scale < 1 or (args.eps is not None and args.eps <= 0) or args.tile < 0:
+        raise ValueError("--radius must be >= 0, --scale >= 1, --eps > 0 and --tile >= 0")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     frames = expand_frames(args.frames)
     index, count = parse_shard(args.shard)
@@ -221,7 +240,8 @@ def run(args) -> int:
     if len(set(targets)) != len(targets):
         raise ValueError("two frames map to the same output name; use frames with distinct file names")
     out.mkdir(parents=True, exist_ok=True)
-    header = {"vision.denoiser": f"{args.model} radius={args.radius} eps={args.eps:g} scale={args.scale}"}
+    eps_text = "learned" if args.eps is None else f"{args.eps:g}"
+    header = {"vision.denoiser": f"{args.model} radius={args.radius} eps={eps_text} scale={args.scale}"}
     temporal = TemporalFLR(args.radius, args.eps, args.scale, alpha=args.alpha, tile=args.tile or None) \
         if args.temporal else None
     done = skipped = repaired = 0
@@ -243,7 +263,7 @@ def run(args) -> int:
                     res = temporal(t["color"], **guides)
                 else:
                     res = denoise(t["color"], **guides, model=args.model, radius=args.radius,
-                                  eps=args.eps, scale=args.scale, tile=args.tile or None)
+                                  eps=args.eps, scale=args.scale, tile=args.tile or None, weights=net)
             except ValueError as err:
                 raise ValueError(f"{frame}: {err}") from None
         if skip:

@@ -150,7 +150,7 @@ def test_zero_albedo_and_no_guides_are_safe(rng):
     (dict(normal=np.full((32, 32, 3), 3.0, np.float32)), "normal components"),
     (dict(albedo=np.zeros((16, 32, 3), np.float32)), "guides are|same size|color is"),
     (dict(albedo=np.zeros((32, 32, 2), np.float32)), "3 channel"),
-    (dict(model="flnr"), "flnr"),
+    (dict(model="flnr", weights=42), "FLNR weights must be"),
     (dict(model="bm3d"), "unknown model"),
 ])
 def test_clear_errors(bad, match):

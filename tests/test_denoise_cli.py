@@ -209,3 +209,22 @@ def test_temporal_flag_reduces_flicker(seq, tmp_path):
     (b / "frame_01.exr").unlink()
     assert main(["denoise", str(seq / "frame_*.exr"), "-o", str(b), "-q", "--temporal"]) == 0
     np.testing.assert_allclose(_rgb(b / "frame_01.exr"), tem[1], atol=1e-6)
+
+
+def test_model_flnr_with_bundled_and_given_weights(seq, tmp_path, capsys):
+    from vision.denoise import denoise
+    from vision.denoise.flnr import FLNR
+
+    out = tmp_path / "flnr"
+    assert main(["denoise", str(seq / "frame_00.exr"), "-o", str(out), "--model", "flnr", "-q"]) == 0
+    d = read_frame(seq / "frame_00.exr")
+    want = denoise(d["color"], **{k: d[k] for k in ("albedo", "normal", "depth", "ao", "emission", "position")},
+                   model="flnr")
+    np.testing.assert_allclose(_rgb(out / "frame_00.exr"), want, rtol=1e-5, atol=1e-6)
+    w = FLNR(widths=(4, 6, 8)).save(tmp_path / "w.safetensors")
+    assert main(["denoise", str(seq / "frame_00.exr"), "-o", str(tmp_path / "w"), "--model", "flnr",
+                 "--weights", str(w), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["denoise", str(seq / "frame_00.exr"), "-o", str(tmp_path / "t"), "--model", "flnr",
+                 "--temporal", "-q"]) == 2
+    assert "--temporal" in capsys.readouterr().err

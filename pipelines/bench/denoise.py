@@ -7,13 +7,17 @@ bundled scenes; or any ``vision render-scenes`` output) is denoised by
 * ``box``: a (2r+1)^2 box filter of the albedo-demodulated, emission-free radiance (remodulated; the
   same signal model as FLR, no guides: what the regression adds is the guides);
 * ``flr`` (and ``flr s=2``: fit on 2x2 cells): :func:`vision.denoise.denoise`;
+* ``flnr``: :func:`vision.denoise.denoise` with ``model="flnr"`` and the bundled weights (or ``--weights``);
 * ``oidn fast|high``, colour only and with albedo + normal (``cleanAux``, the buffers are noise-free),
   HDR mode, through ``pyoidn`` on the CPU (rows are skipped when it is not installed).
 
 Metrics (see :mod:`vision.denoise.metrics`): PSNR and SSIM on tonemapped images (clamp to [0, 1], then
 gamma 1/2.2), relMSE (eps 0.01, no 0.5 factor) on linear HDR values, HDR-FLIP (``flip-evaluator``,
 default parameters; column omitted when it is not installed), and the median wall time per frame.
-FLNR has no row: it is not implemented in this version.
+
+``--time-size 1280x720`` adds a timing table at that size: each bundled frame's buffers are enlarged
+(nearest neighbour) to it, and FLR, FLNR and OIDN fast (albedo + normal) are timed on it in this process
+(median of ``--repeat`` calls), reported as ratios to OIDN fast.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ import numpy as np
 
 from .timing import print_table
 
-DESCRIPTION = ("render-frame denoisers on rendered scenes vs their references: noisy, box, FLR, OIDN "
+DESCRIPTION = ("render-frame denoisers on rendered scenes vs their references: noisy, box, FLR, FLNR, OIDN "
                "(PSNR, SSIM, relMSE, HDR-FLIP, time per frame)")
 
 EPILOG = """\
@@ -35,9 +39,12 @@ examples:
   vision bench denoise                          # the bundled scenes (3 scenes x 2 frames, 128x128)
   vision bench denoise --data data/scenes --split test --json bench-denoise.json
   vision bench denoise --no-oidn --radius 6
+  vision bench denoise --time-size 1280x720 --threads 2       # also CPU time per 1280x720 frame (ratios)
 
 Tonemap for PSNR/SSIM: clamp to [0, 1], then gamma 1/2.2. relMSE: mean((x-y)^2/(y^2+0.01)).
-Acceptance (issue 7) checked here: FLR >= 12 dB above the 1-spp input on average.
+Acceptance (issue 7) checked here: FLR >= 12 dB above the 1-spp input on average; FLNR >= FLR + 2 dB,
+within 2 dB of OIDN high (albedo+normal, cleanAux), HDR-FLIP <= OIDN high's + 0.02, and (with
+--time-size 1280x720) <= 1/5 of OIDN fast's CPU time.
 """
 
 GUIDES = ("albedo", "normal", "depth", "ao", "emission", "position")
@@ -51,6 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eps", type=float, default=1e-2, help="FLR ridge weight (default 0.01)")
     p.add_argument("--repeat", type=int, default=3, help="timed calls per method and frame (median; default 3)")
     p.add_argument("--no-oidn", action="store_true", help="skip the OIDN rows")
+    p.add_argument("--weights", type=Path, default=None, help="FLNR weights (default: the bundled ones)")
+    p.add_argument("--no-flnr", action="store_true", help="skip the FLNR row")
+    p.add_argument("--time-size", default=None, metavar="WxH",
+                   help="also time FLR, FLNR and OIDN fast on frames enlarged to this size, e.g. 1280x720")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save every row as JSON here")
     p.add_argument("--strict", action="store_true", help="exit with status 1 when an acceptance check FAILs")
@@ -79,6 +90,11 @@ def methods(args) -> dict:
 
     m = {"noisy": lambda d: d["color"], "box": lambda d: box_denoise(d, args.radius), "flr": flr(1),
          "flr s=2": flr(2)}
+    if not getattr(args, "no_flnr", False):
+        from vision.denoise import load_flnr
+
+        net = load_flnr(getattr(args, "weights", None))
+        m["flnr"] = lambda d: denoise(d["color"], **{k: d[k] for k in GUIDES if k in d}, model="flnr", weights=net)
     if not args.no_oidn:
         try:
             import pyoidn
@@ -108,6 +124,46 @@ def load_frames(args) -> list[tuple[str, int, dict]]:
         d = {k: np.ascontiguousarray(s[k].permute(1, 2, 0).numpy()) for k in ["color", "reference", *GUIDES]}
         out.append((s["scene"], s["frame"], d))
     return out
+
+
+def enlarge(d: dict, size: tuple[int, int]) -> dict:
+    """Every buffer of a frame enlarged to (H, W) by nearest neighbour (a stand-in 1-spp frame of that size)."""
+    import torch
+    import torch.nn.functional as F
+
+    out = {}
+    for k, v in d.items():
+        t = torch.from_numpy(np.ascontiguousarray(v)).permute(2, 0, 1)[None]
+        out[k] = np.ascontiguousarray(F.interpolate(t, size=size, mode="nearest")[0].permute(1, 2, 0).numpy())
+    return out
+
+
+def time_large(args, frames, ms) -> dict:
+    """Median time per frame of FLR, FLNR and OIDN fast (aux) on the first frame enlarged to --time-size."""
+    import torch
+
+    try:
+        w, h = (int(v) for v in args.time_size.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"--time-size must look like 1280x720, got {args.time_size!r}") from None
+    d = enlarge(frames[0][2], (h, w))
+    names = [n for n in ("flr", "flr s=2", "flnr", "oidn fast aux") if n in ms]
+    res = {}
+    for name in names:
+        times = []
+        for _ in range(max(1, args.repeat) + 1):  # first call warms up (weights, thread pools)
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                ms[name](d)
+            times.append(time.perf_counter() - t0)
+        res[name] = statistics.median(times[1:])
+    ref = res.get("oidn fast aux")
+    rows = [{"method": n, "time/frame": f"{t * 1e3:.0f} ms",
+             "ratio (ours / oidn fast aux)": "-" if ref is None else f"{t / ref:.2f}"} for n, t in res.items()]
+    print_table(rows, ["method", "time/frame", "ratio (ours / oidn fast aux)"],
+                title=f"CPU time per {w}x{h} frame (bundled frame enlarged by nearest neighbour; torch threads "
+                      f"{torch.get_num_threads()})")
+    return res
 
 
 def run(args) -> int:
@@ -176,7 +232,28 @@ def run(args) -> int:
         if peer in means:
             print(f"FLR vs {peer}: {means['flr']['psnr'] - means[peer]['psnr']:+.2f} dB PSNR, time ratio (ours / "
                   f"peer) {means['flr']['time'] / means[peer]['time']:.2f} (at {w}x{h}; CPU ratios only)")
+    if "flnr" in means:
+        m_f, m_r = means["flnr"], means["flr"]
+        gain = m_f["psnr"] - m_r["psnr"]
+        print(f"acceptance 2a: FLNR - FLR = {gain:+.2f} dB (>= 2): {'PASS' if gain >= 2 else 'FAIL'}")
+        ok &= gain >= 2
+        if "oidn high aux" in means:
+            m_o = means["oidn high aux"]
+            gap = m_f["psnr"] - m_o["psnr"]
+            print(f"acceptance 2b: FLNR - OIDN high aux = {gap:+.2f} dB (>= -2): {'PASS' if gap >= -2 else 'FAIL'}")
+            ok &= gap >= -2
+            if has_flip:
+                df = m_f["flip"] - m_o["flip"]
+                print(f"acceptance 2c: HDR-FLIP FLNR - OIDN high aux = {df:+.4f} (<= 0.02): "
+                      f"{'PASS' if df <= 0.02 else 'FAIL'}")
+                ok &= df <= 0.02
+    timing = time_large(args, frames, ms) if args.time_size else None
+    if timing and "flnr" in timing and "oidn fast aux" in timing:
+        ratio = timing["flnr"] / timing["oidn fast aux"]
+        print(f"acceptance 2d: FLNR / OIDN fast time at {args.time_size} = {ratio:.2f} (<= 0.2): "
+              f"{'PASS' if ratio <= 0.2 else 'FAIL'}")
+        ok &= ratio <= 0.2
     if args.json:
-        args.json.write_text(json.dumps({"size": [h, w], "rows": records}, indent=1))
+        args.json.write_text(json.dumps({"size": [h, w], "rows": records, "timing_large": timing}, indent=1))
         print(f"wrote {args.json}")
     return 0 if ok or not args.strict else 1

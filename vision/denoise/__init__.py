@@ -3,8 +3,9 @@
     >>> from vision.denoise import denoise
     >>> out = denoise(color, albedo=albedo, normal=normal, depth=depth, ao=ao, emission=emission)
 
-``model="flr"`` is Fast Local Regression (see :mod:`vision.denoise.flr`). ``model="flnr"`` (a small
-network that enhances the guides before the same regression) is not implemented yet and raises.
+``model="flr"`` is Fast Local Regression (see :mod:`vision.denoise.flr`). ``model="flnr"`` is Fast Local
+Neural Regression (see :mod:`vision.denoise.flnr`): a small network enhances the guides before the same
+regression; its trained weights are bundled (``assets/weights/flnr.safetensors``).
 Metrics with their conventions are in :mod:`vision.denoise.metrics`.
 """
 from __future__ import annotations
@@ -14,12 +15,13 @@ import torch
 from . import buffers
 from .buffers import BufferWarning, find_fields
 from .flr import DEFAULT_EPS, DEFAULT_RADIUS, TemporalFLR, flr, flr_tiled
+from .flnr import FLNR, load_flnr
 
 MODELS = ("flr", "flnr")
 
 
 def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None, position=None, model: str = "flr",
-            radius: int = DEFAULT_RADIUS, eps: float = DEFAULT_EPS, scale: int = 1, weights=None,
+            radius: int | None = None, eps: float | None = None, scale: int | None = None, weights=None,
             tile: int | None = None, repair: bool = True):
     r"""Denoise a path-traced frame (or a batch) with a local linear model of its radiance on guide buffers.
 
@@ -35,11 +37,15 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
         emission: directly visible emitted radiance (3 channels): subtracted before the fit, added after.
         position: world-space position (3 channels); used only while the 8 feature channels allow
             (guides are taken in the order normal, depth, ao, albedo, position).
-        model: ``"flr"``; ``"flnr"`` is not available yet (ValueError).
-        radius: window radius in full-resolution pixels (default 8).
-        eps: ridge weight on the slopes, in units of each standardised guide's variance (default 1e-2).
-        scale: fit on ``scale x scale`` cells and apply the coefficients at full resolution (faster).
-        weights: FLNR network weights (unused by FLR).
+        model: ``"flr"`` (Fast Local Regression) or ``"flnr"`` (Fast Local Neural Regression: a trained
+            network enhances the guides normal, depth, AO and albedo; position is not used).
+        radius: window radius in full-resolution pixels (default: 8 for FLR, the trained one for FLNR).
+        eps: ridge weight on the slopes, in units of each standardised guide's variance (default: 1e-2
+            for FLR; FLNR uses its learned per-channel weights unless a value is given).
+        scale: fit on ``scale x scale`` cells and apply the coefficients at full resolution (faster;
+            default: 1 for FLR, the trained one, 2, for FLNR).
+        weights: FLNR network weights: None (the bundled file), a ``.safetensors`` path, a state dict
+            or a :class:`~vision.denoise.flnr.FLNR` (unused by FLR).
         tile: process tiles of about this many pixels a side (with an exact overlap), bounding memory.
         repair: replace NaN/Inf samples (warning with their count, :class:`BufferWarning`); with False
             they raise a ValueError.
@@ -52,9 +58,7 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
     """
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; choose from {', '.join(MODELS)}")
-    if model == "flnr":
-        raise ValueError("model='flnr' is not available in this version (no trained guide network is shipped); "
-                         "use model='flr'")
+    net = load_flnr(weights) if model == "flnr" else None
     c = buffers.to_bchw(color, "color", 3)
     device = c.device
     named = {"albedo": albedo, "normal": normal, "depth": depth, "ao": ao, "emission": emission,
@@ -81,7 +85,18 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
         else:
             guides[name] = fixed
     buffers.check_ranges(guides["albedo"], guides["normal"])
-    radius, scale = int(radius), int(scale)
+    if net is not None:
+        from .flnr import flnr as run_flnr, flnr_tiled
+
+        with torch.set_grad_enabled(torch.is_grad_enabled() and (c.requires_grad or net.training)):
+            if tile:
+                out = flnr_tiled(c, guides, net, radius, eps, scale, int(tile))
+            else:
+                out = run_flnr(c, guides, net, radius, eps, scale)
+        return buffers.like(out, color)
+    radius = DEFAULT_RADIUS if radius is None else int(radius)
+    eps = DEFAULT_EPS if eps is None else eps
+    scale = 1 if scale is None else int(scale)
     with torch.set_grad_enabled(torch.is_grad_enabled() and c.requires_grad):
         if tile:
             out = flr_tiled(c, guides, radius, eps, scale, int(tile))
@@ -90,4 +105,4 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
     return buffers.like(out, color)
 
 
-__all__ = ["denoise", "TemporalFLR", "flr", "flr_tiled", "find_fields", "BufferWarning", "buffers", "MODELS"]
+__all__ = ["denoise", "TemporalFLR", "flr", "flr_tiled", "FLNR", "load_flnr", "find_fields", "BufferWarning", "buffers", "MODELS"]

@@ -1,0 +1,237 @@
+"""``vision train-denoiser``: train the FLNR guide network end to end on ``vision render-scenes`` data.
+
+Scenes are split by name (:class:`vision.data.RenderedScenes`): the ``train`` split is trained on, the
+``val`` split is denoised whole after every epoch and its mean PSNR (tonemap: clamp to [0, 1], gamma
+1/2.2) printed; the weights of the best epoch are written as safetensors with the training command,
+epochs and validation PSNR in the header. Every frame is read once and kept in memory.
+
+Loss (HDR-aware): L1 between the tonemapped result and reference (``clamp(x, 0, 1) ** (1/2.2)``, the
+metric's tonemap) plus ``--smape`` times the symmetric relative error ``|x - y| / (|x| + |y| + 0.01)``
+on linear values, which weighs dark and bright regions alike. Augmentation: random crops, horizontal and
+vertical flips, a random exposure (colour, emission and reference scaled by one factor per crop).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+import sys
+import time
+from pathlib import Path
+
+EPILOG = """examples:
+  vision render-scenes --out data/flnr --count 80 --size 128 --spp-ref 512 --seed 11
+  vision train-denoiser --data data/flnr -o flnr.safetensors
+  vision train-denoiser --data data/flnr --epochs 40 --steps 30 --minutes 19 -o flnr.safetensors   # bundled recipe
+  vision train-denoiser --data data/flnr --init flnr.safetensors --lr 5e-4 -o flnr_ft.safetensors   # fine-tune
+  vision denoise 'frames/*.exr' -o out/ --model flnr --weights flnr.safetensors
+
+The bundled scenes (assets/scenes) are the evaluation set: do not train on them.
+"""
+
+FIELDS = ("color", "reference", "albedo", "normal", "depth", "ao", "emission")
+GUIDES = ("albedo", "normal", "depth", "ao", "emission")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "train-denoiser",
+        help="train the FLNR denoiser's guide network on vision render-scenes data",
+        description="Train FLNR (a small U-Net that enhances the guides of the local linear regression) end to "
+                    "end through local_linear_fit on vision render-scenes frames; validate on held-out scenes; "
+                    "save safetensors.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--data", type=Path, required=True, metavar="DIR", help="a vision render-scenes --out folder")
+    p.add_argument("-o", "--out", type=Path, required=True, metavar="WEIGHTS", help="output .safetensors file")
+    p.add_argument("--epochs", type=int, default=30, help="epochs (default 30)")
+    p.add_argument("--steps", type=int, default=None, help="optimiser steps per epoch (default: frames / batch)")
+    p.add_argument("--batch", type=int, default=2, help="crops per step (default 2)")
+    p.add_argument("--crop", type=int, default=128,
+                   help="crop size in pixels (default 128: whole 128-pixel frames, so the regression's borders "
+                        "match validation)")
+    p.add_argument("--lr", type=float, default=2e-3, help="Adam learning rate, cosine-decayed (default 2e-3)")
+    p.add_argument("--smape", type=float, default=0.2, help="weight of the SMAPE term (default 0.2)")
+    p.add_argument("--radius", type=int, default=8, help="regression radius (default 8)")
+    p.add_argument("--scale", type=int, default=2, help="regression cell size (default 2)")
+    p.add_argument("--radii", default="4,8,16",
+                   help="blend fits at these radii per cell with weights the network predicts (default 4,8,16; "
+                        "'' = one fit at --radius)")
+    p.add_argument("--no-modulate", action="store_true",
+                   help="the network only blends the --radii fits (does not rewrite the guides)")
+    p.add_argument("--widths", default="16,24,32",
+                   help="U-Net widths at 1/4, 1/8, 1/16 resolution (default 16,24,32)")
+    p.add_argument("--minutes", type=float, default=None, help="stop after this many minutes (after an epoch)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--init", type=Path, default=None, help="start from these FLNR weights")
+    p.add_argument("--device", default=None, help="torch device (default cuda when available, else cpu)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def load_frames(root: Path, split: str) -> list[dict]:
+    """Every frame of ``split`` as a dict of (1, C, H, W) float32 tensors plus ``scene``."""
+    from vision.data import RenderedScenes
+
+    ds = RenderedScenes(root, split=split, fields=list(FIELDS))
+    out = []
+    for i in range(len(ds)):
+        s = ds[i]
+        out.append({**{k: s[k][None] for k in FIELDS}, "scene": s["scene"]})
+    return out
+
+
+def tonemap(x):
+    return (x.clamp(0, 1) + 1e-4) ** (1 / 2.2)
+
+
+def loss_fn(out, ref, smape: float):
+    l1 = (tonemap(out) - tonemap(ref)).abs().mean()
+    rel = ((out - ref).abs() / (out.abs() + ref.abs() + 1e-2)).mean()
+    return l1 + smape * rel
+
+
+def sample_batch(frames, stats, batch: int, crop: int, gen):
+    """Random crops (with flips and an exposure factor) stacked into one batch dict, and their stats."""
+    import torch
+
+    picks = torch.randint(len(frames), (batch,), generator=gen).tolist()
+    out = {k: [] for k in FIELDS}
+    means, stds = [], []
+    for i in picks:
+        f = frames[i]
+        h, w = f["color"].shape[-2:]
+        c = min(crop, h, w)
+        y = int(torch.randint(h - c + 1, (1,), generator=gen))
+        x = int(torch.randint(w - c + 1, (1,), generator=gen))
+        flips = [d for d, flip in ((-1, torch.rand(1, generator=gen) < 0.5), (-2, torch.rand(1, generator=gen) < 0.5))
+                 if flip]
+        exposure = float(2 ** (torch.rand(1, generator=gen) * 2 - 1))
+        for k in FIELDS:
+            v = f[k][..., y:y + c, x:x + c]
+            if flips:
+                v = v.flip(flips)
+            if k in ("color", "reference", "emission"):
+                v = v * exposure
+            out[k].append(v)
+        means.append(stats[i][0])
+        stds.append(stats[i][1])
+    return {k: torch.cat(v) for k, v in out.items()}, (torch.cat(means), torch.cat(stds))
+
+
+def validate(model, frames) -> float:
+    import numpy as np
+    import torch
+
+    from vision.denoise.metrics import psnr
+
+    vals = []
+    with torch.no_grad():
+        for f in frames:
+            out = model(f["color"], {k: f[k] for k in GUIDES})
+            vals.append(psnr(out[0].permute(1, 2, 0).numpy(), f["reference"][0].permute(1, 2, 0).numpy()))
+    return float(np.mean(vals))
+
+
+def training_command(args) -> str:
+    """The full command line of this run, every option spelled out (defaults included)."""
+    opts = [("--data", args.data), ("--epochs", args.epochs), ("--steps", args.steps), ("--batch", args.batch),
+            ("--crop", args.crop), ("--lr", args.lr), ("--smape", args.smape), ("--radius", args.radius),
+            ("--scale", args.scale), ("--radii", args.radii), ("--widths", args.widths), ("--minutes", args.minutes),
+            ("--threads", args.threads), ("--seed", args.seed), ("--init", args.init)]
+    parts = ["vision", "train-denoiser"] + [f"{k} {shlex.quote(str(v))}" for k, v in opts if v is not None]
+    if args.no_modulate:
+        parts.append("--no-modulate")
+    return " ".join(parts + [f"-o {shlex.quote(str(args.out))}"])
+
+
+def run(args) -> int:
+    import torch
+    from tqdm import tqdm
+
+    from vision.denoise import buffers as B
+    from vision.denoise.flnr import FLNR, guide_features, load_flnr, parameter_count
+
+    if args.epochs < 1 or args.batch < 1 or args.crop < 16 or args.lr <= 0:
+        raise ValueError("--epochs and --batch must be >= 1, --crop >= 16 and --lr > 0")
+    if args.out.suffix != ".safetensors":
+        raise ValueError(f"-o must name a .safetensors file, got {args.out}")
+    torch.set_num_threads(max(1, args.threads))
+    torch.manual_seed(args.seed)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    train = load_frames(args.data, "train")
+    if not train:
+        raise ValueError(f"no training scenes in {args.data} (split train)")
+    val = load_frames(args.data, "val")
+    if not val:
+        print("(no val scenes in this folder: validating on the training frames)", file=sys.stderr)
+        val = train[: max(1, min(8, len(train)))]
+    move = (lambda fs: [{k: (v.to(device) if hasattr(v, "to") else v) for k, v in f.items()} for f in fs])
+    train, val = move(train), move(val)
+    stats = []
+    for f in train:
+        raw = guide_features({k: f[k] for k in GUIDES}, f["color"], f["color"].shape[-2:])
+        stats.append(B.feature_stats(raw))
+    widths = [int(w) for w in args.widths.split(",")]
+    if args.init:
+        model = load_flnr(args.init)
+        model = FLNR.from_state_dict(model.state_dict(), model.config)
+    else:
+        radii = [int(r) for r in args.radii.split(",") if r.strip()]
+        model = FLNR(widths, radius=args.radius, scale=args.scale, radii=radii, modulate=not args.no_modulate)
+    model = model.to(device)
+    steps = args.steps or max(1, math.ceil(len(train) / args.batch))
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    total = args.epochs * steps
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.5 * (1 + math.cos(math.pi * min(i, total) / total)))
+    gen = torch.Generator().manual_seed(args.seed)
+    print(f"FLNR: {parameter_count(model)} parameters; {len(train)} train / {len(val)} val frames; "
+          f"{args.epochs} epochs x {steps} steps, batch {args.batch}, crop {args.crop}", file=sys.stderr)
+    model.eval()
+    best = validate(model, val)
+    start = "from --init" if args.init else "untrained"
+    print(f"epoch 0 ({start}): val PSNR {best:.2f} dB", file=sys.stderr)
+    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    best_epoch, done, history = 0, 0, []
+    t_start = time.time()
+    for epoch in range(1, args.epochs + 1):
+        model.train()
+        bar = tqdm(range(steps), desc=f"epoch {epoch}/{args.epochs}", unit="step", disable=args.quiet,
+                   file=sys.stderr, leave=False)
+        run_loss = 0.0
+        for _ in bar:
+            b, st = sample_batch(train, stats, args.batch, args.crop, gen)
+            out = model(b["color"], {k: b[k] for k in GUIDES}, stats=st)
+            loss = loss_fn(out, b["reference"], args.smape)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            run_loss += float(loss.detach())
+            bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
+        model.eval()
+        score = validate(model, val)
+        done = epoch
+        history.append(round(score, 3))
+        mark = ""
+        if score > best:
+            best, best_epoch, mark = score, epoch, " (best)"
+            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        print(f"epoch {epoch}: train loss {run_loss / steps:.4f}, val PSNR {score:.2f} dB{mark}", file=sys.stderr)
+        if args.minutes is not None and time.time() - t_start > args.minutes * 60:
+            print(f"stopping after {epoch} epochs: --minutes {args.minutes:g} reached", file=sys.stderr)
+            break
+    model.load_state_dict(best_state)
+    model = model.cpu()
+    command = training_command(args)
+    path = model.save(args.out, **{"vision.train.command": command, "vision.train.epochs": done,
+                                   "vision.train.best_epoch": best_epoch,
+                                   "vision.train.val_psnr": round(best, 3),
+                                   "vision.train.val_history": history,
+                                   "vision.train.data": str(args.data),
+                                   "vision.train.frames": len(train)})
+    print(f"wrote {path} (epoch {best_epoch}, val PSNR {best:.2f} dB, {time.time() - t_start:.0f} s)")
+    return 0

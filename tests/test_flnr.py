@@ -1,0 +1,176 @@
+"""FLNR: the guide network, end-to-end gradients, weights files, the bundled weights, vision train-denoiser."""
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from vision.bundled import asset_path
+from vision.data import read_frame
+from vision.denoise import FLNR, denoise, load_flnr
+from vision.denoise import metrics as M
+from vision.denoise.flnr import FLNRNet, parameter_count, read_metadata
+
+GUIDES = ("albedo", "normal", "depth", "ao", "emission")
+
+
+@pytest.fixture(scope="module")
+def frame():
+    return read_frame(asset_path("scenes", "scene_00000", "frame_00.exr"))
+
+
+def _random_model(seed=0, **kw):
+    """An FLNR with random (non-zero) last layer, so the network's output matters."""
+    torch.manual_seed(seed)
+    m = FLNR(**kw)
+    for p in m.net.head[-1].parameters():
+        torch.nn.init.normal_(p, std=0.05)
+    return m.eval()
+
+
+def test_parameter_count_is_small():
+    assert parameter_count(FLNR()) < 1_000_000
+    assert parameter_count(load_flnr()) < 200_000
+
+
+def test_untrained_network_is_flr(frame):
+    """The zero-initialised last layer leaves the guides unchanged: untrained FLNR at scale 1 is FLR."""
+    g = {k: frame[k] for k in GUIDES}
+    ref = denoise(frame["color"], **g)
+    out = denoise(frame["color"], **g, model="flnr", weights=FLNR(scale=1), eps=1e-2)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("hw", [(64, 96), (37, 50)])
+def test_network_shapes(hw):
+    net = FLNRNet()
+    out = net(torch.rand(2, 12, *hw))
+    assert out.shape == (2, 16, -(-hw[0] // 4), -(-hw[1] // 4))
+
+
+def test_layouts_hwc_numpy_and_bchw_torch(frame):
+    model = _random_model()
+    g = {k: frame[k] for k in GUIDES}
+    hwc = denoise(frame["color"], **g, model="flnr", weights=model)
+    assert isinstance(hwc, np.ndarray) and hwc.shape == frame["color"].shape and hwc.dtype == np.float32
+    t = {k: torch.from_numpy(v).permute(2, 0, 1)[None] for k, v in frame.items() if k in (*GUIDES, "color")}
+    bchw = denoise(t["color"], **{k: t[k] for k in GUIDES}, model="flnr", weights=model)
+    assert isinstance(bchw, torch.Tensor) and bchw.shape == (1, 3, *frame["color"].shape[:2])
+    np.testing.assert_allclose(bchw[0].permute(1, 2, 0).numpy(), hwc, rtol=1e-5, atol=1e-6)
+    # a batch of two equals the frames one by one; odd sizes work
+    two = denoise(t["color"][..., :45, :70].repeat(2, 1, 1, 1), **{k: t[k][..., :45, :70] for k in GUIDES},
+                  model="flnr", weights=model)
+    one = denoise(t["color"][..., :45, :70], **{k: t[k][..., :45, :70] for k in GUIDES}, model="flnr",
+                  weights=model)
+    assert two.shape == (2, 3, 45, 70)
+    torch.testing.assert_close(two[1:], one, rtol=1e-5, atol=1e-6)
+
+
+def test_tiles_match_the_whole_frame(frame, radii=(4, 8, 16)):
+    """On a 384 x 384 frame (the bundled frame mirrored 3 x 3) tiles of 96 really are smaller than the frame
+    even with the overlap that covers the regression's reach and the network's receptive field."""
+    model = _random_model(radii=radii)
+
+    def big(a):
+        row = np.concatenate([a, a[:, ::-1], a], 1)
+        return np.ascontiguousarray(np.concatenate([row, row[::-1], row], 0))
+
+    g = {k: big(frame[k]) for k in GUIDES}
+    c = big(frame["color"])
+    whole = denoise(c, **g, model="flnr", weights=model)
+    tiled = denoise(c, **g, model="flnr", weights=model, tile=96)
+    np.testing.assert_allclose(tiled, whole, rtol=1e-4, atol=1e-5)
+
+
+def test_joint_upsampling_runs(frame):
+    import torch.nn.functional as F
+
+    g = {k: frame[k] for k in GUIDES}
+    c = torch.from_numpy(frame["color"]).permute(2, 0, 1)[None]
+    half = F.avg_pool2d(c, 2)[0].permute(1, 2, 0).numpy()
+    out = denoise(half, **g, model="flnr")
+    assert out.shape == frame["color"].shape and np.isfinite(out).all()
+    assert M.psnr(out, frame["reference"]) > M.psnr(frame["color"], frame["reference"]) + 8
+
+
+def test_gradients_flow_end_to_end_through_the_regression(frame):
+    model = _random_model(scale=2)
+    model.train()
+    t = {k: torch.from_numpy(v).permute(2, 0, 1)[None][..., :48, :48].contiguous()
+         for k, v in frame.items() if k in (*GUIDES, "color", "reference")}
+    out = model(t["color"], {k: t[k] for k in GUIDES})
+    (out - t["reference"]).abs().mean().backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+    # every layer of the network and the learned ridge weights receive a gradient from the regression
+    assert model.log_eps.grad.abs().sum() > 0
+    assert model.net.stem[0].weight.grad.abs().sum() > 0
+    # and through denoise() as well, to the colour
+    c = t["color"].clone().requires_grad_(True)
+    denoise(c, **{k: t[k] for k in GUIDES}, model="flnr", weights=model).sum().backward()
+    assert c.grad is not None and torch.isfinite(c.grad).all() and c.grad.abs().sum() > 0
+
+
+def test_safetensors_round_trip_bit_for_bit(tmp_path):
+    model = _random_model(seed=3, widths=(8, 12, 16), radius=6, scale=2)
+    path = model.save(tmp_path / "m.safetensors", note="hello")
+    back = FLNR.from_file(path)
+    assert back.config == model.config
+    for (k, a), (k2, b) in zip(model.state_dict().items(), back.state_dict().items()):
+        assert k == k2 and a.dtype == b.dtype and torch.equal(a, b), k
+    meta = read_metadata(path)
+    assert json.loads(meta["vision.flnr.config"])["radius"] == 6 and meta["note"] == "hello"
+    x = torch.rand(1, 3, 40, 40)
+    g = {"normal": torch.rand(1, 3, 40, 40) * 2 - 1, "depth": torch.rand(1, 1, 40, 40) + 1}
+    assert torch.equal(model(x, g), back(x, g))
+    # the state-dict and path forms of weights= agree
+    assert torch.equal(denoise(x, **g, model="flnr", weights=str(path)), denoise(x, **g, model="flnr", weights=back))
+
+
+def test_weights_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        denoise(np.ones((16, 16, 3), np.float32), model="flnr", weights=tmp_path / "missing.safetensors")
+    with pytest.raises(ValueError, match="do not match"):
+        FLNR.from_state_dict({"log_eps": torch.zeros(8)})
+
+
+def test_bundled_weights_beat_flr_on_a_held_out_scene():
+    """The bundled scenes were never trained on: FLNR must beat FLR against their 2048-spp references."""
+    meta = read_metadata(asset_path("weights", "flnr.safetensors"))
+    assert "vision.train.command" in meta and "bundled" not in meta["vision.train.data"]
+    gains = []
+    for s in (0, 2):
+        d = read_frame(asset_path("scenes", f"scene_{s:05d}", "frame_01.exr"))
+        g = {k: d[k] for k in GUIDES}
+        flr = M.psnr(denoise(d["color"], **g), d["reference"])
+        flnr = M.psnr(denoise(d["color"], **g, model="flnr"), d["reference"])
+        gains.append(flnr - flr)
+    assert min(gains) > 0, gains
+
+
+def test_train_denoiser_one_tiny_epoch(tmp_path, capsys):
+    from vision.pipelines.cli import main
+
+    data = tmp_path / "scenes"
+    shutil.copytree(asset_path("scenes"), data)
+    out = tmp_path / "w.safetensors"
+    rc = main(["train-denoiser", "--data", str(data), "--epochs", "1", "--steps", "2", "--batch", "2",
+               "--crop", "32", "--widths", "4,6,8", "--quiet", "-o", str(out)])
+    assert rc == 0 and out.is_file()
+    model = load_flnr(out)
+    assert model.config["widths"] == [4, 6, 8] and model.config["radii"] == [4, 8, 16]
+    meta = read_metadata(out)
+    assert meta["vision.train.epochs"] == "1" and float(meta["vision.train.val_psnr"]) > 20
+    assert meta["vision.train.command"].startswith("vision train-denoiser --data")
+    err = capsys.readouterr().err
+    assert "val PSNR" in err
+
+
+def test_train_denoiser_help(capsys):
+    from vision.pipelines.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["train-denoiser", "--help"])
+    text = capsys.readouterr().out
+    assert "examples:" in text and "vision train-denoiser --data" in text
