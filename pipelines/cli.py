@@ -18,6 +18,10 @@ COMMANDS = {
     "render-scenes": "vision.pipelines.render_scenes",
     "edit": "vision.pipelines.edit_cli",
     "denoise": "vision.pipelines.denoise_cli",
+    "finetune": "vision.pipelines.finetune_cli",
+    "predict": "vision.pipelines.predict_cli",
+    "evaluate": "vision.pipelines.evaluate_cli",
+    "train-denoiser": "vision.pipelines.train_denoiser",
 }
 
 EPILOG = """examples:

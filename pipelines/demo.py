@@ -14,6 +14,7 @@ SECTIONS = {
     "guided-filter": "vision.pipelines.demo_guided_filter",
     "spl": "vision.pipelines.demo_spl",
     "denoise": "vision.pipelines.demo_denoise",
+    "dense": "vision.pipelines.demo_dense",
 }
 
 

@@ -1,0 +1,226 @@
+"""A dense-prediction model: a timm backbone (features_only), optional LoRA adapters, and one of our heads;
+and the run folder that stores it (config, frozen base weights once, trainable tensors per checkpoint).
+
+    >>> cfg = DenseConfig(task="depth", backbone="vig_tiny_patch16_224", head="token-local", lora_rank=16)
+    >>> model = build_model(cfg)
+    >>> raw = model(torch.rand(2, 3, 128, 128))      # (2, K, 128, 128) raw head output (e.g. log-depth)
+
+Run folder (written by ``vision finetune``, read by ``vision predict`` and :func:`load_run`)::
+
+    RUN/config.json            DenseConfig: task, backbone, head, LoRA rank, image size, ...
+    RUN/base.safetensors       the frozen backbone tensors, written once (absent when they come from
+                               ``--pretrained FILE``, which config.json names instead)
+    RUN/model.safetensors      trainable tensors only (LoRA adapters and head; EMA weights when on)
+    RUN/resume.pt              optimiser, schedule, EMA and epoch, for ``--resume``
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+CONFIG = "config.json"
+BASE = "base.safetensors"
+WEIGHTS = "model.safetensors"
+
+
+@dataclass
+class DenseConfig:
+    """What a run is: the task, the model, and how it was trained (the CLI's options)."""
+    task: str = "depth"
+    backbone: str = "vig_tiny_patch16_224"
+    head: str = "token-local"
+    img_size: int = 128
+    lora_rank: int = 16          # 0: the whole backbone is trainable (no LoRA)
+    lora_alpha: float | None = None
+    pretrained: str | None = None  # local backbone checkpoint file (timm pretrained_cfg_overlay file=)
+    epochs: int = 10
+    batch_size: int = 8
+    lr: float = 1e-3
+    backbone_lr: float | None = None  # default lr / 10 for a fully trainable backbone, lr for LoRA
+    weight_decay: float = 0.05
+    warmup: float = 0.05          # share of the steps with a linear warmup
+    ema: float = 0.999            # 0: no EMA
+    clip: float = 1.0
+    tta: bool = True
+    seed: int = 0
+    limit: int | None = None
+    max_minutes: float | None = None
+    data: str | None = None
+    extra: dict = field(default_factory=dict)  # extra timm.create_model kwargs (e.g. depth=2 for a tiny model)
+
+    @classmethod
+    def from_json(cls, text: str) -> "DenseConfig":
+        raw = json.loads(text)
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in known})
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=1)
+
+
+class DenseModel(nn.Module):
+    """Backbone features -> head -> raw dense output at the input's resolution.
+
+    ``forward(image)``: image (B, 3, H, W) in [0, 1] with H, W multiples of the backbone's stride-16
+    patch; the backbone sees it normalised with its own mean / std; returns (B, K, H, W) raw head
+    output (the task's ``decode`` turns it into values). Token heads read the last stride-16 feature
+    map; the DPT-style head reads all of them.
+    """
+
+    def __init__(self, backbone: nn.Module, head: nn.Module, head_kind: str, index: int, mean, std, patch: int):
+        super().__init__()
+        self.backbone, self.head, self.head_kind, self.index, self.patch = backbone, head, head_kind, index, patch
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1), persistent=False)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        if image.dim() != 4 or image.shape[1] != 3:
+            raise ValueError(f"image must be (B, 3, H, W), got {tuple(image.shape)}")
+        h, w = image.shape[-2:]
+        if h % self.patch or w % self.patch:
+            raise ValueError(f"image size {h}x{w} must be a multiple of the backbone's patch {self.patch} (pad it first)")
+        feats = self.backbone((image - self.mean) / self.std)
+        if self.head_kind == "dpt":
+            return self.head(feats, image_size=(h, w))
+        f = feats[self.index]
+        if self.head_kind == "local-linear":
+            return self.head(f, image)
+        return self.head(f)
+
+
+def _create_backbone(cfg: DenseConfig) -> nn.Module:
+    import timm
+
+    import vision  # noqa: F401  registers the ViG family into timm
+
+    kwargs = dict(cfg.extra, features_only=True)
+    if cfg.pretrained:
+        if not Path(cfg.pretrained).is_file():
+            raise FileNotFoundError(f"no backbone checkpoint at {cfg.pretrained}")
+        kwargs.update(pretrained=True, pretrained_cfg_overlay=dict(file=str(cfg.pretrained)))
+    if cfg.backbone not in timm.list_models():
+        raise ValueError(f"unknown backbone {cfg.backbone!r}; e.g. vig_tiny_patch16_224, hvig_tiny_224, "
+                         "vit_small_patch16_224 (any timm model with features_only)")
+    try:
+        return timm.create_model(cfg.backbone, img_size=cfg.img_size, **kwargs)
+    except TypeError:  # hierarchical models take any size and have no img_size argument
+        return timm.create_model(cfg.backbone, **kwargs)
+
+
+def lora_targets(backbone: nn.Module) -> list[str]:
+    """Names of the attention / MLP projections (every ``nn.Linear``) that receive LoRA adapters."""
+    return [n for n, m in backbone.named_modules() if isinstance(m, nn.Linear)]
+
+
+def add_lora(backbone: nn.Module, rank: int, alpha: float | None = None) -> nn.Module:
+    """Freeze ``backbone`` and inject rank-``rank`` LoRA adapters (peft) into its linear projections."""
+    from peft import LoraConfig, inject_adapter_in_model
+
+    targets = lora_targets(backbone)
+    if not targets:
+        raise ValueError("the backbone has no nn.Linear projections to adapt; use --lora-rank 0 (full fine-tuning)")
+    config = LoraConfig(r=rank, lora_alpha=alpha or rank, target_modules=targets, lora_dropout=0.0, bias="none")
+    backbone = inject_adapter_in_model(config, backbone)
+    for name, p in backbone.named_parameters():
+        p.requires_grad_("lora_" in name)
+    return backbone
+
+
+def build_model(cfg: DenseConfig) -> DenseModel:
+    """The model a config describes, with freshly initialised head (and adapters); base weights as built."""
+    from vision.dense import TASKS
+    from vision.heads import HEADS
+
+    if cfg.task not in TASKS:
+        raise ValueError(f"unknown task {cfg.task!r}; choose from {', '.join(TASKS)}")
+    if cfg.head not in HEADS:
+        raise ValueError(f"unknown head {cfg.head!r}; choose from {', '.join(HEADS)}")
+    if cfg.lora_rank < 0:
+        raise ValueError(f"--lora-rank must be >= 0, got {cfg.lora_rank}")
+    task = TASKS[cfg.task]
+    backbone = _create_backbone(cfg)
+    info = backbone.feature_info
+    channels, reductions = info.channels(), info.reduction()
+    stride16 = [i for i, r in enumerate(reductions) if r == 16]
+    if cfg.head != "dpt" and not stride16:
+        raise ValueError(f"{cfg.backbone} has no stride-16 feature map (strides {reductions}); token heads need one")
+    index = stride16[-1] if stride16 else len(channels) - 1
+    dcfg = backbone.pretrained_cfg if hasattr(backbone, "pretrained_cfg") else {}
+    mean, std = dcfg.get("mean", (0.485, 0.456, 0.406)), dcfg.get("std", (0.229, 0.224, 0.225))
+    head_cls = HEADS[cfg.head]
+    if cfg.head == "dpt":
+        head = head_cls(channels, task.out_channels, patch_size=16, in_strides=reductions)
+    else:
+        head = head_cls(channels[index], 16, task.out_channels)
+    if cfg.lora_rank > 0:
+        backbone = add_lora(backbone, cfg.lora_rank, cfg.lora_alpha)
+    return DenseModel(backbone, head, cfg.head, index, mean, std, patch=16)
+
+
+def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The tensors a checkpoint holds: every parameter that requires grad (adapters, head, or all)."""
+    return {n: p.detach().contiguous().cpu() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def base_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The frozen tensors (parameters without grad, and persistent buffers) that the run must also keep."""
+    frozen = {n: p for n, p in model.named_parameters() if not p.requires_grad}
+    frozen.update({n: b for n, b in model.named_buffers() if n in model.state_dict()})
+    return {n: t.detach().contiguous().cpu() for n, t in frozen.items()}
+
+
+def save_run_files(run: Path, cfg: DenseConfig, model: nn.Module, weights: dict[str, torch.Tensor] | None = None) -> None:
+    """Write config.json, base.safetensors (once) and model.safetensors (atomically) into ``run``."""
+    from safetensors.torch import save_file
+
+    run.mkdir(parents=True, exist_ok=True)
+    (run / CONFIG).write_text(cfg.to_json())
+    if not (run / BASE).exists():
+        base = base_state(model)
+        if base:
+            save_file(base, str(run / (BASE + ".tmp")), metadata={"backbone": cfg.backbone})
+            (run / (BASE + ".tmp")).replace(run / BASE)
+    weights = trainable_state(model) if weights is None else weights
+    save_file(weights, str(run / (WEIGHTS + ".tmp")), metadata={"task": cfg.task, "head": cfg.head,
+                                                                 "backbone": cfg.backbone})
+    (run / (WEIGHTS + ".tmp")).replace(run / WEIGHTS)
+
+
+def load_run(run, device="cpu") -> tuple[DenseModel, DenseConfig]:
+    """Rebuild the model of a run folder and load its weights (EMA ones when the run used EMA)."""
+    from safetensors.torch import load_file
+
+    run = Path(run)
+    if not (run / CONFIG).is_file() or not (run / WEIGHTS).is_file():
+        raise FileNotFoundError(f"{run} is not a finished `vision finetune` run (needs {CONFIG} and {WEIGHTS})")
+    cfg = DenseConfig.from_json((run / CONFIG).read_text())
+    model = build_model(cfg)
+    state = {}
+    if (run / BASE).is_file():
+        state.update(load_file(str(run / BASE)))
+    state.update(load_file(str(run / WEIGHTS)))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if k not in dict(model.named_buffers()) or k in model.state_dict()]
+    if unexpected or (missing and not cfg.pretrained):
+        raise ValueError(f"{run}: weights do not match the model ({len(missing)} missing, {len(unexpected)} unexpected, "
+                         f"e.g. {(missing + unexpected)[:3]})")
+    return model.to(device).eval(), cfg
+
+
+@torch.no_grad()
+def predict_raw(model: DenseModel, task, image: torch.Tensor, tta: bool = True) -> torch.Tensor:
+    """Raw output for (B, 3, H, W) images in [0, 1], padded to the patch and cropped back; with ``tta``
+    the mean of the image's and its horizontal mirror's (mirrored back by ``task.flip``) raw outputs."""
+    h, w = image.shape[-2:]
+    p = model.patch
+    ph, pw = (-h) % p, (-w) % p
+    x = torch.nn.functional.pad(image, (0, pw, 0, ph), mode="replicate") if ph or pw else image
+    raw = model(x)
+    if tta:
+        raw = 0.5 * (raw + task.flip(model(x.flip(-1))))
+    return raw[..., :h, :w]

@@ -1,0 +1,221 @@
+"""Dense-prediction fine-tuning: frozen backbone with LoRA (or fully trainable), our head, one task.
+
+AdamW (head at ``lr``, backbone / adapters at ``backbone_lr``), linear warmup then cosine decay,
+gradient clipping, an EMA of the trainable weights (used for validation and saved), horizontal-flip
+augmentation and test-time augmentation (normals mirror their x component), bf16 autocast on CUDA.
+Runs under Hugging Face Accelerate, so the same code is data-parallel under
+``accelerate launch --multi_gpu --num_processes N -m vision.pipelines.cli finetune ...`` (DDP: every rank sees a different
+shard of each epoch, gradients are averaged, weights stay identical); only the main process writes.
+
+    >>> cfg = DenseConfig(task="normals", data="data/scenes", epochs=5)
+    >>> history = train(cfg, "runs/normals")
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from .dense_model import DenseConfig, build_model, predict_raw, save_run_files, trainable_state
+
+RESUME = "resume.pt"
+
+
+class EMA:
+    """Exponential moving average of the trainable tensors, with the usual warmup of the decay
+    (``min(decay, (1 + step) / (10 + step))``) so early averages are not dominated by the init."""
+
+    def __init__(self, model: torch.nn.Module, decay: float):
+        self.decay, self.step = decay, 0
+        self.shadow = {n: p.detach().clone().float() for n, p in model.named_parameters() if p.requires_grad}
+
+    @torch.no_grad()
+    def update(self, model: torch.nn.Module) -> None:
+        self.step += 1
+        d = min(self.decay, (1 + self.step) / (10 + self.step))
+        for n, p in model.named_parameters():
+            if n in self.shadow:
+                self.shadow[n].mul_(d).add_(p.detach().float(), alpha=1 - d)
+
+    def weights(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        dtypes = {n: p.dtype for n, p in model.named_parameters()}
+        return {n: t.to(dtypes[n]).contiguous().cpu() for n, t in self.shadow.items()}
+
+
+def _schedule(step: int, total: int, warmup: int) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def _param_groups(model, cfg: DenseConfig):
+    head = [p for p in model.head.parameters() if p.requires_grad]
+    back = [p for p in model.backbone.parameters() if p.requires_grad]
+    # pretrained backbone, fully trainable: a tenth of the head's rate; adapters or a random backbone: the same
+    default = cfg.lr / 10 if (cfg.pretrained and cfg.lora_rank == 0) else cfg.lr
+    blr = cfg.backbone_lr if cfg.backbone_lr is not None else default
+    groups = [{"params": head, "lr": cfg.lr}]
+    if back:
+        groups.append({"params": back, "lr": blr})
+    return groups
+
+
+class _Collate:
+    """Stack samples; targets become the task's training targets (``task.make_target``)."""
+
+    def __init__(self, task):
+        self.task = task
+
+    def __call__(self, batch):
+        return {"image": torch.stack([b["image"] for b in batch]),
+                "target": self.task.make_target(torch.stack([b["target"] for b in batch])),
+                "name": [b["name"] for b in batch]}
+
+
+@torch.no_grad()
+def evaluate(model, task, samples, tta: bool = True, batch_size: int = 16, device="cpu") -> tuple[dict, torch.Tensor]:
+    """Metrics of ``model`` on a list / dataset of samples (pixels pooled over the set), and the decoded predictions."""
+    model.eval()
+    preds, targets = [], []
+    for i in range(0, len(samples), batch_size):
+        chunk = [samples[j] for j in range(i, min(len(samples), i + batch_size))]
+        image = torch.stack([s["image"] for s in chunk]).to(device)
+        preds.append(task.decode(predict_raw(model, task, image, tta=tta).float()).cpu())
+        targets.append(task.make_target(torch.stack([s["target"] for s in chunk])))
+    pred, target = torch.cat(preds), torch.cat(targets)
+    return task.metrics(pred, target, task.valid_mask(target)), pred
+
+
+def baseline_metrics(task, train, val) -> dict:
+    """Metrics of predicting the training mean everywhere (the floor the acceptance compares with)."""
+    targets = task.make_target(torch.stack([train[i]["target"] for i in range(len(train))]))
+    val_t = task.make_target(torch.stack([val[i]["target"] for i in range(len(val))]))
+    pred = task.mean_baseline(targets).to(val_t.dtype)
+    pred = pred.expand(val_t.shape[0], pred.shape[1], *val_t.shape[-2:])
+    return task.metrics(pred, val_t, task.valid_mask(val_t))
+
+
+def _preview(task, samples, pred, path: Path, count: int = 4) -> Path:
+    import numpy as np
+
+    from vision.dense.colourise import colourise
+    from vision.figures import side_by_side
+
+    images, labels = [], []
+    for i in range(min(count, len(samples))):
+        s = samples[i]
+        images += [s["image"].permute(1, 2, 0).numpy(), colourise(task.name, task.make_target(s["target"])[0]),
+                   colourise(task.name, pred[i])]
+        labels += [s["name"], "target", "prediction"]
+    rows = [np.concatenate([np.asarray(im) for im in images[k:k + 3]], axis=1) for k in range(0, len(images), 3)]
+    return side_by_side(rows, [" | ".join(labels[k:k + 3]) for k in range(0, len(labels), 3)], path)
+
+
+def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bool = False, progress: bool = True,
+          log=print) -> list[dict]:
+    """Fine-tune ``cfg``'s model on ``cfg.data`` (or the given datasets); write the run folder; return the
+    per-epoch records (loss, validation metrics, seconds)."""
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+    from tqdm.auto import tqdm
+
+    from vision.data.dense import DenseSamples
+    from vision.dense import TASKS
+
+    run = Path(run_dir)
+    task = TASKS[cfg.task]
+    cuda = torch.cuda.is_available()
+    acc = Accelerator(mixed_precision="bf16" if cuda else "no", cpu=not cuda)
+    set_seed(cfg.seed)
+    if train_set is None:
+        if not cfg.data:
+            raise ValueError("no training data: pass --data DIR (a `vision render-scenes` folder or images/ + targets/)")
+        train_set = DenseSamples(cfg.data, task.target_field, "train", limit=cfg.limit)
+        val_set = DenseSamples(cfg.data, task.target_field, "val", limit=cfg.limit)
+    if len(train_set) == 0 or len(val_set) == 0:
+        raise ValueError("training and validation sets must not be empty")
+    torch.manual_seed(cfg.seed)  # the base (random or pretrained) weights, the adapters' and head's init
+    model = build_model(cfg)
+    opt = torch.optim.AdamW(_param_groups(model, cfg), weight_decay=cfg.weight_decay)
+    loader = torch.utils.data.DataLoader(train_set, batch_size=cfg.batch_size, shuffle=True, drop_last=len(train_set) > cfg.batch_size,
+                                         collate_fn=_Collate(task), generator=torch.Generator().manual_seed(cfg.seed))
+    steps_per_epoch = max(1, math.ceil(len(loader) / acc.num_processes))
+    total = steps_per_epoch * cfg.epochs
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _schedule(s, total, max(1, int(cfg.warmup * total))))
+    ema = EMA(model, cfg.ema) if cfg.ema > 0 else None
+    start, history = 0, []
+    if resume and (run / RESUME).is_file():
+        state = torch.load(run / RESUME, map_location="cpu", weights_only=False)
+        model.load_state_dict(state["model"], strict=False)
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        if ema is not None and state.get("ema") is not None:
+            ema.shadow, ema.step = state["ema"], state["ema_step"]
+        start, history = state["epoch"], state["history"]
+        log(f"resuming {run} after epoch {start}")
+    model, opt, loader, sched = acc.prepare(model, opt, loader, sched)
+    core = acc.unwrap_model(model)
+    base = baseline_metrics(task, train_set, val_set) if acc.is_main_process else {}
+    if acc.is_main_process:
+        run.mkdir(parents=True, exist_ok=True)
+        (run / "previews").mkdir(exist_ok=True)
+        log(f"{cfg.task} on {cfg.backbone} + {cfg.head} head ({'LoRA r=%d' % cfg.lora_rank if cfg.lora_rank else 'full'}):"
+            f" {sum(p.numel() for p in core.parameters() if p.requires_grad):,} trainable parameters, "
+            f"{len(train_set)} train / {len(val_set)} val images; mean-prediction baseline "
+            + ", ".join(f"{k} {v:.4g}" for k, v in base.items()))
+    t0, c0 = time.perf_counter(), time.process_time()
+    for epoch in range(start, cfg.epochs):
+        model.train()
+        losses = []
+        bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not (progress and acc.is_main_process),
+                   leave=False)
+        for batch in bar:
+            image, target = batch["image"], batch["target"]
+            flip = torch.rand(image.shape[0], device=image.device) < 0.5
+            if flip.any():
+                image = torch.where(flip.view(-1, 1, 1, 1), image.flip(-1), image)
+                target = torch.where(flip.view(-1, 1, 1, 1), task.flip(target), target)
+            with acc.autocast():
+                raw = model(image)
+            loss = task.loss(raw.float(), target, task.valid_mask(target))
+            acc.backward(loss)
+            if cfg.clip > 0:
+                acc.clip_grad_norm_(model.parameters(), cfg.clip)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            if ema is not None:
+                ema.update(core)
+            losses.append(float(loss.detach()))
+            bar.set_postfix(loss=f"{losses[-1]:.4f}")
+        over_budget = cfg.max_minutes is not None and time.perf_counter() - t0 > 60 * cfg.max_minutes
+        last = epoch + 1 == cfg.epochs or over_budget
+        record = {"epoch": epoch + 1, "loss": sum(losses) / max(1, len(losses)), "seconds": time.perf_counter() - t0,
+                  "cpu_seconds": time.process_time() - c0}  # this process's CPU time: steady on a shared machine
+        if acc.is_main_process:
+            weights = ema.weights(core) if ema is not None else trainable_state(core)
+            live = trainable_state(core)
+            core.load_state_dict(weights, strict=False)  # validate (and save) the EMA weights
+            metrics, pred = evaluate(core, task, val_set, tta=cfg.tta, device=acc.device)
+            core.load_state_dict(live, strict=False)
+            record.update(metrics)
+            record["baseline"] = base
+            save_run_files(run, cfg, core, weights)
+            _preview(task, val_set, pred, run / "previews" / f"epoch_{epoch + 1:03d}.png")
+            torch.save({"model": live, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                        "ema": ema.shadow if ema is not None else None, "ema_step": ema.step if ema else 0,
+                        "epoch": epoch + 1, "history": history + [record]}, run / (RESUME + ".tmp"))
+            (run / (RESUME + ".tmp")).replace(run / RESUME)
+            with open(run / "metrics.jsonl", "a") as fh:
+                fh.write(json.dumps(record) + "\n")
+            log(f"epoch {epoch + 1}: loss {record['loss']:.4f}, " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
+                + f" ({record['seconds']:.0f} s)")
+        history.append(record)
+        acc.wait_for_everyone()
+        if last:
+            break
+    return history

@@ -1,0 +1,109 @@
+"""``vision finetune``: train a dense-prediction head (and LoRA adapters) on a backbone, one task."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+EPILOG = """\
+examples:
+  vision render-scenes --out data/scenes --count 240 --size 128 --spp-ref 64 --noisy-seeds 1
+  vision finetune --task depth --backbone vig_tiny_patch16_224 --data data/scenes -o runs/depth
+  vision finetune --task normals --head local-linear --lora-rank 0 --epochs 20 --data data/scenes -o runs/normals
+  vision finetune --task depth --pretrained vig_t.pth --lora-rank 16 --data my_data -o runs/d   # official weights
+  vision finetune ... -o runs/depth --resume                                                  # continue a run
+  accelerate launch --multi_gpu --num_processes 4 -m vision.pipelines.cli finetune --task depth --data data/scenes -o runs/d
+      (data-parallel: DDP over NCCL on GPUs, over gloo on a CPU-only machine; only rank 0 writes the run)
+
+Data: a `vision render-scenes` folder (input = the tonemapped reference render; targets from its
+ground-truth layers: depth -> depth, normals -> camnormal, albedo, semantic, binary -> segment > 0)
+or a folder with images/NAME.png and targets/NAME.{npy,exr,png}. Scenes / files are split into
+train / val / test by a hash of their name. Tasks: depth (log-depth head, SILog loss), normals
+(1 - cos + angular loss), alpha, binary, semantic, albedo.
+
+Heads: token-local (one linear map per token to its 16 x 16 x K patch), local-linear (tokens
+predict per-patch affine maps of the image's pixels, blended across patches: edges at full
+resolution) and dpt (a DPT-style convolutional decoder, the baseline).
+
+--lora-rank R > 0 freezes the backbone and trains rank-R LoRA adapters on its linear projections
+(peft); --lora-rank 0 trains the whole backbone. Without --pretrained the backbone starts from random
+weights: then use --lora-rank 0 (adapters on a random backbone learn little).
+
+The run folder holds config.json, base.safetensors (the frozen backbone, once), model.safetensors
+(trainable tensors only; EMA weights), resume.pt, metrics.jsonl and previews/epoch_NNN.png
+(image | target | prediction on validation scenes). `vision predict RUN IMAGES... -o OUT` uses it.
+"""
+
+
+def add_parser(sub) -> None:
+    from vision.pipelines.dense_model import DenseConfig
+
+    d = DenseConfig()
+    p = sub.add_parser("finetune", help="fine-tune a dense-prediction head (+ LoRA) on a backbone",
+                       description="Fine-tune a token-local / local-linear / DPT head, with LoRA adapters or the whole "
+                                   "backbone, for depth, normals, alpha, segmentation or albedo.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", required=True, choices=("depth", "normals", "alpha", "binary", "semantic", "albedo"))
+    p.add_argument("--data", required=True, type=Path, help="render-scenes folder or images/ + targets/ folder")
+    p.add_argument("-o", "--out", required=True, type=Path, metavar="RUN", help="run folder (created)")
+    p.add_argument("--backbone", default=d.backbone, help=f"timm model name (default {d.backbone})")
+    p.add_argument("--head", default=d.head, choices=("token-local", "local-linear", "dpt"),
+                   help=f"head (default {d.head})")
+    p.add_argument("--pretrained", default=None, metavar="FILE", help="local backbone checkpoint (no downloads)")
+    p.add_argument("--backbone-kwargs", default=None, metavar="JSON",
+                   help='extra timm.create_model arguments, e.g. \'{"drop_path_rate": 0.1}\'')
+    p.add_argument("--lora-rank", type=int, default=d.lora_rank, help=f"LoRA rank; 0 = full fine-tuning "
+                                                                      f"(default {d.lora_rank})")
+    p.add_argument("--img-size", type=int, default=d.img_size, help=f"backbone input size (default {d.img_size})")
+    p.add_argument("--epochs", type=int, default=d.epochs, help=f"epochs (default {d.epochs})")
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help=f"per-process batch (default {d.batch_size})")
+    p.add_argument("--lr", type=float, default=d.lr, help=f"head learning rate (default {d.lr})")
+    p.add_argument("--backbone-lr", type=float, default=None, help="backbone / adapter learning rate (default: lr/10 "
+                                                                    "for a fully trainable --pretrained backbone, else lr)")
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    p.add_argument("--ema", type=float, default=d.ema, help=f"EMA decay, 0 = off (default {d.ema})")
+    p.add_argument("--clip", type=float, default=d.clip, help=f"gradient-norm clip, 0 = off (default {d.clip})")
+    p.add_argument("--no-tta", action="store_true", help="validate without horizontal-flip test-time augmentation")
+    p.add_argument("--max-minutes", type=float, default=None, help="stop after the epoch that passes this budget")
+    p.add_argument("--limit", type=int, default=None, help="use at most N images per split (quick runs)")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
+    p.add_argument("--resume", action="store_true", help="continue the run in RUN from its last epoch")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import torch
+
+    from vision.pipelines.dense_model import DenseConfig
+    from vision.pipelines.finetune import train
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.epochs < 1 or args.batch_size < 1:
+        raise ValueError("--epochs and --batch-size must be >= 1")
+    extra = {}
+    if args.backbone_kwargs:
+        import json
+
+        try:
+            extra = json.loads(args.backbone_kwargs)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--backbone-kwargs is not valid JSON: {err}") from None
+        if not isinstance(extra, dict):
+            raise ValueError("--backbone-kwargs must be a JSON object")
+    if not args.data.is_dir():
+        raise FileNotFoundError(f"no data folder at {args.data}")
+    cfg = DenseConfig(task=args.task, backbone=args.backbone, head=args.head, img_size=args.img_size,
+                      lora_rank=args.lora_rank, pretrained=args.pretrained, epochs=args.epochs,
+                      batch_size=args.batch_size, lr=args.lr, backbone_lr=args.backbone_lr,
+                      weight_decay=args.weight_decay, ema=args.ema, clip=args.clip, tta=not args.no_tta,
+                      seed=args.seed, limit=args.limit, max_minutes=args.max_minutes, data=str(args.data),
+                      extra=extra)
+    if args.out.exists() and any(args.out.iterdir()) and not args.resume:
+        raise FileExistsError(f"{args.out} is not empty; pass --resume to continue it or choose another folder")
+    history = train(cfg, args.out, resume=args.resume, progress=not args.quiet)
+    if history:
+        last = history[-1]
+        print(f"done: {last['epoch']} epochs in {last['seconds']:.0f} s; run in {args.out}")
+    return 0
