@@ -10,7 +10,8 @@ Run folder (written by ``vision finetune``, read by ``vision predict`` and :func
     RUN/config.json            DenseConfig: task, backbone, head, LoRA rank, image size, ...
     RUN/base.safetensors       the frozen backbone tensors, written once (absent when they come from
                                ``--pretrained FILE``, which config.json names instead)
-    RUN/model.safetensors      trainable tensors only (LoRA adapters and head; EMA weights when on)
+    RUN/model.safetensors      trainable tensors only (LoRA adapters and head; EMA weights when on) of
+                               the best validation epoch (or the last one, select_best=False)
     RUN/resume.pt              optimiser, schedule, EMA and epoch, for ``--resume``
 """
 from __future__ import annotations
@@ -47,6 +48,7 @@ class DenseConfig:
     ema: float = 0.999            # 0: no EMA
     clip: float = 1.0
     tta: bool = True
+    select_best: bool = True      # model.safetensors = the epoch with the best validation primary metric
     seed: int = 0
     limit: int | None = None
     max_minutes: float | None = None

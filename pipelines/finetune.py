@@ -1,6 +1,7 @@
 """Dense-prediction fine-tuning: frozen backbone with LoRA (or fully trainable), our head, one task.
 
 AdamW (head at ``lr``, backbone / adapters at ``backbone_lr``), linear warmup then cosine decay,
+the weights of the best validation epoch kept (``select_best``; else the last epoch's),
 gradient clipping, an EMA of the trainable weights (used for validation and saved), horizontal-flip
 augmentation and test-time augmentation (normals mirror their x component), bf16 autocast on CUDA.
 Runs under Hugging Face Accelerate, so the same code is data-parallel under
@@ -204,7 +205,12 @@ def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bo
             core.load_state_dict(live, strict=False)
             record.update(metrics)
             record["baseline"] = base
-            save_run_files(run, cfg, core, weights)
+            score = metrics[task.primary_metric]
+            better = [r for r in history if task.primary_metric in r and (
+                r[task.primary_metric] <= score if task.lower_is_better else r[task.primary_metric] >= score)]
+            record["saved"] = not cfg.select_best or not better  # keep the best validation epoch's weights
+            if record["saved"]:
+                save_run_files(run, cfg, core, weights)
             _preview(task, val_set, pred, run / "previews" / f"epoch_{epoch + 1:03d}.png")
             torch.save({"model": live, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
                         "ema": ema.shadow if ema is not None else None, "ema_step": ema.step if ema else 0,
@@ -213,7 +219,7 @@ def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bo
             with open(run / "metrics.jsonl", "a") as fh:
                 fh.write(json.dumps(record) + "\n")
             log(f"epoch {epoch + 1}: loss {record['loss']:.4f}, " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
-                + f" ({record['seconds']:.0f} s)")
+                + f" ({record['seconds']:.0f} s)" + (" saved" if record["saved"] else ""))
         history.append(record)
         acc.wait_for_everyone()
         if last:

@@ -29,7 +29,7 @@ resolution) and dpt (a DPT-style convolutional decoder, the baseline).
 weights: then use --lora-rank 0 (adapters on a random backbone learn little).
 
 The run folder holds config.json, base.safetensors (the frozen backbone, once), model.safetensors
-(trainable tensors only; EMA weights), resume.pt, metrics.jsonl and previews/epoch_NNN.png
+(trainable tensors only; EMA weights of the best validation epoch), resume.pt, metrics.jsonl and previews/epoch_NNN.png
 (image | target | prediction on validation scenes). `vision predict RUN IMAGES... -o OUT` uses it.
 """
 
@@ -62,6 +62,8 @@ def add_parser(sub) -> None:
     p.add_argument("--weight-decay", type=float, default=d.weight_decay)
     p.add_argument("--ema", type=float, default=d.ema, help=f"EMA decay, 0 = off (default {d.ema})")
     p.add_argument("--clip", type=float, default=d.clip, help=f"gradient-norm clip, 0 = off (default {d.clip})")
+    p.add_argument("--last", action="store_true", help="save the last epoch's weights (default: the epoch with the "
+                                                        "best validation metric, e.g. AbsRel or mean angle)")
     p.add_argument("--no-tta", action="store_true", help="validate without horizontal-flip test-time augmentation")
     p.add_argument("--max-minutes", type=float, default=None, help="stop after the epoch that passes this budget")
     p.add_argument("--limit", type=int, default=None, help="use at most N images per split (quick runs)")
@@ -98,7 +100,8 @@ def run(args) -> int:
                       lora_rank=args.lora_rank, pretrained=args.pretrained, epochs=args.epochs,
                       batch_size=args.batch_size, lr=args.lr, backbone_lr=args.backbone_lr,
                       weight_decay=args.weight_decay, ema=args.ema, clip=args.clip, tta=not args.no_tta,
-                      seed=args.seed, limit=args.limit, max_minutes=args.max_minutes, data=str(args.data),
+                      select_best=not args.last, seed=args.seed, limit=args.limit, max_minutes=args.max_minutes,
+                      data=str(args.data),
                       extra=extra)
     if args.out.exists() and any(args.out.iterdir()) and not args.resume:
         raise FileExistsError(f"{args.out} is not empty; pass --resume to continue it or choose another folder")
