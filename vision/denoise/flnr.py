@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import buffers as B
-from .flr import _area_down, _fit_radius, _full_size, _solve, _upsample_factor
+from .flr import _area_down, _fit_radius, _full_size, _solve, _upsample_factor, run_tiles
 
 GUIDES = ("normal", "depth", "ao", "albedo")  # fixed network input layout: 3 + 1 + 1 + 3 = 8 channels
 FEATURES = 8
@@ -349,18 +349,8 @@ def flnr_tiled(color: torch.Tensor, guides: dict, model: FLNR, radius: int | Non
     unit = math.lcm(u * scale, FLNRNet.MULTIPLE * u)
     margin = (r + (2 * r_cells + 2) * scale) * u + NET_MARGIN
     margin = int(math.ceil(margin / unit)) * unit
-    step = max(unit, (tile // unit) * unit)
-    out = torch.empty(color.shape[0], color.shape[1], hf, wf, dtype=color.dtype, device=color.device)
-    for y0 in range(0, hf, step):
-        for x0 in range(0, wf, step):
-            y1, x1 = min(y0 + step, hf), min(x0 + step, wf)
-            ya, xa = max(0, y0 - margin), max(0, x0 - margin)
-            yb, xb = min(hf, y1 + margin), min(wf, x1 + margin)
-            sub = {k: (None if v is None else v[..., ya:yb, xa:xb]) for k, v in guides.items()}
-            c = color[..., ya // u:-(-yb // u), xa // u:-(-xb // u)]
-            res = flnr(c, sub, model, radius, eps, scale, stats=stats)
-            out[..., y0:y1, x0:x1] = res[..., y0 - ya:y1 - ya, x0 - xa:x1 - xa]
-    return out
+    return run_tiles(color, guides, (hf, wf), u, margin, unit, tile,
+                     lambda c, sub: flnr(c, sub, model, radius, eps, scale, stats=stats))
 
 
 # receptive field of FLNRNet in full-resolution pixels (two 3x3 convs at 1/16, three at 1/8, three at

@@ -122,6 +122,18 @@ def flr_tiled(color: torch.Tensor, guides: dict, radius: int, eps: float, scale:
     r_cells = max(1, round(r / scale)) if scale > 1 else r
     margin_lo = r + (2 * r_cells + 2) * scale
     margin = int(math.ceil(margin_lo * u / unit)) * unit
+    return run_tiles(color, guides, (hf, wf), u, margin, unit, tile,
+                     lambda c, sub: flr(c, sub, radius, eps, scale, stats=stats))
+
+
+def run_tiles(color: torch.Tensor, guides: dict, full: tuple[int, int], u: int, margin: int, unit: int, tile: int,
+              fn) -> torch.Tensor:
+    """Apply ``fn(color_tile, guides_tile)`` to overlapping tiles and keep each tile's interior.
+
+    Tiles of about ``tile`` full-resolution pixels start on multiples of ``unit`` and read ``margin``
+    more pixels on every side (both in full-resolution pixels; colour may be ``u`` times smaller).
+    Returns the (B, C, H, W) result at the guides' full size ``full``."""
+    hf, wf = full
     step = max(unit, (tile // unit) * unit)
     out = torch.empty(color.shape[0], color.shape[1], hf, wf, dtype=color.dtype, device=color.device)
     for y0 in range(0, hf, step):
@@ -131,7 +143,7 @@ def flr_tiled(color: torch.Tensor, guides: dict, radius: int, eps: float, scale:
             yb, xb = min(hf, y1 + margin), min(wf, x1 + margin)
             sub = {k: (None if v is None else v[..., ya:yb, xa:xb]) for k, v in guides.items()}
             c = color[..., ya // u:-(-yb // u), xa // u:-(-xb // u)]
-            res = flr(c, sub, radius, eps, scale, stats=stats)
+            res = fn(c, sub)
             out[..., y0:y1, x0:x1] = res[..., y0 - ya:y1 - ya, x0 - xa:x1 - xa]
     return out
 
