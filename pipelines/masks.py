@@ -141,13 +141,10 @@ class _StoreCrossAttention:
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, temb=None,
                  *args, **kwargs):
-        residual = hidden_states
-        if attn.spatial_norm is not None:
-            hidden_states = attn.spatial_norm(hidden_states, temb)
-        ndim = hidden_states.ndim
-        if ndim == 4:
-            b, c, h, w = hidden_states.shape
-            hidden_states = hidden_states.view(b, c, h * w).transpose(1, 2)
+        # shared with the editing pipeline's processor (imported here: that package imports this module)
+        from .structure_preserving_edit.attention_control import attention_input, attention_output
+
+        residual, hidden_states, shape = attention_input(attn, hidden_states, temb)
         batch, seq, _ = hidden_states.shape if encoder_hidden_states is None else encoder_hidden_states.shape
         attention_mask = attn.prepare_attention_mask(attention_mask, seq, batch)
         if attn.group_norm is not None:
@@ -164,12 +161,8 @@ class _StoreCrossAttention:
         if cross:
             self.record(probs, attn.heads)
         hidden_states = attn.batch_to_head_dim(torch.bmm(probs, value))
-        hidden_states = attn.to_out[1](attn.to_out[0](hidden_states))
-        if ndim == 4:
-            hidden_states = hidden_states.transpose(-1, -2).reshape(b, c, h, w)
-        if attn.residual_connection:
-            hidden_states = hidden_states + residual
-        return hidden_states / attn.rescale_output_factor
+        return attention_output(attn, hidden_states, residual, shape)
+
 
 
 def word_token_indices(tokenizer, prompt: str, words) -> list[int]:

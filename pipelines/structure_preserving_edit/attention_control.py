@@ -244,6 +244,30 @@ class AttentionControl:
         return source + mask.to(target.device, target.dtype) * (target - source)
 
 
+
+def attention_input(attn, hidden_states, temb=None):
+    """The start every diffusers attention processor shares: (residual, (B, N, C) tokens after the spatial
+    norm, the input's (B, C, H, W) shape or None for token input)."""
+    residual = hidden_states
+    if attn.spatial_norm is not None:
+        hidden_states = attn.spatial_norm(hidden_states, temb)
+    shape = None
+    if hidden_states.ndim == 4:
+        shape = hidden_states.shape
+        hidden_states = hidden_states.view(shape[0], shape[1], shape[2] * shape[3]).transpose(1, 2)
+    return residual, hidden_states, shape
+
+
+def attention_output(attn, out, residual, shape):
+    """The matching end: output projection, back to (B, C, H, W) when the input was, residual, rescale."""
+    out = attn.to_out[1](attn.to_out[0](out))
+    if shape is not None:
+        out = out.transpose(-1, -2).reshape(shape)
+    if attn.residual_connection:
+        out = out + residual
+    return out / attn.rescale_output_factor
+
+
 class UnifiedAttentionProcessor:
     """Attention processor of one layer (``name`` as in ``unet.attn_processors``) under an
     :class:`AttentionControl`. Cross-attention is computed explicitly (its probabilities are
@@ -259,13 +283,7 @@ class UnifiedAttentionProcessor:
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, temb=None,
                  *args, **kwargs):
-        residual = hidden_states
-        if attn.spatial_norm is not None:
-            hidden_states = attn.spatial_norm(hidden_states, temb)
-        ndim = hidden_states.ndim
-        if ndim == 4:
-            b, c, h, w = hidden_states.shape
-            hidden_states = hidden_states.view(b, c, h * w).transpose(1, 2)
+        residual, hidden_states, shape = attention_input(attn, hidden_states, temb)
         cross = encoder_hidden_states is not None
         batch, seq, _ = encoder_hidden_states.shape if cross else hidden_states.shape
         if attn.group_norm is not None:
@@ -311,12 +329,7 @@ class UnifiedAttentionProcessor:
                 mask = mask.view(batch, heads, -1, mask.shape[-1])
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scale)
             out = out.transpose(1, 2).reshape(out.shape[0], -1, heads * out.shape[-1]).to(query.dtype)
-        out = attn.to_out[1](attn.to_out[0](out))
-        if ndim == 4:
-            out = out.transpose(-1, -2).reshape(b, c, h, w)
-        if attn.residual_connection:
-            out = out + residual
-        return out / attn.rescale_output_factor
+        return attention_output(attn, out, residual, shape)
 
 
 @contextlib.contextmanager
