@@ -105,21 +105,26 @@ def missing_model_message(model: str) -> str:
             f"with `hf download {model}` (or pass --model with a folder written by save_pretrained)")
 
 
-def load_pipeline(model: str, torch_dtype=None):
-    """An image-to-image pipeline for ``model`` from a local folder or the local cache only."""
-    from diffusers import AutoPipelineForImage2Image
-
+def _load_local(cls, model: str, torch_dtype=None):
+    """``cls.from_pretrained`` of a local folder, or of a cached model id without any download."""
     path = Path(os.path.expanduser(model))
     kwargs = dict(torch_dtype=torch_dtype) if torch_dtype is not None else {}
     if path.exists():
         if not (path / "model_index.json").is_file():
             raise FileNotFoundError(f"{path} is not a diffusers model folder (no model_index.json); "
                                     "write one with pipeline.save_pretrained(folder)")
-        return AutoPipelineForImage2Image.from_pretrained(path, local_files_only=True, **kwargs)
+        return cls.from_pretrained(path, local_files_only=True, **kwargs)
     try:
-        return AutoPipelineForImage2Image.from_pretrained(model, local_files_only=True, **kwargs)
+        return cls.from_pretrained(model, local_files_only=True, **kwargs)
     except (OSError, ValueError) as err:  # huggingface_hub raises OSError subclasses for cache misses
         raise FileNotFoundError(missing_model_message(model)) from err
+
+
+def load_pipeline(model: str, torch_dtype=None):
+    """An image-to-image pipeline for ``model`` from a local folder or the local cache only."""
+    from diffusers import AutoPipelineForImage2Image
+
+    return _load_local(AutoPipelineForImage2Image, model, torch_dtype)
 
 
 def load_edit_pipeline(model: str, torch_dtype=None):
@@ -129,18 +134,7 @@ def load_edit_pipeline(model: str, torch_dtype=None):
 
     from .structure_preserving_edit import StructurePreservingEditPipeline
 
-    path = Path(os.path.expanduser(model))
-    kwargs = dict(torch_dtype=torch_dtype) if torch_dtype is not None else {}
-    if path.exists():
-        if not (path / "model_index.json").is_file():
-            raise FileNotFoundError(f"{path} is not a diffusers model folder (no model_index.json); "
-                                    "write one with pipeline.save_pretrained(folder)")
-        pipe = StructurePreservingEditPipeline.from_pretrained(path, local_files_only=True, **kwargs)
-    else:
-        try:
-            pipe = StructurePreservingEditPipeline.from_pretrained(model, local_files_only=True, **kwargs)
-        except (OSError, ValueError) as err:
-            raise FileNotFoundError(missing_model_message(model)) from err
+    pipe = _load_local(StructurePreservingEditPipeline, model, torch_dtype)
     missing = [name for name in ("vae", "text_encoder", "tokenizer", "unet") if getattr(pipe, name, None) is None]
     if missing:
         raise ValueError(f"--source-prompt needs an SD1.5-family model with a vae, text_encoder, tokenizer and "
