@@ -8,8 +8,8 @@ and the run folder that stores it (config, frozen base weights once, trainable t
 Run folder (written by ``vision finetune``, read by ``vision predict`` and :func:`load_run`)::
 
     RUN/config.json            DenseConfig: task, backbone, head, LoRA rank, image size, ...
-    RUN/base.safetensors       the frozen backbone tensors, written once (absent when they come from
-                               ``--pretrained FILE``, which config.json names instead)
+    RUN/base.safetensors       the frozen backbone tensors, written once (with ``--pretrained FILE`` it
+                               may be deleted: the file config.json names is then read again)
     RUN/model.safetensors      trainable tensors only (LoRA adapters and head; EMA weights when on) of
                                the best validation epoch (or the last one, select_best=False)
     RUN/resume.pt              optimiser, schedule, EMA and epoch, for ``--resume``
@@ -207,7 +207,6 @@ def load_run(run, device="cpu") -> tuple[DenseModel, DenseConfig]:
         state.update(load_file(str(run / BASE)))
     state.update(load_file(str(run / WEIGHTS)))
     missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if k not in dict(model.named_buffers()) or k in model.state_dict()]
     if unexpected or (missing and not cfg.pretrained):
         raise ValueError(f"{run}: weights do not match the model ({len(missing)} missing, {len(unexpected)} unexpected, "
                          f"e.g. {(missing + unexpected)[:3]})")

@@ -37,26 +37,15 @@ def add_parser(sub) -> None:
 
 def score(model, task, samples, band=None, refine=None, tta=True, batch_size=16) -> dict:
     """Metrics (and ``edge_``-prefixed metrics over ``band``) of a model, optionally refined."""
-    import torch
+    from vision.pipelines.finetune import predict_samples
 
-    from vision.heads import guided_refine
-    from vision.pipelines.dense_model import predict_raw
-
-    preds = []
-    with torch.no_grad():
-        for i in range(0, len(samples), batch_size):
-            image = torch.stack([samples[j]["image"] for j in range(i, min(len(samples), i + batch_size))])
-            raw = predict_raw(model, task, image, tta=tta).float()
-            if refine is not None:
-                raw = guided_refine(image, raw, radius=refine[0], eps=refine[1])
-            preds.append(task.decode(raw))
-    return _metrics(task, torch.cat(preds), samples, band)
+    return _metrics(task, predict_samples(model, task, samples, tta, refine, batch_size), samples, band)
 
 
 def _metrics(task, pred, samples, band) -> dict:
-    import torch
+    from vision.pipelines.finetune import stacked_targets
 
-    target = task.make_target(torch.stack([s["target"] for s in samples]))
+    target = stacked_targets(task, samples)
     valid = task.valid_mask(target)
     out = dict(task.metrics(pred, target, valid))
     if band is not None:
@@ -72,6 +61,7 @@ def run(args) -> int:
     from vision.dense.edges import edge_band
     from vision.pipelines.bench.timing import print_table
     from vision.pipelines.dense_model import load_run
+    from vision.pipelines.finetune import mean_prediction
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -87,11 +77,7 @@ def run(args) -> int:
     if rendered:
         band = edge_band(torch.stack([s["extras"]["segment"] for s in samples]),
                          torch.stack([s["extras"]["depth"] for s in samples]), width=args.band)
-    rows = []
-    mean = task.mean_baseline(task.make_target(torch.stack([s["target"] for s in train])))
-    shape = task.make_target(samples[0]["target"]).shape
-    base = mean.expand(len(samples), mean.shape[1], *shape[-2:])
-    rows.append({"model": "training mean", **_metrics(task, base.float(), samples, band)})
+    rows = [{"model": "training mean", **_metrics(task, mean_prediction(task, train, samples), samples, band)}]
     for (model, cfg), path in zip(loaded, args.runs):
         name = f"{path.name} ({cfg.head}{', LoRA %d' % cfg.lora_rank if cfg.lora_rank else ''})"
         rows.append({"model": name, **score(model, task, samples, band, None, not args.no_tta)})

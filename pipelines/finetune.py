@@ -78,26 +78,46 @@ class _Collate:
 
 
 @torch.no_grad()
+def predict_samples(model, task, samples, tta: bool = True, refine=None, batch_size: int = 16,
+                    device="cpu") -> torch.Tensor:
+    """Decoded predictions (N, C, H, W) for a list / dataset of samples; ``refine=(radius, eps)`` applies
+    :func:`vision.heads.guided_refine` (image as guide) to the raw output first."""
+    model.eval()
+    preds = []
+    for i in range(0, len(samples), batch_size):
+        image = torch.stack([samples[j]["image"] for j in range(i, min(len(samples), i + batch_size))]).to(device)
+        raw = predict_raw(model, task, image, tta=tta).float()
+        if refine is not None:
+            from vision.heads import guided_refine
+
+            raw = guided_refine(image, raw, radius=refine[0], eps=refine[1])
+        preds.append(task.decode(raw).cpu())
+    return torch.cat(preds)
+
+
+def stacked_targets(task, samples) -> torch.Tensor:
+    """The training targets (``task.make_target``) of all samples, stacked."""
+    return task.make_target(torch.stack([samples[i]["target"] for i in range(len(samples))]))
+
+
 def evaluate(model, task, samples, tta: bool = True, batch_size: int = 16, device="cpu") -> tuple[dict, torch.Tensor]:
     """Metrics of ``model`` on a list / dataset of samples (pixels pooled over the set), and the decoded predictions."""
-    model.eval()
-    preds, targets = [], []
-    for i in range(0, len(samples), batch_size):
-        chunk = [samples[j] for j in range(i, min(len(samples), i + batch_size))]
-        image = torch.stack([s["image"] for s in chunk]).to(device)
-        preds.append(task.decode(predict_raw(model, task, image, tta=tta).float()).cpu())
-        targets.append(task.make_target(torch.stack([s["target"] for s in chunk])))
-    pred, target = torch.cat(preds), torch.cat(targets)
+    pred = predict_samples(model, task, samples, tta=tta, batch_size=batch_size, device=device)
+    target = stacked_targets(task, samples)
     return task.metrics(pred, target, task.valid_mask(target)), pred
+
+
+def mean_prediction(task, train, val) -> torch.Tensor:
+    """The training mean (``task.mean_baseline``) as a prediction for every sample of ``val``."""
+    val_t = stacked_targets(task, val)
+    pred = task.mean_baseline(stacked_targets(task, train)).to(val_t.dtype)
+    return pred.expand(val_t.shape[0], pred.shape[1], *val_t.shape[-2:])
 
 
 def baseline_metrics(task, train, val) -> dict:
     """Metrics of predicting the training mean everywhere (the floor the acceptance compares with)."""
-    targets = task.make_target(torch.stack([train[i]["target"] for i in range(len(train))]))
-    val_t = task.make_target(torch.stack([val[i]["target"] for i in range(len(val))]))
-    pred = task.mean_baseline(targets).to(val_t.dtype)
-    pred = pred.expand(val_t.shape[0], pred.shape[1], *val_t.shape[-2:])
-    return task.metrics(pred, val_t, task.valid_mask(val_t))
+    val_t = stacked_targets(task, val)
+    return task.metrics(mean_prediction(task, train, val), val_t, task.valid_mask(val_t))
 
 
 def _preview(task, samples, pred, path: Path, count: int = 4) -> Path:
