@@ -161,6 +161,22 @@ def test_per_feature_and_per_image_eps(backend, rng):
     np.testing.assert_allclose(fit32(f, p, 2, torch.tensor(eps_bk), scale=2, border="reflect"), ref, atol=2e-5)
 
 
+@pytest.mark.parametrize("scale,border", [(1, "valid"), (4, "valid"), (2, "reflect")])
+def test_blend_of_radii_is_the_weighted_sum_of_single_fits(backend, scale, border, rng):
+    """radius=(r1, r2, r3) with per-cell weights == sum_j w_j * (float64 reference fit at r_j)."""
+    f, p = rng.random((2, 3, 21, 19)), rng.random((2, 2, 21, 19))
+    radii = (1, 4, 8) if scale == 1 else (4, 8, 16)
+    grid = (-(-21 // scale), -(-19 // scale))
+    w = rng.random((2, 3, *grid))
+    w /= w.sum(1, keepdims=True)
+    ref = sum(w[:, None, None, j] * local_linear_fit_reference(f, p, r, 1e-2, scale, border)
+              for j, r in enumerate(radii))
+    got = fit32(f, p, radii, 1e-2, scale, border, weights=t32(w))
+    np.testing.assert_allclose(got, ref, atol=3e-5)
+    one = fit32(f, p, [radii[1]], 1e-2, scale, border, weights=t32(np.ones((2, 1, *grid))))
+    np.testing.assert_allclose(one, local_linear_fit_reference(f, p, radii[1], 1e-2, scale, border), atol=3e-5)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision(backend, dtype, rng):
     """Half inputs are computed in float32 and returned in their dtype: the reference on the rounded inputs,
@@ -250,6 +266,31 @@ def test_gradcheck(K, C, scale, border, shape, radius):
     assert torch.autograd.gradcheck(lambda f, c: local_linear_apply(f, c, scale=scale), (f, co), fast_mode=True)
 
 
+def test_gradcheck_blend_of_radii():
+    """float64: the blended fit w.r.t. features, target, eps and the per-cell weights."""
+    g = torch.Generator().manual_seed(3)
+    f = torch.rand(1, 2, 9, 10, dtype=torch.float64, generator=g).requires_grad_(True)
+    p = torch.rand(1, 2, 9, 10, dtype=torch.float64, generator=g).requires_grad_(True)
+    eps = torch.full((2,), 0.05, dtype=torch.float64).requires_grad_(True)
+    w = torch.rand(1, 3, 5, 5, dtype=torch.float64, generator=g).requires_grad_(True)
+    fit = lambda f, p, e, w: local_linear_fit(f, p, (2, 4, 8), e, 2, "valid", weights=w)  # noqa: E731
+    assert torch.autograd.gradcheck(fit, (f, p, eps, w), fast_mode=True)
+
+
+def test_triton_blend_gradients_match_torch_path():
+    g = torch.Generator().manual_seed(4)
+    f, p, w = torch.rand(1, 2, 16, 12, generator=g), torch.rand(1, 1, 16, 12, generator=g), torch.rand(1, 2, 4, 3, generator=g)
+    grads = {}
+    for name in ("torch", "triton"):
+        with use_backend(name):
+            ff, pp, ww = (t.clone().requires_grad_(True) for t in (f, p, w))
+            co = local_linear_fit(ff, pp, (4, 8), 1e-2, 4, weights=ww)
+            (co * torch.linspace(-1, 1, co.numel()).view_as(co)).sum().backward()
+            grads[name] = [t.grad for t in (ff, pp, ww)]
+    for a, b in zip(grads["torch"], grads["triton"]):
+        torch.testing.assert_close(b, a, atol=2e-5, rtol=1e-4)
+
+
 def test_gradcheck_full_and_resize():
     """One full (not fast-mode) gradcheck, and apply's plain-resize path (non-integer size ratio)."""
     g = torch.Generator().manual_seed(0)
@@ -326,6 +367,12 @@ def test_bad_input_names_the_problem():
         (lambda: local_linear_fit(f, p, 1, torch.ones(2)), r"eps must be a float, a tensor of shape \(3,\)"),
         (lambda: local_linear_fit(f, p, -1, 1e-2), "radius must be a non-negative integer"),
         (lambda: local_linear_fit(f, p, 1, 1e-2, scale=0), "scale must be a positive integer"),
+        (lambda: local_linear_fit(f, p, (1, 2), 1e-2), r"2 radii need weights of shape \(1, 2, 8, 8\)"),
+        (lambda: local_linear_fit(f, p, (1, 2), 1e-2, weights=torch.ones(1, 2, 4, 4)), "weights must have shape"),
+        (lambda: local_linear_fit(f, p, 1, 1e-2, weights=torch.ones(1, 1, 8, 8)), "pass radius as a sequence"),
+        (lambda: local_linear_fit(f, p, (), 1e-2), "non-empty sequence"),
+        (lambda: local_linear_fit(f, p, (1, 2), 1e-2, weights=torch.full((1, 2, 8, 8), float("nan"))),
+         "weights contains"),
         (lambda: local_linear_fit(f, p, 1, 1e-2, border="wrap"), "border must be one of"),
         (lambda: local_linear_fit(f.int(), p, 1, 1e-2), "features must be float32"),
         (lambda: local_linear_apply(f, co[:, :, :3]), r"need batch 1 and K \+ 1 = 4"),

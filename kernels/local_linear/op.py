@@ -26,10 +26,10 @@ def _impl(backend: str):
 
 class _Fit(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, f, p, eps, cf, cp, r, border, s, backend):
+    def forward(ctx, f, p, eps, weights, cf, cp, radii, border, s, backend):
         impl = _impl(backend)
-        save = any(ctx.needs_input_grad[:3])
-        coeffs, saved = impl.fit_forward(f, p, cf, cp, eps, r, border, s, save)
+        save = any(ctx.needs_input_grad[:4])
+        coeffs, saved = impl.fit_forward(f, p, cf, cp, eps, radii, border, s, save, weights)
         ctx.impl, ctx.saved = impl, saved  # plain attributes: backward runs once, no version checks needed
         ctx.save_for_backward(eps)
         return coeffs
@@ -37,8 +37,9 @@ class _Fit(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         (eps,) = ctx.saved_tensors
-        df, dp, deps = ctx.impl.fit_backward(ctx.saved, g.to(eps.dtype).contiguous(), eps, ctx.needs_input_grad[2])
-        return df, dp, deps, None, None, None, None, None, None
+        df, dp, deps, dw = ctx.impl.fit_backward(ctx.saved, g.to(eps.dtype).contiguous(), eps,
+                                                 ctx.needs_input_grad[2], ctx.needs_input_grad[3])
+        return df, dp, deps, dw, None, None, None, None, None, None
 
 
 class _Apply(torch.autograd.Function):
@@ -93,8 +94,32 @@ def _check_eps(eps, batch: int, k: int, device, dtype) -> torch.Tensor:
     return t.expand(batch, k) if t.dim() < 2 else t
 
 
-def local_linear_fit(features: torch.Tensor, target: torch.Tensor, radius: int, eps, scale: int = 1,
-                     border: str = "valid") -> torch.Tensor:
+def _check_radii(radius, weights, batch: int, grid: tuple[int, int], device, dtype):
+    """(radii tuple, weights or None) from an int radius or a sequence of radii with their blend weights."""
+    if isinstance(radius, (list, tuple)):
+        radii = tuple(check_radius(r) for r in radius)
+        if not radii:
+            raise ValueError("radius must be an int or a non-empty sequence of ints")
+    else:
+        radii = (check_radius(radius),)
+        if weights is not None:
+            raise ValueError("weights blend the fits of several radii: pass radius as a sequence with them")
+    if weights is None:
+        if len(radii) > 1:
+            raise ValueError(f"{len(radii)} radii need weights of shape ({batch}, {len(radii)}, {grid[0]}, {grid[1]})")
+        return radii, None
+    want = (batch, len(radii), *grid)
+    if not isinstance(weights, torch.Tensor) or tuple(weights.shape) != want:
+        got = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
+        raise ValueError(f"weights must have shape {want} (batch, radii, coefficient grid), got {got}")
+    if weights.device != device:
+        raise ValueError(f"weights are on {weights.device} but features on {device}")
+    check_finite(weights, "weights")
+    return radii, weights.to(dtype).contiguous()
+
+
+def local_linear_fit(features: torch.Tensor, target: torch.Tensor, radius, eps, scale: int = 1,
+                     border: str = "valid", weights: torch.Tensor | None = None) -> torch.Tensor:
     r"""Local linear regression: in every window, a ridge fit of each target channel on K feature channels
     plus a constant; returns the coefficients averaged over the overlapping windows.
 
@@ -125,13 +150,19 @@ def local_linear_fit(features: torch.Tensor, target: torch.Tensor, radius: int, 
     Args:
         features: (B, K, H, W), 1 <= K <= 8 feature (guide) channels.
         target: (B, C, H, W), 1 <= C <= 4 channels to explain; same B, H, W as ``features``.
-        radius: window radius r >= 0 in full-resolution pixels.
+        radius: window radius r >= 0 in full-resolution pixels, or a sequence of R radii to blend (with
+            ``weights``).
         eps: ridge weight (> 0) on the slopes: a float, a per-feature tensor (K,), or (B, K).
             Differentiable when it is a tensor that requires grad.
         scale: s >= 1; ``s > 1`` fits on the grid of s x s cells.
         border: ``"valid"`` (default; windows keep their in-image pixels, or cells),
             ``"reflect"``, ``"replicate"``, ``"symmetric"`` (see :mod:`vision.kernels.border`); applied to
             pixels at scale 1, to cells of the grid at scale > 1.
+        weights: with R radii, (B, R, ceil(H/s), ceil(W/s)) per-cell blend weights (e.g. a softmax over R):
+            the result is ``sum_j weights[:, j] * fit at radius j``, each fit exactly as above. The fits
+            share one pass over the pixels (the cell moments), which is most of the cost at scale > 1.
+            A blend of local linear models is a local linear model, so one ``local_linear_apply``
+            evaluates it. Differentiable w.r.t. the weights.
 
     Returns:
         (B, C, K + 1, ceil(H/s), ceil(W/s)) coefficients for the raw (not centred) features: entries
@@ -147,6 +178,9 @@ def local_linear_fit(features: torch.Tensor, target: torch.Tensor, radius: int, 
         torch.Size([1, 3, 7, 16, 16])
         >>> local_linear_apply(f, coeffs).shape
         torch.Size([1, 3, 64, 64])
+        >>> w = torch.softmax(torch.randn(1, 3, 16, 16), 1)  # per-cell blend of three radii
+        >>> local_linear_fit(f, p, radius=(4, 8, 16), eps=1e-3, scale=4, weights=w).shape
+        torch.Size([1, 3, 7, 16, 16])
     """
     k = _check_features(features)
     target = check_image(target, "target")
@@ -158,12 +192,13 @@ def local_linear_fit(features: torch.Tensor, target: torch.Tensor, radius: int, 
                          "height and width")
     if features.device != target.device:
         raise ValueError(f"features are on {features.device} but target on {target.device}")
-    radius = check_radius(radius)
     scale = check_scale(scale)
     border = check_border(border)
     check_finite(features, "features")
     check_finite(target, "target")
     work = _work_dtype(features, target)
+    grid = (-(-features.shape[-2] // scale), -(-features.shape[-1] // scale))
+    radii, weights = _check_radii(radius, weights, features.shape[0], grid, features.device, work)
     out_dtype = torch.promote_types(features.dtype, target.dtype)
     eps_t = _check_eps(eps, features.shape[0], k, features.device, work)
     f, p = features.to(work), target.to(work)
@@ -172,7 +207,8 @@ def local_linear_fit(features: torch.Tensor, target: torch.Tensor, radius: int, 
     cf = f.detach().mean((2, 3))
     cp = p.detach().mean((2, 3))
     backend = backend_for(f)
-    coeffs = _Fit.apply(f.contiguous(), p.contiguous(), eps_t, cf, cp, low_res_radius(radius, scale), border,
+    r = tuple(low_res_radius(v, scale) for v in radii)
+    coeffs = _Fit.apply(f.contiguous(), p.contiguous(), eps_t, weights, cf, cp, r[0] if weights is None else r, border,
                         scale, backend)
     return coeffs.to(out_dtype)
 

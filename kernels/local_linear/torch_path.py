@@ -404,13 +404,9 @@ def _bands(X):
 
 # ---------------------------------------------------------------------------------------------- fit
 
-@threaded
-def fit_forward(f, p, cf, cp, eps, r: int, border: str, s: int, save: bool):
-    """Coefficients (B, C, K + 1, H', W') for the raw features, and what the backward needs."""
-    B, K = f.shape[:2]
-    C = p.shape[1]
-    lay = layout(K, C)
-    X = box_mean_(cell_moments(f, p, cf, cp, s), r, border)
+def _fit_one(X, eps, lay, r: int, border: str, cf, cp):
+    """Window-averaged coefficients for the raw features from window-mean moments X (B, NM, h, w)."""
+    B, K, C = X.shape[0], lay.K, lay.C
     h, w = X.shape[-2:]
     theta = X.new_empty(B, C, K + 1, h, w)
 
@@ -424,21 +420,42 @@ def fit_forward(f, p, cf, cp, eps, r: int, border: str, s: int, save: bool):
     theta = box_mean_(theta, r, border)
     # back to raw features: a . (f - cf) + b + cp = a . f + (b - a . cf + cp)
     theta[:, :, K] += cp[:, :, None, None] - torch.einsum("bckhw,bk->bchw", theta[:, :, :K], cf)
-    saved = dict(X=X, f=f, p=p, cf=cf, cp=cp, r=r, border=border, s=s) if save else None
-    return theta, saved
+    return theta
 
 
 @threaded
-def fit_backward(saved, g, eps, need_eps: bool):
-    """(df, dp, deps) from the gradient g (B, C, K + 1, H', W') of the coefficients."""
-    X, f, p, cf, cp = saved["X"], saved["f"], saved["p"], saved["cf"], saved["cp"]
-    r, border, s = saved["r"], saved["border"], saved["s"]
+def fit_forward(f, p, cf, cp, eps, radii, border: str, s: int, save: bool, weights=None):
+    """Coefficients (B, C, K + 1, H', W') for the raw features, and what the backward needs.
+
+    ``radii`` is one radius or a tuple of R; with R radii the fits share one pass over the pixels (the
+    cell moments) and are blended per cell, ``sum_j weights[:, j] * fit_j`` (``weights`` (B, R, H', W')).
+    """
+    radii = (radii,) if isinstance(radii, int) else tuple(radii)
     B, K = f.shape[:2]
-    C = p.shape[1]
-    lay = layout(K, C)
+    lay = layout(K, p.shape[1])
+    X0 = cell_moments(f, p, cf, cp, s)
+    theta, boxed, fits = None, [], []
+    for j, r in enumerate(radii):
+        X = box_mean_(X0 if j == len(radii) - 1 else X0.clone(), r, border)
+        t = _fit_one(X, eps, lay, r, border, cf, cp)
+        boxed.append(X)
+        if weights is None:
+            theta = t
+            continue
+        fits.append(t)
+        wt = weights[:, j, None, None]
+        theta = t * wt if theta is None else theta.addcmul_(t, wt)
+    saved = dict(X=boxed, fits=fits, weights=weights, f=f, p=p, cf=cf, cp=cp, radii=radii, border=border,
+                 s=s) if save else None
+    return theta, saved
+
+
+def _moments_grad(X, gt, eps, lay, cf, r: int, border: str, need_eps: bool):
+    """Gradient w.r.t. the raw cell moments (before the window pass) of one radius's fit, and d eps."""
+    B, K, C = X.shape[0], lay.K, lay.C
     h, w = X.shape[-2:]
-    gt = g.clone()
-    gt[:, :, :K] -= g[:, :, K:] * cf[:, None, :, None, None]  # the intercept's - a . cf
+    gt = gt.clone()
+    gt[:, :, :K] -= gt[:, :, K:] * cf[:, None, :, None, None]  # the intercept's - a . cf
     gt = box_mean_adjoint_(gt, r, border)
     gX = torch.empty_like(X)
     I, J = (t.to(X.device) for t in _pairs(K))
@@ -472,9 +489,26 @@ def fit_backward(saved, g, eps, need_eps: bool):
         gX[:, :, i0:i1] = gXb.view(B, lay.NM, i1 - i0, w)
 
     parallel_for(band, range(len(bands)), X.device)
-    gX = box_mean_adjoint_(gX, r, border)
+    return box_mean_adjoint_(gX, r, border), (torch.stack(deps_parts).sum(0) if need_eps else None)
+
+
+@threaded
+def fit_backward(saved, g, eps, need_eps: bool, need_weights: bool = False):
+    """(df, dp, deps, dweights) from the gradient g (B, C, K + 1, H', W') of the coefficients."""
+    f, p, cf, cp = saved["f"], saved["p"], saved["cf"], saved["cp"]
+    weights, border, s = saved["weights"], saved["border"], saved["s"]
+    lay = layout(f.shape[1], p.shape[1])
+    gX = deps = dw = None
+    if weights is not None and need_weights:
+        dw = torch.stack([(g * t).sum((1, 2)) for t in saved["fits"]], 1)
+    for j, (X, r) in enumerate(zip(saved["X"], saved["radii"])):
+        gt = g if weights is None else g * weights[:, j, None, None]
+        gXj, dej = _moments_grad(X, gt, eps, lay, cf, r, border, need_eps)
+        gX = gXj if gX is None else gX.add_(gXj)
+        if need_eps:
+            deps = dej if deps is None else deps + dej
     df, dp = cell_moments_adjoint(gX, f, p, cf, cp, s)
-    return df, dp, (torch.stack(deps_parts).sum(0) if need_eps else None)
+    return df, dp, deps, dw
 
 
 # ---------------------------------------------------------------------------------------------- apply

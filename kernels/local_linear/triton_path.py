@@ -503,9 +503,11 @@ def box_mean(x, r, border, adjoint: bool = False):
     return _cols_pass(_rows_pass(x.contiguous(), tx, rx), ty, ry)
 
 
-def fit_forward(f, p, cf, cp, eps, r: int, border: str, s: int, save: bool):
+def fit_forward(f, p, cf, cp, eps, radii, border: str, s: int, save: bool, weights=None):
+    """As :func:`.torch_path.fit_forward`: one cell-moment pass, then per radius the window passes and solve."""
     if f.dtype != torch.float32:  # the kernels accumulate in float32; float64 (gradcheck) runs the torch path
-        return torch_path.fit_forward(f, p, cf, cp, eps, r, border, s, save)
+        return torch_path.fit_forward(f, p, cf, cp, eps, radii, border, s, save, weights)
+    radii = (radii,) if isinstance(radii, int) else tuple(radii)
     B, K, H, W = f.shape
     C = p.shape[1]
     lay = layout(K, C)
@@ -518,50 +520,68 @@ def fit_forward(f, p, cf, cp, eps, r: int, border: str, s: int, save: bool):
     BH, BW, nw = _tiles("cell")
     _cell_moments_kernel[_grid(gw, gh, B, BH, BW)](f, p, cf, cp, X0, H, W, gh, gw, K=K, C=C, S=s,
                                                    BH=BH, BW=BW, num_warps=nw)
-    tx, rx = taps_table(gw, r, border, f.device)
-    ty, ry = taps_table(gh, r, border, f.device)
-    Xh = _rows_pass(X0, tx, rx)
-    del X0
-    theta = f.new_empty(B, C, K + 1, gh, gw)
-    X = f.new_empty(B, lay.NM, gh, gw) if save else theta  # X_ptr unused when SAVE is False
+    total, boxed, fits = None, [], []
     BH, BW, nw = _tiles("solve")
-    _solve_kernel[_grid(gw, gh, B, BH, BW)](Xh, ty, eps_c, theta, X, gh, gw, ty.shape[1], ry, K=K, C=C,
-                                            SAVE=save, BH=BH, BW=BW, num_warps=nw)
-    del Xh
-    th = _rows_pass(theta, tx, rx)
-    out = torch.empty_like(theta)
-    _coeff_cols_kernel[_grid(gw, gh, B * C, BH, BW)](th, ty, cf, cp, out, gh, gw, ty.shape[1], ry, K=K, C=C,
-                                                     BH=BH, BW=BW, num_warps=nw)
-    saved = dict(X=X, f=f, p=p, cf=cf, cp=cp, r=r, border=border, s=s, triton=True) if save else None
-    return out, saved
+    for j, r in enumerate(radii):
+        tx, rx = taps_table(gw, r, border, f.device)
+        ty, ry = taps_table(gh, r, border, f.device)
+        Xh = _rows_pass(X0, tx, rx)
+        theta = f.new_empty(B, C, K + 1, gh, gw)
+        X = f.new_empty(B, lay.NM, gh, gw) if save else theta  # X_ptr unused when SAVE is False
+        _solve_kernel[_grid(gw, gh, B, BH, BW)](Xh, ty, eps_c, theta, X, gh, gw, ty.shape[1], ry, K=K, C=C,
+                                                SAVE=save, BH=BH, BW=BW, num_warps=nw)
+        del Xh
+        th = _rows_pass(theta, tx, rx)
+        out = torch.empty_like(theta)
+        _coeff_cols_kernel[_grid(gw, gh, B * C, BH, BW)](th, ty, cf, cp, out, gh, gw, ty.shape[1], ry, K=K, C=C,
+                                                         BH=BH, BW=BW, num_warps=nw)
+        boxed.append(X)
+        if weights is None:
+            total = out
+            continue
+        fits.append(out)
+        wt = weights[:, j, None, None].float()
+        total = out * wt if total is None else total.addcmul_(out, wt)
+    saved = dict(X=boxed, fits=fits, weights=weights, f=f, p=p, cf=cf, cp=cp, radii=radii, border=border, s=s,
+                 triton=True) if save else None
+    return total, saved
 
 
-def fit_backward(saved, g, eps, need_eps: bool):
+def fit_backward(saved, g, eps, need_eps: bool, need_weights: bool = False):
     if not saved.get("triton"):
-        return torch_path.fit_backward(saved, g, eps, need_eps)
-    X, f, p, cf, cp = saved["X"], saved["f"], saved["p"], saved["cf"], saved["cp"]
-    r, border, s = saved["r"], saved["border"], saved["s"]
+        return torch_path.fit_backward(saved, g, eps, need_eps, need_weights)
+    f, p, cf, cp = saved["f"], saved["p"], saved["cf"], saved["cp"]
+    weights, border, s = saved["weights"], saved["border"], saved["s"]
     B, K, H, W = f.shape
     C = p.shape[1]
-    lay = layout(K, C)
-    gh, gw = X.shape[-2:]
     g = g.float()
-    gt = g.clone()
-    gt[:, :, :K] -= g[:, :, K:] * cf[:, None, :, None, None]  # the intercept's - a . cf
-    gt = box_mean(gt, r, border, adjoint=True)
-    gX = torch.empty_like(X)
+    dw = None
+    if weights is not None and need_weights:
+        dw = torch.stack([(g * t).sum((1, 2)) for t in saved["fits"]], 1).to(weights.dtype)
     BH, BW, nw = _tiles("solve")
-    grid = _grid(gw, gh, B, BH, BW)
-    deps_part = torch.zeros(B, grid[1] * grid[0], K, device=f.device, dtype=torch.float32)
-    _fit_bwd_kernel[grid](X, gt, eps.detach().float().contiguous(), gX, deps_part, gh, gw, grid[0], K=K, C=C,
-                          NEED_EPS=need_eps, BH=BH, BW=BW, num_warps=nw)
-    gX = box_mean(gX, r, border, adjoint=True)
+    gX = deps = None
+    for j, (X, r) in enumerate(zip(saved["X"], saved["radii"])):
+        gj = g if weights is None else g * weights[:, j, None, None].float()
+        gh, gw = X.shape[-2:]
+        gt = gj.clone()
+        gt[:, :, :K] -= gj[:, :, K:] * cf[:, None, :, None, None]  # the intercept's - a . cf
+        gt = box_mean(gt, r, border, adjoint=True)
+        gXj = torch.empty_like(X)
+        grid = _grid(gw, gh, B, BH, BW)
+        deps_part = torch.zeros(B, grid[1] * grid[0], K, device=f.device, dtype=torch.float32)
+        _fit_bwd_kernel[grid](X, gt, eps.detach().float().contiguous(), gXj, deps_part, gh, gw, grid[0], K=K, C=C,
+                              NEED_EPS=need_eps, BH=BH, BW=BW, num_warps=nw)
+        gXj = box_mean(gXj, r, border, adjoint=True)
+        gX = gXj if gX is None else gX.add_(gXj)
+        if need_eps:
+            dej = deps_part.sum(1).to(eps.dtype)
+            deps = dej if deps is None else deps + dej
+    gh, gw = gX.shape[-2:]
     df, dp = torch.empty_like(f), torch.empty_like(p)
     BH, BW, nw = _tiles("cell")
     _cell_adjoint_kernel[_grid(W, H, B, BH, BW)](gX, f, p, cf, cp, df, dp, H, W, gh, gw, K=K, C=C, S=s,
                                                  BH=BH, BW=BW, num_warps=nw)
-    deps = deps_part.sum(1).to(eps.dtype) if need_eps else None
-    return df, dp, deps
+    return df, dp, deps, dw
 
 
 def apply_forward(f, coeffs, sh: float, sw: float):
