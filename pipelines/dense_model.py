@@ -54,6 +54,7 @@ class DenseConfig:
     max_minutes: float | None = None
     data: str | None = None
     extra: dict = field(default_factory=dict)  # extra timm.create_model kwargs (e.g. depth=2 for a tiny model)
+    head_kwargs: dict = field(default_factory=dict)  # extra head arguments (e.g. cells=4 for local-linear)
 
     @classmethod
     def from_json(cls, text: str) -> "DenseConfig":
@@ -155,10 +156,19 @@ def build_model(cfg: DenseConfig) -> DenseModel:
     dcfg = backbone.pretrained_cfg if hasattr(backbone, "pretrained_cfg") else {}
     mean, std = dcfg.get("mean", (0.485, 0.456, 0.406)), dcfg.get("std", (0.229, 0.224, 0.225))
     head_cls = HEADS[cfg.head]
-    if cfg.head == "dpt":
-        head = head_cls(channels, task.out_channels, patch_size=16, in_strides=reductions)
-    else:
-        head = head_cls(channels[index], 16, task.out_channels)
+    fixed = dict(in_dims=channels, out_channels=task.out_channels, patch_size=16, in_strides=reductions) \
+        if cfg.head == "dpt" else dict(dim=channels[index], patch_size=16, out_channels=task.out_channels)
+    clash = sorted(set(cfg.head_kwargs) & set(fixed))
+    if clash:
+        raise ValueError(f"head arguments {clash} are set by the backbone and task; remove them from --head-kwargs")
+    try:
+        head = head_cls(**fixed, **cfg.head_kwargs)
+    except TypeError as err:  # an unknown keyword: name the head's real arguments
+        import inspect
+
+        allowed = [n for n in inspect.signature(head_cls).parameters if n not in fixed]
+        raise ValueError(f"--head-kwargs {cfg.head_kwargs} do not fit the {cfg.head} head ({err}); "
+                         f"it takes {', '.join(allowed)}") from None
     if cfg.lora_rank > 0:
         backbone = add_lora(backbone, cfg.lora_rank, cfg.lora_alpha)
     return DenseModel(backbone, head, cfg.head, index, mean, std, patch=16)

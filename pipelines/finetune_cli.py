@@ -51,6 +51,9 @@ def add_parser(sub) -> None:
     p.add_argument("--pretrained", default=None, metavar="FILE", help="local backbone checkpoint (no downloads)")
     p.add_argument("--backbone-kwargs", default=None, metavar="JSON",
                    help='extra timm.create_model arguments, e.g. \'{"drop_path_rate": 0.1}\'')
+    p.add_argument("--head-kwargs", default=None, metavar="JSON",
+                   help='extra head arguments, e.g. \'{"cells": 4}\' for local-linear coefficients on 4 x 4 cells '
+                        'of each patch')
     p.add_argument("--lora-rank", type=int, default=d.lora_rank, help=f"LoRA rank; 0 = full fine-tuning "
                                                                       f"(default {d.lora_rank})")
     p.add_argument("--img-size", type=int, default=d.img_size, help=f"backbone input size (default {d.img_size})")
@@ -84,16 +87,8 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     if args.epochs < 1 or args.batch_size < 1:
         raise ValueError("--epochs and --batch-size must be >= 1")
-    extra = {}
-    if args.backbone_kwargs:
-        import json
-
-        try:
-            extra = json.loads(args.backbone_kwargs)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"--backbone-kwargs is not valid JSON: {err}") from None
-        if not isinstance(extra, dict):
-            raise ValueError("--backbone-kwargs must be a JSON object")
+    extra = _json_object(args.backbone_kwargs, "--backbone-kwargs")
+    head_kwargs = _json_object(args.head_kwargs, "--head-kwargs")
     if not args.data.is_dir():
         raise FileNotFoundError(f"no data folder at {args.data}")
     cfg = DenseConfig(task=args.task, backbone=args.backbone, head=args.head, img_size=args.img_size,
@@ -102,7 +97,7 @@ def run(args) -> int:
                       weight_decay=args.weight_decay, ema=args.ema, clip=args.clip, tta=not args.no_tta,
                       select_best=not args.last, seed=args.seed, limit=args.limit, max_minutes=args.max_minutes,
                       data=str(args.data),
-                      extra=extra)
+                      extra=extra, head_kwargs=head_kwargs)
     if args.out.exists() and any(args.out.iterdir()) and not args.resume:
         raise FileExistsError(f"{args.out} is not empty; pass --resume to continue it or choose another folder")
     history = train(cfg, args.out, resume=args.resume, progress=not args.quiet)
@@ -110,3 +105,18 @@ def run(args) -> int:
         last = history[-1]
         print(f"done: {last['epoch']} epochs in {last['seconds']:.0f} s; run in {args.out}")
     return 0
+
+
+def _json_object(text: str | None, option: str) -> dict:
+    """The JSON object an option holds ({} when it is not given), or a ValueError that names the option."""
+    if not text:
+        return {}
+    import json
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{option} is not valid JSON: {err}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{option} must be a JSON object")
+    return value

@@ -106,13 +106,15 @@ def test_lora_freezes_backbone_and_adapts_every_projection():
     torch.testing.assert_close(model.backbone(x)[-1], plain.backbone(x)[-1], rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("head,lora", [("token-local", 4), ("local-linear", 0), ("dpt", 0)])
-def test_train_then_reload_gives_bit_identical_predictions(tmp_path, head, lora, one_thread):
+@pytest.mark.parametrize("head,lora,head_kwargs", [("token-local", 4, {}),
+                                                    ("local-linear", 0, {"cells": 2, "learned_guides": 1}),
+                                                    ("dpt", 0, {})])
+def test_train_then_reload_gives_bit_identical_predictions(tmp_path, head, lora, head_kwargs, one_thread):
     from vision.dense import TASKS
     from vision.pipelines.finetune import train
 
     data = Crop("camnormal")
-    cfg = tiny_cfg(task="normals", head=head, lora_rank=lora, epochs=2)
+    cfg = tiny_cfg(task="normals", head=head, lora_rank=lora, epochs=2, head_kwargs=head_kwargs)
     history = train(cfg, tmp_path / "run", train_set=data, val_set=data, progress=False, log=lambda *a: None)
     assert [h["epoch"] for h in history] == [1, 2]
     assert np.isfinite(history[-1]["loss"]) and "mean_angle" in history[-1]
@@ -178,6 +180,11 @@ def test_bad_config_errors():
         build_model(tiny_cfg(head="mlp"))
     with pytest.raises(ValueError, match="unknown backbone"):
         build_model(tiny_cfg(backbone="no_such_model"))
+    with pytest.raises(ValueError, match="it takes guide_channels, detail, bias, cells, learned_guides"):
+        build_model(tiny_cfg(head="local-linear", head_kwargs={"cell": 4}))
+    with pytest.raises(ValueError, match=r"head arguments \['patch_size'\] are set by the backbone"):
+        build_model(tiny_cfg(head_kwargs={"patch_size": 8}))
+    assert build_model(tiny_cfg(head="local-linear", head_kwargs={"cells": 4})).head.cells == 4
     model = build_model(tiny_cfg())
     with pytest.raises(ValueError, match="multiple of"):
         model(torch.rand(1, 3, 30, 32))
@@ -221,6 +228,7 @@ def test_cli_finetune_then_predict(tmp_path):
     assert main(args) == 0
     assert main(args) == 2  # a non-empty run folder without --resume is refused
     assert main(args[:-2] + ["--backbone-kwargs", "{bad"]) == 2
+    assert main(args + ["--head-kwargs", "[4]"]) == 2  # must be a JSON object
     out = tmp_path / "pred"
     assert main(["predict", str(run), str(data / "images" / "*.png"), "-o", str(out), "--format", "npy"]) == 0
     names = sorted(p.name for p in out.iterdir())

@@ -83,40 +83,69 @@ def _standardised(image: np.ndarray) -> np.ndarray:
     return (image - mean) / np.sqrt(var + 1e-4)
 
 
+def _learned_guide(head: LocalLinearReadout, guide: np.ndarray) -> np.ndarray:
+    """The _GuideNet by hand: 3 x 3 convolution (zero padding) -> GELU (erf) -> 3 x 3 convolution -> tanh."""
+    from math import erf
+
+    def conv3(x, w, b):
+        B, _, H, W = x.shape
+        xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        out = np.zeros((B, w.shape[0], H, W)) + b[None, :, None, None]
+        for dy in range(3):
+            for dx in range(3):
+                out += np.einsum("oc,bchw->bohw", w[:, :, dy, dx], xp[:, :, dy:dy + H, dx:dx + W])
+        return out
+
+    c1, c2 = head.guide_net.net[0], head.guide_net.net[2]
+    hid = conv3(guide, c1.weight.detach().numpy(), c1.bias.detach().numpy())
+    hid = 0.5 * hid * (1 + np.vectorize(erf)(hid / np.sqrt(2)))
+    return np.tanh(conv3(hid, c2.weight.detach().numpy(), c2.bias.detach().numpy()))
+
+
 def _readout_by_pixel(head: LocalLinearReadout, tokens: np.ndarray, image: np.ndarray) -> np.ndarray:
-    """Per pixel: bilinear blend (weights from the pixel's position between patch centres, clamped at the
-    outer centres) of the four nearest tokens' affine maps, applied to the standardised guide pixel, plus
-    the token-local detail term."""
+    """Per pixel: bilinear blend (weights from the pixel's position between cell centres, clamped at the
+    outer centres) of the four nearest cells' affine maps, applied to the standardised guide pixel (plus the
+    learned guide channels), plus the token-local detail term. A token owns c x c cells of its patch
+    (c = ``cells``), cell (i, j) being linear outputs ``((i*c + j)*K + k)*(G+1) + g``."""
     B, h, w, _ = tokens.shape
-    p, K, G = head.patch_size, head.out_channels, head.guide_channels
+    p, K, c = head.patch_size, head.out_channels, head.cells
+    G = head.guide_channels + head.learned_guides
+    q = p // c
     Wc, bc = head.coeffs.weight.detach().numpy(), head.coeffs.bias.detach().numpy()
-    coef = (tokens @ Wc.T + bc).reshape(B, h, w, K, G + 1)
+    per_token = (tokens @ Wc.T + bc).reshape(B, h, w, c, c, K, G + 1)
+    coef = np.zeros((B, h * c, w * c, K, G + 1))
+    for i in range(h * c):
+        for j in range(w * c):
+            coef[:, i, j] = per_token[:, i // c, j // c, i % c, j % c]
     guide = _standardised(image)
+    if head.learned_guides:
+        guide = np.concatenate([guide, _learned_guide(head, guide)], 1)
     Wd, bd = head.detail.proj.weight.detach().numpy(), head.detail.proj.bias.detach().numpy()
     out = np.zeros((B, K, h * p, w * p))
     for b in range(B):
         for Y in range(h * p):
-            u = min(max((Y + 0.5) / p - 0.5, 0.0), h - 1)
+            u = min(max((Y + 0.5) / q - 0.5, 0.0), h * c - 1)
             y0 = int(np.floor(u))
-            y1, wy = min(y0 + 1, h - 1), u - y0
+            y1, wy = min(y0 + 1, h * c - 1), u - y0
             for X in range(w * p):
-                v = min(max((X + 0.5) / p - 0.5, 0.0), w - 1)
+                v = min(max((X + 0.5) / q - 0.5, 0.0), w * c - 1)
                 x0 = int(np.floor(v))
-                x1, wx = min(x0 + 1, w - 1), v - x0
-                c = ((1 - wy) * (1 - wx) * coef[b, y0, x0] + (1 - wy) * wx * coef[b, y0, x1]
-                     + wy * (1 - wx) * coef[b, y1, x0] + wy * wx * coef[b, y1, x1])
+                x1, wx = min(x0 + 1, w * c - 1), v - x0
+                cf = ((1 - wy) * (1 - wx) * coef[b, y0, x0] + (1 - wy) * wx * coef[b, y0, x1]
+                      + wy * (1 - wx) * coef[b, y1, x0] + wy * wx * coef[b, y1, x1])
                 detail = Wd @ tokens[b, Y // p, X // p] + bd
                 for k in range(K):
-                    out[b, k, Y, X] = (c[k, :G] @ guide[b, :, Y, X] + c[k, G]
+                    out[b, k, Y, X] = (cf[k, :G] @ guide[b, :, Y, X] + cf[k, G]
                                        + detail[((Y % p) * p + X % p) * K + k])
     return out
 
 
-@pytest.mark.parametrize("K", [2, 5])  # K = 5 crosses local_linear_apply's 4-channel chunk
-def test_local_linear_readout_matches_per_pixel_float64(K):
+@pytest.mark.parametrize("K,cells,learned", [(2, 1, 0), (5, 1, 0), (2, 2, 0), (1, 4, 2)])
+def test_local_linear_readout_matches_per_pixel_float64(K, cells, learned):
+    """K = 5 crosses local_linear_apply's 4-channel chunk; cells > 1 puts c x c coefficient cells in a patch."""
     torch.manual_seed(1)
     B, C, p, G, h, w = 2, 6, 4, 3, 2, 3
-    head = LocalLinearReadout(C, p, K, guide_channels=G).double()
+    head = LocalLinearReadout(C, p, K, guide_channels=G, cells=cells, learned_guides=learned).double()
     with torch.no_grad():
         for prm in head.parameters():  # hand-set weights: large slopes, so the guide matters
             prm.copy_(torch.randn_like(prm))
@@ -125,7 +154,7 @@ def test_local_linear_readout_matches_per_pixel_float64(K):
     got = head(tokens.reshape(B, h * w, C), image, grid_size=(h, w))
     want = _readout_by_pixel(head, tokens.numpy(), image.numpy())
     np.testing.assert_allclose(got.detach().numpy(), want, rtol=0, atol=1e-10)
-    # the (B, C, h, w) map gives the same, and without detail the detail term is all that goes
+    # the (B, C, h, w) map gives the same
     torch.testing.assert_close(head(tokens.permute(0, 3, 1, 2), image), got, rtol=0, atol=1e-12)
 
 
@@ -145,6 +174,11 @@ def test_local_linear_readout_parameter_count_and_superset():
         head.coeffs.bias.zero_()
     x, img = torch.randn(1, 8, 3, 2), torch.rand(1, 3, 12, 8)
     torch.testing.assert_close(head(x, img), head.detail(x), rtol=0, atol=1e-6)
+    # cells and learned guides: c*c*K*(G+L+1) coefficients per token, plus the guide net's two convolutions
+    big = LocalLinearReadout(dim, p, K, cells=4, learned_guides=2)
+    width = 16  # the guide net's hidden width
+    want_guides = (G * 9 + 1) * width + (width * 9 + 1) * 2
+    assert head_parameter_count(big) == 16 * K * 6 * (dim + 1) + dim * p * p * K + p * p * K + want_guides
 
 
 def test_local_linear_readout_init_has_small_slopes():
@@ -175,6 +209,14 @@ def test_local_linear_readout_shape_errors():
         head(x, torch.rand(3, 8, 12))
     with pytest.raises(ValueError, match="at most 8"):
         LocalLinearReadout(8, 4, 1, guide_channels=9)
+    with pytest.raises(ValueError, match="at most 8"):
+        LocalLinearReadout(8, 4, 1, learned_guides=6)
+    with pytest.raises(ValueError, match="must divide patch_size"):
+        LocalLinearReadout(8, 16, 1, cells=3)
+    with pytest.raises(ValueError, match="cells must be a positive integer"):
+        LocalLinearReadout(8, 16, 1, cells=0)
+    with pytest.raises(ValueError, match="learned_guides must be a non-negative integer"):
+        LocalLinearReadout(8, 16, 1, learned_guides=-1)
 
 
 # ------------------------------------------------------------------------------------------- guided refine

@@ -59,6 +59,11 @@ class LocalLinearReadout(nn.Module):
         guide_channels: G, the image's channels (3 for RGB; at most 8).
         detail: add the plain token-local term.
         bias: biases in the linear maps.
+        cells: c (dividing p): each token predicts c x c sets of coefficients, one per (p/c)-pixel cell of its
+            patch (linear output ``((i*c + j)*K + k)*(G+L+1) + g`` is cell (i, j)), blended at scale p/c; the
+            coefficients may then change inside a patch. ``c*c*K*(G+L+1)*(dim+1)`` coefficient parameters.
+        learned_guides: L extra guide channels computed from the standardised image by two 3 x 3
+            convolutions (width 16, GELU, tanh-bounded), appended after the G image channels; G + L <= 8.
 
     Shapes: ``forward(x, image, grid_size=None)``: x ``(B, N, C)`` tokens with ``grid_size=(h, w)`` or a
     ``(B, C, h, w)`` map; image ``(B, G, h*p, w*p)`` -> ``(B, K, h*p, w*p)`` in x's dtype.
@@ -70,30 +75,45 @@ class LocalLinearReadout(nn.Module):
     """
 
     def __init__(self, dim: int, patch_size: int, out_channels: int, guide_channels: int = 3, detail: bool = True,
-                 bias: bool = True) -> None:
+                 bias: bool = True, cells: int = 1, learned_guides: int = 0) -> None:
         super().__init__()
         for name, v in (("dim", dim), ("patch_size", patch_size), ("out_channels", out_channels),
-                        ("guide_channels", guide_channels)):
+                        ("guide_channels", guide_channels), ("cells", cells)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if guide_channels > 8:
-            raise ValueError(f"guide_channels must be at most 8 (local_linear_apply's limit), got {guide_channels}")
-        self.dim, self.patch_size = dim, patch_size
-        self.out_channels, self.guide_channels = out_channels, guide_channels
-        self.coeffs = nn.Linear(dim, out_channels * (guide_channels + 1), bias=bias)
+        if isinstance(learned_guides, bool) or not isinstance(learned_guides, int) or learned_guides < 0:
+            raise ValueError(f"learned_guides must be a non-negative integer, got {learned_guides!r}")
+        if guide_channels + learned_guides > 8:
+            raise ValueError(f"guide_channels + learned_guides must be at most 8 (local_linear_apply's limit), got "
+                             f"{guide_channels} + {learned_guides}")
+        if patch_size % cells:
+            raise ValueError(f"cells ({cells}) must divide patch_size ({patch_size})")
+        self.dim, self.patch_size, self.cells = dim, patch_size, cells
+        self.out_channels, self.guide_channels, self.learned_guides = out_channels, guide_channels, learned_guides
+        g1 = guide_channels + learned_guides + 1
+        self.coeffs = nn.Linear(dim, cells * cells * out_channels * g1, bias=bias)
         with torch.no_grad():
-            w = self.coeffs.weight.view(out_channels, guide_channels + 1, dim)
-            w[:, :guide_channels].mul_(SLOPE_INIT)
+            w = self.coeffs.weight.view(cells * cells, out_channels, g1, dim)
+            w[:, :, :g1 - 1].mul_(SLOPE_INIT)
             if bias:
-                self.coeffs.bias.view(out_channels, guide_channels + 1)[:, :guide_channels].zero_()
+                self.coeffs.bias.view(cells * cells, out_channels, g1)[:, :, :g1 - 1].zero_()
+        self.guide_net = _GuideNet(guide_channels, learned_guides) if learned_guides else None
         self.detail = TokenLocalHead(dim, patch_size, out_channels, bias=bias) if detail else None
 
     def coefficient_grid(self, x: torch.Tensor, grid_size=None) -> torch.Tensor:
-        """The per-token coefficients as ``(B, K, G+1, h, w)`` (slopes first, intercept last)."""
+        """The per-cell coefficients as ``(B, K, G+1, h*c, w*c)`` (slopes first, intercept last; c = ``cells``)."""
         grid = as_token_grid(x, self.dim, grid_size)
         b, h, w, _ = grid.shape
-        c = self.coeffs(grid.to(self.coeffs.weight.dtype))
-        return c.reshape(b, h, w, self.out_channels, self.guide_channels + 1).permute(0, 3, 4, 1, 2)
+        c, g1 = self.cells, self.guide_channels + self.learned_guides + 1
+        out = self.coeffs(grid.to(self.coeffs.weight.dtype)).reshape(b, h, w, c, c, self.out_channels, g1)
+        return out.permute(0, 5, 6, 1, 3, 2, 4).reshape(b, self.out_channels, g1, h * c, w * c)
+
+    def guide(self, image: torch.Tensor) -> torch.Tensor:
+        """The guide the coefficients multiply: the standardised image, then the learned channels if any."""
+        g = standardize_guide(image)
+        if self.guide_net is None:
+            return g
+        return torch.cat([g, self.guide_net(g.to(self.guide_net.weight_dtype)).to(g.dtype)], 1)
 
     def forward(self, x: torch.Tensor, image: torch.Tensor, grid_size=None) -> torch.Tensor:
         grid = as_token_grid(x, self.dim, grid_size)
@@ -106,8 +126,8 @@ class LocalLinearReadout(nn.Module):
             raise ValueError(f"image {tuple(image.shape)} does not fit {b} x {h} x {w} tokens: need "
                              f"({b}, {self.guide_channels}, {h * p}, {w * p})")
         coeffs = self.coefficient_grid(grid.permute(0, 3, 1, 2))
-        guide = standardize_guide(image)
-        out = torch.cat([local_linear_apply(guide, coeffs[:, i:i + _APPLY_CHANNELS], scale=p)
+        guide = self.guide(image)
+        out = torch.cat([local_linear_apply(guide, coeffs[:, i:i + _APPLY_CHANNELS], scale=p // self.cells)
                          for i in range(0, self.out_channels, _APPLY_CHANNELS)], 1)
         if self.detail is not None:
             out = out + self.detail(grid.permute(0, 3, 1, 2)).to(out.dtype)
@@ -115,4 +135,20 @@ class LocalLinearReadout(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"dim={self.dim}, patch_size={self.patch_size}, out_channels={self.out_channels}, "
-                f"guide_channels={self.guide_channels}")
+                f"guide_channels={self.guide_channels}, cells={self.cells}, learned_guides={self.learned_guides}")
+
+
+class _GuideNet(nn.Module):
+    """Learned full-resolution guide channels: two 3 x 3 convolutions of the standardised image, tanh-bounded."""
+
+    def __init__(self, in_channels: int, out_channels: int, width: int = 16) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Conv2d(in_channels, width, 3, padding=1), nn.GELU(),
+                                 nn.Conv2d(width, out_channels, 3, padding=1), nn.Tanh())
+
+    @property
+    def weight_dtype(self) -> torch.dtype:
+        return self.net[0].weight.dtype
+
+    def forward(self, g: torch.Tensor) -> torch.Tensor:
+        return self.net(g)
