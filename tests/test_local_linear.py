@@ -234,6 +234,14 @@ def test_worker_threads_give_the_same_result(scale, rng):
             torch.set_num_threads(1)
     for a, b in zip(res[1], res[2]):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+    # under the caller's inference_mode the workers write inference tensors too (they are in it as well)
+    torch.set_num_threads(2)
+    try:
+        with torch.inference_mode():
+            q = local_linear_apply(f, local_linear_fit(f, p, 4, 1e-2, scale), scale=scale)
+    finally:
+        torch.set_num_threads(1)
+    torch.testing.assert_close(q, res[1][0], atol=1e-6, rtol=1e-6)
 
 
 def test_modules(rng):

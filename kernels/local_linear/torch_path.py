@@ -105,8 +105,12 @@ def parallel_for(fn, items, device) -> None:
             _pool_size = n
         pool = _pool
 
+    inference = torch.is_inference_mode_enabled()
+
     def run(item):
-        with torch.no_grad():  # grad mode is per thread; forward and backward never record a graph
+        # grad and inference modes are per thread: forward and backward never record a graph, and under the
+        # caller's inference_mode its tensors are inference tensors that only inference-mode code may write
+        with torch.inference_mode() if inference else torch.no_grad():
             fn(item)
 
     for fut in [pool.submit(run, item) for item in items]:
