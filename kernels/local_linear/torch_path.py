@@ -36,7 +36,7 @@ import torch
 from ..box.torch_path import _CV2_BORDER, _use_cv2, box_mean, box_mean_adjoint, cv2, inv_count
 
 BAND_PIXELS = 1 << 16  # grid pixels per band of the per-pixel solve (~ a few MB of working set)
-UPSAMPLE_PIXELS = 1 << 15  # output pixels per band of the apply
+UPSAMPLE_PIXELS = 1 << 17  # output pixels per band of the apply (1 << 15 was ~1.5x slower at 1280 x 720, K = 4)
 
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
