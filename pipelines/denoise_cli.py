@@ -70,7 +70,7 @@ def add_parser(sub) -> None:
     p.add_argument("--weights", type=Path, default=None, metavar="FILE",
                    help="--model flnr: weights from vision train-denoiser (default: the bundled ones)")
     p.add_argument("--radius", type=int, default=None, help="regression window radius in pixels (default 8; "
-                                                            "flnr: the trained one)")
+                                                            "flnr: the trained per-cell blend of its radii)")
     p.add_argument("--eps", type=float, default=None, help="ridge weight on standardised guides (default 0.01; "
                                                            "flnr: the learned ones)")
     p.add_argument("--scale", type=int, default=None, help="fit on scale x scale cells, apply at full resolution "
@@ -213,7 +213,7 @@ def run(args) -> int:
         if args.temporal:
             raise ValueError("--temporal works with --model flr only")
         net = load_flnr(args.weights)
-        defaults = (net.radius, None, net.scale)
+        defaults = (None, None, net.scale)  # radius None: the trained per-cell blend of its radii
     else:
         if args.weights is not None:
             raise ValueError("--weights is for --model flnr")
@@ -221,7 +221,7 @@ def run(args) -> int:
     args.radius = defaults[0] if args.radius is None else args.radius
     args.eps = defaults[1] if args.eps is None else args.eps
     args.scale = defaults[2] if args.scale is None else args.scale
-    if args.radius < 0 or args.scale < 1 or (args.eps is not None and args.eps <= 0) or args.tile < 0:
+    if (args.radius is not None and args.radius < 0) or args.scale < 1 or (args.eps is not None and args.eps <= 0) or args.tile < 0:
         raise ValueError("--radius must be >= 0, --scale >= 1, --eps > 0 and --tile >= 0")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     frames = expand_frames(args.frames)
@@ -241,7 +241,8 @@ def run(args) -> int:
         raise ValueError("two frames map to the same output name; use frames with distinct file names")
     out.mkdir(parents=True, exist_ok=True)
     eps_text = "learned" if args.eps is None else f"{args.eps:g}"
-    header = {"vision.denoiser": f"{args.model} radius={args.radius} eps={eps_text} scale={args.scale}"}
+    radius_text = args.radius if args.radius is not None else "blend " + ",".join(map(str, net.config["radii"]))
+    header = {"vision.denoiser": f"{args.model} radius={radius_text} eps={eps_text} scale={args.scale}"}
     temporal = TemporalFLR(args.radius, args.eps, args.scale, alpha=args.alpha, tile=args.tile or None) \
         if args.temporal else None
     done = skipped = repaired = 0
