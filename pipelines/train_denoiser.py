@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 EPILOG = """examples:
-  vision render-scenes --out data/flnr --count 80 --size 128 --spp-ref 512 --seed 11
+  vision render-scenes --out data/flnr --count 300 --size 128 --spp-ref 512 --seed 11
   vision train-denoiser --data data/flnr -o flnr.safetensors
-  vision train-denoiser --data data/flnr --epochs 40 --steps 30 --minutes 19 -o flnr.safetensors   # bundled recipe
   vision train-denoiser --data data/flnr --init flnr.safetensors --lr 5e-4 -o flnr_ft.safetensors   # fine-tune
+  vision train-denoiser --data data/flnr --guides 3 --radii 8 --minutes 10 -o small.safetensors      # a variant
   vision denoise 'frames/*.exr' -o out/ --model flnr --weights flnr.safetensors
 
 The bundled scenes (assets/scenes) are the evaluation set: do not train on them.
@@ -47,22 +47,22 @@ def add_parser(sub) -> None:
     p.add_argument("-o", "--out", type=Path, required=True, metavar="WEIGHTS", help="output .safetensors file")
     p.add_argument("--epochs", type=int, default=30, help="epochs (default 30)")
     p.add_argument("--steps", type=int, default=None, help="optimiser steps per epoch (default: frames / batch)")
-    p.add_argument("--batch", type=int, default=2, help="crops per step (default 2)")
-    p.add_argument("--crop", type=int, default=128,
-                   help="crop size in pixels (default 128: whole 128-pixel frames, so the regression's borders "
-                        "match validation)")
+    p.add_argument("--batch", type=int, default=4, help="crops per step (default 4)")
+    p.add_argument("--crop", type=int, default=96, help="crop size in pixels (default 96)")
     p.add_argument("--lr", type=float, default=2e-3, help="Adam learning rate, cosine-decayed (default 2e-3)")
     p.add_argument("--smape", type=float, default=0.2, help="weight of the SMAPE term (default 0.2)")
-    p.add_argument("--radius", type=int, default=8, help="regression radius (default 8)")
-    p.add_argument("--scale", type=int, default=2, help="regression cell size (default 2)")
     p.add_argument("--radii", default="4,8,16",
-                   help="blend fits at these radii per cell with weights the network predicts (default 4,8,16; "
-                        "'' = one fit at --radius)")
-    p.add_argument("--no-modulate", action="store_true",
-                   help="the network only blends the --radii fits (does not rewrite the guides)")
-    p.add_argument("--widths", default="16,24,32",
-                   help="U-Net widths at 1/4, 1/8, 1/16 resolution (default 16,24,32)")
-    p.add_argument("--minutes", type=float, default=None, help="stop after this many minutes (after an epoch)")
+                   help="blend fits at these radii per cell with weights the network predicts (default 4,8,16)")
+    p.add_argument("--scale", type=int, default=4, help="regression cell size (default 4)")
+    p.add_argument("--guides", type=int, default=4, help="learned guides the regression fits on (default 4)")
+    p.add_argument("--hidden", type=int, default=16,
+                   help="hidden width of the per-pixel guide head, 0 = linear (default 16)")
+    p.add_argument("--fit-down", type=int, default=1,
+                   help="take the regression's moments from 2x2 (or NxN) means of guides and signal (default 1)")
+    p.add_argument("--widths", default="16,24,32,48",
+                   help="network widths at 1/4 (1x1 stem), 1/8, 1/16, 1/32 resolution (default 16,24,32,48)")
+    p.add_argument("--minutes", type=float, default=None, help="stop after this many minutes (after an epoch); the cosine learning-rate decay then "
+                        "follows the time spent when that is further along than the steps")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--init", type=Path, default=None, help="start from these FLNR weights")
@@ -138,12 +138,11 @@ def validate(model, frames) -> float:
 def training_command(args) -> str:
     """The full command line of this run, every option spelled out (defaults included)."""
     opts = [("--data", args.data), ("--epochs", args.epochs), ("--steps", args.steps), ("--batch", args.batch),
-            ("--crop", args.crop), ("--lr", args.lr), ("--smape", args.smape), ("--radius", args.radius),
-            ("--scale", args.scale), ("--radii", args.radii), ("--widths", args.widths), ("--minutes", args.minutes),
-            ("--threads", args.threads), ("--seed", args.seed), ("--init", args.init)]
+            ("--crop", args.crop), ("--lr", args.lr), ("--smape", args.smape), ("--radii", args.radii),
+            ("--scale", args.scale), ("--guides", args.guides), ("--hidden", args.hidden),
+            ("--fit-down", args.fit_down), ("--widths", args.widths), ("--minutes", args.minutes), ("--threads", args.threads), ("--seed", args.seed),
+            ("--init", args.init)]
     parts = ["vision", "train-denoiser"] + [f"{k} {shlex.quote(str(v))}" for k, v in opts if v is not None]
-    if args.no_modulate:
-        parts.append("--no-modulate")
     return " ".join(parts + [f"-o {shlex.quote(str(args.out))}"])
 
 
@@ -152,7 +151,7 @@ def run(args) -> int:
     from tqdm import tqdm
 
     from vision.denoise import buffers as B
-    from vision.denoise.flnr import FLNR, guide_features, load_flnr, parameter_count
+    from vision.denoise.flnr import FLNR, frame_stats, load_flnr, parameter_count
 
     if args.epochs < 1 or args.batch < 1 or args.crop < 16 or args.lr <= 0:
         raise ValueError("--epochs and --batch must be >= 1, --crop >= 16 and --lr > 0")
@@ -172,20 +171,27 @@ def run(args) -> int:
     train, val = move(train), move(val)
     stats = []
     for f in train:
-        raw = guide_features({k: f[k] for k in GUIDES}, f["color"], f["color"].shape[-2:])
-        stats.append(B.feature_stats(raw))
+        stats.append(frame_stats({k: f[k] for k in GUIDES}, f["color"], f["color"].shape[-2:]))
     widths = [int(w) for w in args.widths.split(",")]
     if args.init:
         model = load_flnr(args.init)
         model = FLNR.from_state_dict(model.state_dict(), model.config)
     else:
         radii = [int(r) for r in args.radii.split(",") if r.strip()]
-        model = FLNR(widths, radius=args.radius, scale=args.scale, radii=radii, modulate=not args.no_modulate)
+        model = FLNR(widths, args.hidden, args.guides, radii, args.scale, args.fit_down)
     model = model.to(device)
     steps = args.steps or max(1, math.ceil(len(train) / args.batch))
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     total = args.epochs * steps
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.5 * (1 + math.cos(math.pi * min(i, total) / total)))
+    budget = None if args.minutes is None else args.minutes * 60
+    t_start = time.time()
+
+    def progress(i: int) -> float:
+        """Fraction of the run done: of the steps, or of --minutes when that is further along."""
+        done = min(i, total) / total
+        return done if budget is None else max(done, min(1.0, (time.time() - t_start) / budget))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.5 * (1 + math.cos(math.pi * progress(i))))
     gen = torch.Generator().manual_seed(args.seed)
     print(f"FLNR: {parameter_count(model)} parameters; {len(train)} train / {len(val)} val frames; "
           f"{args.epochs} epochs x {steps} steps, batch {args.batch}, crop {args.crop}", file=sys.stderr)
@@ -195,7 +201,6 @@ def run(args) -> int:
     print(f"epoch 0 ({start}): val PSNR {best:.2f} dB", file=sys.stderr)
     best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     best_epoch, done, history = 0, 0, []
-    t_start = time.time()
     for epoch in range(1, args.epochs + 1):
         model.train()
         bar = tqdm(range(steps), desc=f"epoch {epoch}/{args.epochs}", unit="step", disable=args.quiet,

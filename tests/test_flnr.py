@@ -21,10 +21,10 @@ def frame():
 
 
 def _random_model(seed=0, **kw):
-    """An FLNR with random (non-zero) last layer, so the network's output matters."""
+    """An FLNR with a random (non-zero) output layer, so the network's code and radius logits matter."""
     torch.manual_seed(seed)
     m = FLNR(**kw)
-    for p in m.net.head[-1].parameters():
+    for p in m.net.out.parameters():
         torch.nn.init.normal_(p, std=0.05)
     return m.eval()
 
@@ -34,19 +34,46 @@ def test_parameter_count_is_small():
     assert parameter_count(load_flnr()) < 200_000
 
 
-def test_untrained_network_is_flr(frame):
-    """The zero-initialised last layer leaves the guides unchanged: untrained FLNR at scale 1 is FLR."""
-    g = {k: frame[k] for k in GUIDES}
-    ref = denoise(frame["color"], **g)
-    out = denoise(frame["color"], **g, model="flnr", weights=FLNR(scale=1), eps=1e-2)
-    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+@pytest.mark.parametrize("radius", [8, None])
+def test_linear_head_is_the_regression_on_standardised_guides(frame, radius):
+    """float64 oracle of the whole chain for a linear guide head (hidden=0) with the network's code and
+    radius logits zeroed: guides = W (f - mean) / std + b with f = (normal, log depth, AO, albedo) and mean,
+    std over the 4 x 4 cell means; the albedo-demodulated colour fitted on them by the reference fit at
+    scale 4 (radius 8, or radii 4, 8, 16 blended with equal weights), applied, clamped at 0, remodulated."""
+    from vision.denoise.buffers import ALBEDO_FLOOR
+    from vision.kernels.local_linear.reference import local_linear_apply_reference, local_linear_fit_reference
+
+    torch.manual_seed(5)
+    model = FLNR(hidden=0, guides=3).double().eval()
+    with torch.no_grad():
+        model.net.out.weight.zero_()
+        model.net.out.bias.zero_()
+        model.log_eps.copy_(torch.log(torch.tensor([1e-2, 3e-2, 1e-1])))
+    crop = {k: np.asarray(frame[k][32:96, 40:104], np.float64) for k in ("color", "albedo", "normal", "depth", "ao")}
+    chw = {k: v.transpose(2, 0, 1)[None] for k, v in crop.items()}
+    got = model(torch.from_numpy(chw["color"]), {k: torch.from_numpy(chw[k]) for k in ("albedo", "normal", "depth", "ao")},
+                radius=radius).detach().numpy()
+
+    f = np.concatenate([chw["normal"], np.log(chw["depth"]), chw["ao"], chw["albedo"]], 1)  # all depths > 0 here
+    cells = f.reshape(1, 8, 16, 4, 16, 4).mean((3, 5))
+    mean, std = cells.mean((2, 3), keepdims=True), np.maximum(cells.std((2, 3), keepdims=True), 1e-3)
+    W, b = model.head_in.weight.detach().numpy(), model.head_in.bias.detach().numpy()
+    g = np.einsum("qc,bchw->bqhw", W, (f - mean) / std) + b[None, :, None, None]
+    factor = np.where(chw["albedo"] >= ALBEDO_FLOOR, chw["albedo"], 1.0)
+    eps = np.array([1e-2, 3e-2, 1e-1])
+    radii = [8] if radius else [4, 8, 16]
+    coeffs = sum(local_linear_fit_reference(g, chw["color"] / factor, r, eps, 4) for r in radii) / len(radii)
+    want = np.maximum(local_linear_apply_reference(g, coeffs, 4, 4), 0) * factor
+    assert np.abs(want).max() > 0.1
+    # float64 throughout (the fit amplifies its rounding to ~1e-9); the float32 model differs by ~3e-7
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-8 * np.abs(want).max())
 
 
 @pytest.mark.parametrize("hw", [(64, 96), (37, 50)])
 def test_network_shapes(hw):
     net = FLNRNet()
-    out = net(torch.rand(2, 12, *hw))
-    assert out.shape == (2, 16, -(-hw[0] // 4), -(-hw[1] // 4))
+    out = net(torch.rand(2, 13, *hw))
+    assert out.shape == (2, 19, *hw)  # code 16 + 3 radius logits, on the cell grid it is given
 
 
 def test_layouts_hwc_numpy_and_bchw_torch(frame):
@@ -113,14 +140,14 @@ def test_gradients_flow_end_to_end_through_the_regression(frame):
 
 
 def test_safetensors_round_trip_bit_for_bit(tmp_path):
-    model = _random_model(seed=3, widths=(8, 12, 16), radius=6, scale=2)
+    model = _random_model(seed=3, widths=(8, 12, 16), radii=(6,), scale=2, hidden=0)
     path = model.save(tmp_path / "m.safetensors", note="hello")
     back = FLNR.from_file(path)
     assert back.config == model.config
     for (k, a), (k2, b) in zip(model.state_dict().items(), back.state_dict().items()):
         assert k == k2 and a.dtype == b.dtype and torch.equal(a, b), k
     meta = read_metadata(path)
-    assert json.loads(meta["vision.flnr.config"])["radius"] == 6 and meta["note"] == "hello"
+    assert json.loads(meta["vision.flnr.config"])["radii"] == [6] and meta["note"] == "hello"
     x = torch.rand(1, 3, 40, 40)
     g = {"normal": torch.rand(1, 3, 40, 40) * 2 - 1, "depth": torch.rand(1, 1, 40, 40) + 1}
     assert torch.equal(model(x, g), back(x, g))
@@ -133,6 +160,12 @@ def test_weights_errors(tmp_path):
         denoise(np.ones((16, 16, 3), np.float32), model="flnr", weights=tmp_path / "missing.safetensors")
     with pytest.raises(ValueError, match="do not match"):
         FLNR.from_state_dict({"log_eps": torch.zeros(8)})
+    with pytest.raises(ValueError, match="retrain them with vision train-denoiser"):
+        FLNR.from_state_dict({}, {"radius": 8})  # a configuration of the earlier FLNR design
+    with pytest.raises(ValueError, match="guides must be 1 to 8"):
+        FLNR(guides=9)
+    with pytest.raises(ValueError, match="fit_down >= 1 dividing scale"):
+        FLNR(scale=4, fit_down=3)
 
 
 def test_bundled_weights_beat_flr_on_a_held_out_scene():
@@ -156,10 +189,11 @@ def test_train_denoiser_one_tiny_epoch(tmp_path, capsys):
     shutil.copytree(asset_path("scenes"), data)
     out = tmp_path / "w.safetensors"
     rc = main(["train-denoiser", "--data", str(data), "--epochs", "1", "--steps", "2", "--batch", "2",
-               "--crop", "32", "--widths", "4,6,8", "--quiet", "-o", str(out)])
+               "--crop", "32", "--widths", "4,6,8", "--hidden", "0", "--quiet", "-o", str(out)])
     assert rc == 0 and out.is_file()
     model = load_flnr(out)
     assert model.config["widths"] == [4, 6, 8] and model.config["radii"] == [4, 8, 16]
+    assert model.config["hidden"] == 0 and model.head_out is None
     meta = read_metadata(out)
     assert meta["vision.train.epochs"] == "1" and float(meta["vision.train.val_psnr"]) > 20
     assert meta["vision.train.command"].startswith("vision train-denoiser --data")

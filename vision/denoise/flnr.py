@@ -1,44 +1,41 @@
-"""Fast Local Neural Regression (FLNR): a small U-Net sharpens the guides of the local regression.
+"""Fast Local Neural Regression (FLNR): a small network writes the guides of the local regression.
 
 Salmi, Csefalvay and Imber, "Fast Local Neural Regression for Low-Cost, Path Traced Lambertian Global
 Illumination", 2024. FLR (:mod:`vision.denoise.flr`) explains the demodulated radiance in every window
-as an affine function of the guide buffers; where the radiance changes without a guide changing
-(shadow edges, contact shadows, light falloff) that model cannot follow it. FLNR keeps the regression
-and lets a network rewrite the guides:
+as an affine function of the guide buffers. Two things limit it: where the light changes without a
+buffer changing (shadows, contact shadows, falloff) no guide can follow it, and with 8 guides every
+window fits 9 coefficients per channel from noisy samples, so the noise left grows with the number of
+guides. FLNR keeps the regression and lets a network write *few, better* guides:
 
 1. the signal model is FLR's: emission subtracted, albedo divided out (see :func:`.buffers.demodulate`);
-2. the guides are laid out in a fixed order, :data:`GUIDES` (normal, log-depth, AO, albedo: 8 channels,
-   the most :func:`vision.kernels.local_linear_fit` takes; a missing buffer is a zero channel) and
-   standardised per frame as in FLR;
-3. :class:`FLNRNet` sees those guides and ``log1p`` of the noisy demodulated colour and predicts a
-   residual for each guide channel; the enhanced guides are ``standardised guides + residual`` (the last
-   layer starts at zero, so an untrained network *is* FLR);
-4. the same regression (``local_linear_fit`` on ``scale x scale`` cells, a learned ridge weight per
-   channel, ``local_linear_apply`` at full resolution), clamp, remodulation, emission added back;
-5. second mechanism, a per-cell radius blend (``radii``, the bundled weights use 4, 8 and 16): the
-   regression is fitted at each radius and the network's softmax weights (at 1/4 resolution, resampled
-   to the coefficient grid) blend the *coefficients* cell by cell, so one apply evaluates the blend (a
-   blend of local linear models is a local linear model). Small windows where the guides explain the
-   light, large ones where the noise dominates: FLR at any single radius is biased by up to ~2 dB even on
-   the noise-free reference, and a per-8x8-block oracle choice of the radius would gain 1.3 dB.
+2. the buffers are laid out as :data:`GUIDES` (normal, log-depth, AO, albedo: 8 channels; a missing
+   buffer is a zero channel) and standardised per frame;
+3. :class:`FLNRNet` sees cell statistics (4 x 4 pixel means of those guides, of ``log1p`` of the noisy
+   demodulated colour and of the emitter mask, and the cell's spread of log-luminance), runs a small
+   U-Net at 1/8 to 1/32 resolution and returns a latent code and radius logits per 4 x 4 cell;
+4. a per-pixel MLP (``guide head``) maps the full-resolution guides and the bilinearly upsampled latent
+   code to ``Q`` (default 4) *learned guides*: sharp wherever the buffers have edges, and free to carry
+   what the network infers about the light (a shadow, a falloff) between them;
+5. the regression fits the noisy signal on those Q guides (:func:`vision.kernels.local_linear_fit` on
+   4 x 4 cells, a learned ridge weight per guide) at radii 4, 8 and 16 at once, blends the fits per cell
+   with the network's softmax weights (small windows where the guides explain the light, large ones
+   where noise dominates; a blend of local linear models is a local linear model), applies them at full
+   resolution (:func:`vision.kernels.local_linear_apply`), clamps, remodulates and adds the emission.
 
-The whole chain is differentiable (the regression has closed-form backwards), so the network is trained
-end to end on the denoised result (``vision train-denoiser``). Since the regression produces every output
-pixel as a local affine function of guides, edges the guides hold stay sharp; the network only has to
-say which guide combinations predict the light.
+So the network never outputs radiance: every output pixel is still a local affine function of guides,
+fitted to this frame's samples, which is what keeps the result faithful where the network is unsure.
+With Q = 4 guides each window fits 5 coefficients instead of FLR's 9, and the guides are better, so
+the fit is both less noisy and less biased. The chain is differentiable end to end (the regression has
+closed-form backwards) and is trained on the denoised result (``vision train-denoiser``).
 
-Network (:class:`FLNRNet`): the 12 input channels are pixel-unshuffled 4 x 4, then a three-level U-Net
-(widths 16, 24, 32 at 1/4, 1/8, 1/16 resolution, 3 x 3 convolutions, average-pool down, bilinear up, skip
-concatenation) predicts a gain and a shift per guide channel at 1/4 resolution; they are upsampled
-bilinearly and applied to the full-resolution guides (``g * (1 + gain) + shift``), so the enhanced guides
-keep every edge of the buffers. All convolutions run at 1/16 of the pixels or fewer; the full-resolution
-work is one 16-channel bilinear upsample and a multiply-add. The regression is fitted on 2 x 2 cells
-(``scale=2``, as the paper fits at low resolution; FLR loses 0.01 dB at scale 2 on the bundled scenes).
+Cost: the 3 x 3 convolutions run at 1/64 of the pixels and below; per pixel there are the guide head
+(a 20 -> 16 -> 4 MLP), one pass forming the cell moments of the Q guides and the signal (shared by the
+three radii) and one apply. The fit's solves run on the cell grid.
 
-Weights: ``weights=None`` loads the bundled ``assets/weights/flnr.safetensors``; a path or a state dict
+Weights: ``weights=None`` loads the bundled ``assets/weights/flnr.safetensors``; a path, a state dict
 (as :meth:`FLNR.state_dict` returns) or an :class:`FLNR` instance also work. The file's metadata holds the
 network configuration (``vision.flnr.config``, JSON), and ``vision train-denoiser`` adds the training
-command, epochs and the validation PSNR.
+command, steps and the validation PSNR.
 """
 from __future__ import annotations
 
@@ -52,13 +49,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import buffers as B
-from .flr import _area_down, _fit_radius, _full_size, _solve, _upsample_factor, run_tiles
+from .flr import _area_down, _fit_radius, _full_size, _upsample_factor, run_tiles
 
-GUIDES = ("normal", "depth", "ao", "albedo")  # fixed network input layout: 3 + 1 + 1 + 3 = 8 channels
+GUIDES = ("normal", "depth", "ao", "albedo")  # fixed layout of the buffers: 3 + 1 + 1 + 3 = 8 channels
 FEATURES = 8
-IN_CHANNELS = FEATURES + 3 + 1  # standardised guides, log1p(demodulated colour), emitter mask
-DEFAULT_CONFIG = {"widths": [16, 24, 32], "head": 16, "radius": 8, "scale": 2, "eps": 1e-2, "radii": [],
-                  "modulate": True}
+CELL = 4  # the network's cells, in full-resolution pixels
+NET_IN = FEATURES + 3 + 1 + 1  # cell means of the guides, log1p(colour), emitter mask; spread of log-luminance
+DEFAULT_CONFIG = {"widths": [16, 24, 32, 48], "hidden": 16, "guides": 4, "radii": [4, 8, 16], "scale": 4,
+                  "fit_down": 1, "eps": 1e-2}
+FILL_RADIUS = 8  # emitter pixels take the mean signal of the emitter-free pixels within this radius
 BUNDLED = ("weights", "flnr.safetensors")
 CONFIG_KEY = "vision.flnr.config"
 
@@ -68,138 +67,215 @@ def _conv(cin, cout, k=3):
 
 
 class FLNRNet(nn.Module):
-    r"""The guide network: ``(B, 12, H, W)`` inputs -> per-channel gain and shift of the 8 guides at 1/4 resolution.
+    r"""The cell network: ``(B, 13, h, w)`` statistics of 4 x 4 cells -> ``(B, code + R, h, w)``.
 
-    Inputs are the 8 standardised guide channels (:data:`GUIDES`), ``log1p`` of the demodulated noisy
-    colour and the emitter mask, pixel-unshuffled 4 x 4; a three-level U-Net (1/4, 1/8, 1/16 resolution)
-    returns ``(B, 16, ceil(H/4), ceil(W/4))``: channels 0-7 the gains, 8-15 the shifts of the guides.
-    :meth:`FLNR.enhanced_guides` upsamples them bilinearly and applies ``g * (1 + gain) + shift``, so the
-    enhanced guides keep the full-resolution edges of the buffers at the cost of one 16-channel upsample.
-    Any H, W work (inputs are padded by replication to a multiple of 16). The last convolution is
-    zero-initialised (an untrained network leaves the guides unchanged).
+    A 1 x 1 stem at the cells' resolution, then a U-Net whose 3 x 3 convolutions start one level down:
+    ``widths[1:]`` at 1/2, 1/4, ... of the cell grid (two convolutions per level, average-pool down,
+    bilinear up, skip concatenation), and a 1 x 1 layer back at the cell grid that joins the stem. Output
+    channels ``0..code-1`` are the code the guide head adds to its hidden layer, the last R the radius
+    logits. Any h, w work (inputs are padded by replication to a multiple of ``2 ** (len(widths) - 1)``).
 
     Example:
         >>> net = FLNRNet()
-        >>> net(torch.rand(1, 12, 64, 96)).shape
-        torch.Size([1, 16, 16, 24])
+        >>> net(torch.rand(1, 13, 45, 80)).shape
+        torch.Size([1, 19, 45, 80])
     """
 
-    MULTIPLE = 16  # total downsampling: unshuffle 4, then two 2x pools
-    UNSHUFFLE = 4
-
-    def __init__(self, widths=(16, 24, 32), head: int = 16, in_channels: int = IN_CHANNELS,
-                 out_channels: int = 2 * FEATURES):
+    def __init__(self, widths=(16, 24, 32, 48), code: int = 16, n_radii: int = 3, in_channels: int = NET_IN):
         super().__init__()
-        w0, w1, w2 = (int(w) for w in widths)
+        w = [int(v) for v in widths]
+        if len(w) < 2 or min(w) < 1:
+            raise ValueError(f"widths must list at least two positive widths, got {widths}")
         act = nn.LeakyReLU(0.1)
-        u2 = self.UNSHUFFLE ** 2
-        self.stem = nn.Sequential(nn.Conv2d(u2 * in_channels, w0, 1), act, _conv(w0, w0), act)
-        self.down1 = nn.Sequential(_conv(w0, w1), act, _conv(w1, w1), act)
-        self.down2 = nn.Sequential(_conv(w1, w2), act, _conv(w2, w2), act)
-        self.up2 = nn.Sequential(_conv(w2 + w1, w1), act)
-        self.up1 = nn.Sequential(_conv(w1 + w0, w0), act)
-        self.head = nn.Sequential(_conv(w0, head), act, nn.Conv2d(head, out_channels, 1))
-        nn.init.zeros_(self.head[-1].weight)
-        nn.init.zeros_(self.head[-1].bias)
+        self.stem = nn.Sequential(nn.Conv2d(in_channels, w[0], 1), act)
+        self.down = nn.ModuleList()
+        for cin, cout in zip(w[:-1], w[1:]):
+            self.down.append(nn.Sequential(_conv(cin, cout), act, _conv(cout, cout), act))
+        self.up = nn.ModuleList(nn.Sequential(_conv(w[i + 1] + w[i], w[i]), act) for i in range(len(w) - 2, 0, -1))
+        self.top = nn.Sequential(nn.Conv2d(w[1] + w[0], w[0], 1), act)
+        self.out = nn.Conv2d(w[0], code + n_radii, 1)
+        self.multiple = 2 ** (len(w) - 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[-2:]
-        m = self.MULTIPLE
+        m = self.multiple
         ph, pw = -h % m, -w % m
-        xp = F.pad(x, (0, pw, 0, ph), mode="replicate") if ph or pw else x
-        e1 = self.stem(F.pixel_unshuffle(xp, self.UNSHUFFLE))
-        e2 = self.down1(F.avg_pool2d(e1, 2))
-        e3 = self.down2(F.avg_pool2d(e2, 2))
-        d2 = self.up2(torch.cat([F.interpolate(e3, scale_factor=2, mode="bilinear", align_corners=False), e2], 1))
-        d1 = self.up1(torch.cat([F.interpolate(d2, scale_factor=2, mode="bilinear", align_corners=False), e1], 1))
-        u = self.UNSHUFFLE
-        return self.head(d1)[..., :-(-h // u), :-(-w // u)]
+        x = F.pad(x, (0, pw, 0, ph), mode="replicate") if ph or pw else x
+        top = self.stem(x)
+        skips, y = [], top
+        for down in self.down:
+            y = down(F.avg_pool2d(y, 2))
+            skips.append(y)
+        for up, skip in zip(self.up, reversed(skips[:-1])):
+            y = up(torch.cat([_resize(y, skip), skip], 1))
+        y = self.top(torch.cat([_resize(y, top), top], 1))
+        return self.out(y)[..., :h, :w]
 
 
-def guide_features(guides: dict, like: torch.Tensor, size) -> torch.Tensor:
-    """The raw (unstandardised) guides in the fixed :data:`GUIDES` layout, (B, 8, H, W); missing ones are 0."""
-    parts = []
-    b = like.shape[0]
+def _resize(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return F.interpolate(x, size=like.shape[-2:], mode="bilinear", align_corners=False)
+
+
+def _nhwc(t: torch.Tensor) -> torch.Tensor:
+    """(B, C, H, W) -> (B, H, W, C) contiguous: a view for channels-last tensors (what HWC arrays become)."""
+    return t.permute(0, 2, 3, 1).contiguous()
+
+
+def _pool(x: torch.Tensor) -> torch.Tensor:
+    return F.avg_pool2d(x, CELL, CELL, ceil_mode=True, count_include_pad=False)
+
+
+def guide_buffers(guides: dict, like: torch.Tensor) -> list[torch.Tensor | None]:
+    """The guide buffers of :data:`GUIDES` (None where missing), depth as log-depth: pixels with no surface
+    (depth <= 0) take the largest depth."""
+    out = []
     for name in GUIDES:
         v = guides.get(name)
-        n = B.CHANNELS[name]
-        if v is None:
-            parts.append(torch.zeros(b, n, *size, dtype=like.dtype, device=like.device))
-            continue
-        if name == "depth":
-            valid = v > 0
-            far = v[valid].max() if bool(valid.any()) else torch.ones((), dtype=v.dtype, device=v.device)
-            v = torch.log(torch.where(valid, v, far).clamp_min(1e-6))
-        parts.append(v.to(like.dtype).expand(b, -1, -1, -1))
+        if v is not None:
+            v = v.to(like.dtype)
+            if name == "depth":
+                far = v.amax()
+                far = far if float(far) > 0 else torch.ones_like(far)
+                v = torch.log(torch.where(v > 0, v, far).clamp_min(1e-6))
+        out.append(v)
+    return out
+
+
+def cell_guides(buffers: list, like: torch.Tensor, size) -> torch.Tensor:
+    """4 x 4 cell means of the guide buffers in the :data:`GUIDES` layout, (B, 8, ceil(H/4), ceil(W/4));
+    missing buffers are 0."""
+    b = like.shape[0]
+    grid = (-(-size[0] // CELL), -(-size[1] // CELL))
+    parts = [like.new_zeros(b, B.CHANNELS[n], *grid) if v is None else _pool(v).expand(b, -1, -1, -1)
+             for n, v in zip(GUIDES, buffers)]
     return torch.cat(parts, 1)
 
 
-class FLNR(nn.Module):
-    """FLNR: the guide network, a learned ridge weight per guide channel, and FLR's regression.
+def guide_stats(cells: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per image and channel mean and standard deviation (floored at 1e-3) of the guides' cell means,
+    (B, 8, 1, 1) each: how the guides are standardised (from the cells, so it costs no pass over pixels)."""
+    var, mean = torch.var_mean(cells, (2, 3), correction=0, keepdim=True)
+    return mean, var.sqrt().clamp_min(1e-3)
 
-    ``radii`` (optional): fit at these radii and blend the coefficients per cell with the network's weights
-    (see the module docstring); ``radius`` is then only used when a different radius is asked for.
-    ``modulate=False`` keeps the guides as they are (blend only).
+
+def frame_stats(guides: dict, like: torch.Tensor, size) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`guide_stats` of a whole frame (pass them to :class:`FLNR` when it sees crops or tiles)."""
+    return guide_stats(cell_guides(guide_buffers(guides, like), like, size))
+
+
+def cell_inputs(cells_std: torch.Tensor, target_full: torch.Tensor, mask_full: torch.Tensor) -> torch.Tensor:
+    """The network's input, (B, 13, h, w): per 4 x 4 cell the means of the standardised guides
+    (``cells_std``), of ``log1p`` of the demodulated noisy colour and of the emitter mask, and the
+    standard deviation of the log-luminance (how noisy the cell is)."""
+    lt = torch.log1p(target_full.clamp_min(0))
+    lum = lt.mean(1, keepdim=True)
+    rest = _pool(torch.cat([lt, mask_full.to(lt.dtype).expand_as(lum), lum * lum], 1))
+    lum_mean = rest[:, :3].mean(1, keepdim=True)
+    spread = (rest[:, -1:] - lum_mean * lum_mean).clamp_min(0).sqrt()
+    return torch.cat([cells_std.to(lt.dtype), rest[:, :-1], spread], 1)
+
+
+class FLNR(nn.Module):
+    """FLNR: the cell network, the guide head, a learned ridge weight per learned guide, and the regression.
+
+    Args:
+        widths: :class:`FLNRNet` widths (the first at the 4 x 4 cell grid, then one per 2x coarser level).
+        hidden: width of the guide head's hidden layer; 0 = a linear head.
+        guides: Q, the number of learned guides (at most 8, :func:`vision.kernels.local_linear_fit`'s limit).
+        radii: radii (full-resolution pixels) whose fits are blended per cell.
+        scale: the regression's cell size in full-resolution pixels (the paper fits at low resolution).
+        fit_down: the regression's moments are taken from the learned guides and the signal averaged over
+            ``fit_down x fit_down`` pixels (1 = every pixel; must divide ``scale``); the fit is still
+            applied to the full-resolution guides.
+        eps: initial ridge weight of every learned guide.
+
+    The guide head, per pixel, with f the 8 guides standardised per frame and ``up`` the bilinear
+    upsampling from the 4 x 4 cells: ``g = W2 leaky(W1 f + up(code)) + b2`` (``hidden > 0``) or
+    ``g = W f + up(code)`` (``hidden = 0``). The standardisation is folded into W1 (or W), so the
+    full-resolution work is a few matrix products on the buffers as they are.
 
     ``forward(color, guides)`` takes (B, 3, h, w) noisy radiance and a dict of full-resolution (B, *, H, W)
     guide buffers (``albedo, normal, depth, ao, emission``; any may be None) and returns the denoised
     (B, 3, H, W) radiance. Colour smaller than the guides by an integer factor is joint denoising and
-    upsampling, as in FLR (the network then sees the colour nearest-upsampled).
+    upsampling, as in FLR (the network then sees the colour nearest-upsampled; the fit runs at the
+    colour's resolution and is applied to the full-resolution learned guides).
 
     Example:
-        >>> model = FLNR()                     # untrained, no radii: equals FLR at its radius and scale
+        >>> model = FLNR()   # untrained; load_flnr() gives the bundled, trained one
         >>> out = model(color, {"albedo": albedo, "normal": normal, "depth": depth, "ao": ao})
     """
 
-    def __init__(self, widths=(16, 24, 32), head: int = 16, radius: int = 8, scale: int = 2, eps: float = 1e-2,
-                 radii=(), modulate: bool = True):
+    def __init__(self, widths=(16, 24, 32, 48), hidden: int = 16, guides: int = 4, radii=(4, 8, 16),
+                 scale: int = 4, fit_down: int = 1, eps: float = 1e-2):
         super().__init__()
         radii = [int(r) for r in radii]
-        if not modulate and not radii:
-            raise ValueError("FLNR needs modulate=True or radii to blend (else it is FLR)")
-        self.config = {"widths": [int(w) for w in widths], "head": int(head), "radius": int(radius),
-                       "scale": int(scale), "eps": float(eps), "radii": radii, "modulate": bool(modulate)}
-        self.net = FLNRNet(widths, head, out_channels=(2 * FEATURES if modulate else 0) + len(radii))
-        self.log_eps = nn.Parameter(torch.full((FEATURES,), math.log(eps)))
+        if not radii or min(radii) < 1:
+            raise ValueError(f"radii must be one or more positive radii, got {radii}")
+        if not 1 <= int(guides) <= 8:
+            raise ValueError(f"guides must be 1 to 8 (the regression's feature limit), got {guides}")
+        if int(scale) < 1 or int(fit_down) < 1 or int(scale) % int(fit_down) or not (eps > 0) or int(hidden) < 0:
+            raise ValueError(f"need scale >= 1, fit_down >= 1 dividing scale, hidden >= 0 and eps > 0, got "
+                             f"scale={scale}, fit_down={fit_down}, hidden={hidden}, eps={eps}")
+        self.config = {"widths": [int(w) for w in widths], "hidden": int(hidden), "guides": int(guides),
+                       "radii": radii, "scale": int(scale), "fit_down": int(fit_down), "eps": float(eps)}
+        width = int(hidden) or int(guides)  # what the network's code adds to, per pixel
+        self.net = FLNRNet(widths, width, len(radii))
+        self.head_in = nn.Linear(FEATURES, width)
+        self.head_out = nn.Linear(int(hidden), int(guides)) if hidden else None
+        self.log_eps = nn.Parameter(torch.full((int(guides),), math.log(eps)))
 
     @property
     def radius(self) -> int:
-        return self.config["radius"]
+        """The largest radius of the blend (what tiling must cover)."""
+        return max(self.config["radii"])
 
     @property
     def scale(self) -> int:
         return self.config["scale"]
 
-    def enhanced_guides(self, target_full, mask_full, raw, stats=None):
-        """The enhanced guides (B, 8, H, W) and the radius-blend logits at 1/4 resolution (or None)."""
-        mean, std = stats if stats is not None else B.feature_stats(raw)
-        feat = (raw - mean) / std
-        x = torch.cat([feat, torch.log1p(target_full.clamp_min(0)), mask_full], 1)
-        out = self.net(x.to(next(self.net.parameters()).dtype)).to(feat.dtype)
-        nm = 2 * FEATURES if self.config["modulate"] else 0
-        logits = out[:, nm:] if self.config["radii"] else None
-        if not nm:
-            return feat, logits
-        mod = out[:, :nm]
-        # each coefficient at the centre of its 4 x 4 cell, as local_linear_apply places a cell's coefficients
-        u = self.net.UNSHUFFLE
-        h, w = feat.shape[-2:]
-        mod = F.interpolate(mod, size=(mod.shape[-2] * u, mod.shape[-1] * u), mode="bilinear",
-                            align_corners=False)[..., :h, :w]
-        gain, shift = mod[:, :FEATURES], mod[:, FEATURES:]
-        return torch.addcmul(shift, feat, 1 + gain), logits
+    def learned_guides(self, buffers: list, target_full: torch.Tensor, mask_full: torch.Tensor, stats=None):
+        """The Q learned guides (B, Q, H, W) and the radius logits on the 4 x 4 cell grid (B, R, h, w)."""
+        dt = self.log_eps.dtype
+        b, _, h, w = target_full.shape
+        cells = cell_guides(buffers, target_full, (h, w))
+        mean, std = guide_stats(cells) if stats is None else stats
+        x = cell_inputs((cells - mean) / std, target_full, mask_full)
+        out = self.net(x.to(dt).contiguous(memory_format=torch.channels_last))
+        width = self.head_in.out_features
+        # per pixel, on (B, H W, C) rows: up(code) + W1 diag(1/std) (f_raw - mean), one product per buffer
+        up = F.interpolate(out[:, :width], scale_factor=CELL, mode="bilinear", align_corners=False)
+        acc = _nhwc(up[..., :h, :w]).view(b, h * w, width)
+        weight = self.head_in.weight.t()[None] / std.reshape(-1, FEATURES, 1).to(dt)  # (B or 1, 8, width)
+        acc += (self.head_in.bias - (mean.reshape(-1, 1, FEATURES).to(dt) @ weight))
+        at = 0
+        for name, v in zip(GUIDES, buffers):
+            n = B.CHANNELS[name]
+            if v is not None:
+                rows = _nhwc(v.to(dt)).view(v.shape[0], h * w, n)
+                wn = weight[:, at:at + n]
+                if rows.shape[0] == 1 and wn.shape[0] == 1:
+                    acc.view(-1, width).addmm_(rows.view(-1, n), wn[0])
+                else:
+                    acc.baddbmm_(rows.expand(b, -1, -1), wn.expand(b, -1, -1))
+            at += n
+        if self.head_out is not None:
+            acc = F.leaky_relu(acc, 0.1, inplace=not acc.requires_grad)
+            acc = torch.addmm(self.head_out.bias, acc.view(-1, width), self.head_out.weight.t())
+        g = acc.view(b, h, w, -1).permute(0, 3, 1, 2).to(target_full.dtype).contiguous()
+        return g, out[:, width:].to(target_full.dtype)
 
     def forward(self, color: torch.Tensor, guides: dict, radius: int | None = None, eps=None,
                 scale: int | None = None, stats=None) -> torch.Tensor:
-        radius = self.radius if radius is None else int(radius)
+        from vision.kernels import local_linear_apply, local_linear_fit
+
         scale = self.scale if scale is None else int(scale)
         h, w = color.shape[-2:]
         hf, wf = _full_size(color, guides)
         u = _upsample_factor((h, w), (hf, wf))
         albedo, emission = guides.get("albedo"), guides.get("emission")
-        raw = guide_features(guides, color, (hf, wf))
-        r = _fit_radius(radius, u)
-        target, factor, add = B.demodulate(color, _area_down(albedo, u), _area_down(emission, u), r)
+        radii = self.config["radii"] if radius is None else [int(radius)]
+        target, factor, add = B.demodulate(color, _area_down(albedo, u), _area_down(emission, u),
+                                           _fit_radius(FILL_RADIUS, u))
         mask = B.emitter_mask(_area_down(emission, u), color)
         mask = torch.zeros_like(color[:, :1]) if mask is None else mask.expand(color.shape[0], -1, -1, -1)
         if u > 1:
@@ -207,42 +283,33 @@ class FLNR(nn.Module):
             m_full = F.interpolate(mask, scale_factor=u, mode="nearest")[..., :hf, :wf]
         else:
             t_full, m_full = target, mask
-        feat, logits = self.enhanced_guides(t_full, m_full, raw, stats)
-        feat = feat.contiguous()
+        g, logits = self.learned_guides(guide_buffers(guides, color), t_full, m_full, stats)
         eps_t = self.log_eps.exp().to(color.dtype) if eps is None else eps
-        if logits is None or radius != self.radius:
-            fitted = _solve(_area_down(feat, u), target.contiguous(), feat, r, eps_t, scale, u)
+        # the fit's samples: colour resolution, then averaged over fit_down x fit_down when the cells allow it
+        fd = self.config["fit_down"] if scale % self.config["fit_down"] == 0 else 1
+        g_lo = _area_down(g, u * fd).contiguous()
+        t_lo = _area_down(target, fd).contiguous()
+        r_lo = [_fit_radius(r, u * fd) for r in radii]
+        s_lo = scale // fd
+        if len(r_lo) == 1:
+            coeffs = local_linear_fit(g_lo, t_lo, r_lo[0], eps_t, scale=s_lo)
         else:
-            fitted = self._blended(_area_down(feat, u), target.contiguous(), feat, logits, eps_t, scale, u)
-        fitted = fitted.clamp_min(0)
+            grid = (-(-t_lo.shape[-2] // s_lo), -(-t_lo.shape[-1] // s_lo))
+            if tuple(logits.shape[-2:]) != grid:
+                logits = F.interpolate(logits, size=grid, mode="bilinear", align_corners=False)
+            coeffs = local_linear_fit(g_lo, t_lo, r_lo, eps_t, scale=s_lo, weights=torch.softmax(logits, 1))
+        cell = scale * u
+        if -(-hf // cell) == coeffs.shape[-2] and -(-wf // cell) == coeffs.shape[-1]:
+            fitted = local_linear_apply(g, coeffs, scale=cell)
+        else:
+            fitted = local_linear_apply(g, coeffs)
+        fitted = fitted.clamp_min_(0) if not fitted.requires_grad else fitted.clamp_min(0)
         if u == 1:
-            return fitted * factor + add
+            return torch.addcmul(add, fitted, factor)
         _, factor_full, add_full = B.demodulate(torch.zeros(color.shape[0], color.shape[1], hf, wf,
                                                             dtype=color.dtype, device=color.device),
                                                 albedo, emission, 0)
-        return fitted * factor_full + add_full
-
-    def _blended(self, feat_lo, target, feat, logits, eps, scale, u):
-        """Fits at every radius of ``radii``, their coefficients blended per grid cell by the softmax of
-        the network's logits, applied once (a blend of local linear models is a local linear model)."""
-        from vision.kernels import local_linear_apply, local_linear_fit
-
-        coeffs = None
-        for j, rad in enumerate(self.config["radii"]):
-            c = local_linear_fit(feat_lo, target, _fit_radius(rad, u), eps, scale=scale)
-            if coeffs is None:
-                gh, gw = c.shape[-2:]
-                if tuple(logits.shape[-2:]) != (gh, gw):
-                    logits = F.interpolate(logits, size=(gh, gw), mode="bilinear", align_corners=False)
-                wts = torch.softmax(logits, 1)[:, None, :, None]  # (B, 1, R, 1, gh, gw)
-                coeffs = c * wts[:, :, j]
-            else:
-                coeffs = coeffs + c * wts[:, :, j]
-        cell = scale * u
-        h, w = feat.shape[-2:]
-        if -(-h // cell) == coeffs.shape[-2] and -(-w // cell) == coeffs.shape[-1]:
-            return local_linear_apply(feat, coeffs, scale=cell)
-        return local_linear_apply(feat, coeffs)
+        return torch.addcmul(add_full, fitted, factor_full)
 
     # ------------------------------------------------------------------ weights
 
@@ -264,8 +331,11 @@ class FLNR(nn.Module):
     @classmethod
     def from_state_dict(cls, state: dict, config: dict | None = None) -> "FLNR":
         cfg = dict(DEFAULT_CONFIG, **(config or {}))
-        model = cls(cfg["widths"], cfg["head"], cfg["radius"], cfg["scale"], cfg["eps"], cfg["radii"],
-                    cfg["modulate"])
+        unknown = set(cfg) - set(DEFAULT_CONFIG)
+        if unknown:
+            raise ValueError(f"FLNR weights were written for another FLNR network (configuration keys "
+                             f"{sorted(unknown)}); retrain them with vision train-denoiser")
+        model = cls(**cfg)
         try:
             model.load_state_dict(state)
         except RuntimeError as err:
@@ -330,36 +400,35 @@ def flnr_tiled(color: torch.Tensor, guides: dict, model: FLNR, radius: int | Non
                tile: int) -> torch.Tensor:
     """:func:`flnr` over tiles of about ``tile`` pixels with an overlap margin covering the regression's reach
     and the network's receptive field; tiles use the whole frame's guide statistics. The network pads
-    with zeros at tile borders, so the result matches the whole frame to within float rounding where the
-    margin covers the receptive field (:data:`NET_MARGIN` pixels) and very nearly elsewhere."""
+    with replication at tile borders, so the result matches the whole frame to within float rounding where
+    the margin covers the receptive field (:data:`NET_MARGIN` pixels) and very nearly elsewhere."""
     h, w = color.shape[-2:]
     hf, wf = _full_size(color, guides)
     if hf <= tile and wf <= tile:
         return flnr(color, guides, model, radius, eps, scale)
     u = _upsample_factor((h, w), (hf, wf))
-    radius = model.radius if radius is None else int(radius)
+    reach = model.radius if radius is None else int(radius)
     scale = model.scale if scale is None else int(scale)
-    raw = guide_features(guides, color, (hf, wf))
-    stats = B.feature_stats(raw)
-    del raw
-    reach = max([radius, *model.config["radii"]]) if radius == model.radius else radius
+    stats = frame_stats(guides, color, (hf, wf))
     r = _fit_radius(reach, u)
     r_cells = max(1, round(r / scale)) if scale > 1 else r
     # regression reach as in flr_tiled, plus the network's receptive field; origins on a common grid
-    unit = math.lcm(u * scale, FLNRNet.MULTIPLE * u)
+    unit = math.lcm(u * scale, CELL * model.net.multiple * u)
     margin = (r + (2 * r_cells + 2) * scale) * u + NET_MARGIN
     margin = int(math.ceil(margin / unit)) * unit
     return run_tiles(color, guides, (hf, wf), u, margin, unit, tile,
                      lambda c, sub: flnr(c, sub, model, radius, eps, scale, stats=stats))
 
 
-# receptive field of FLNRNet in full-resolution pixels (two 3x3 convs at 1/16, three at 1/8, three at
-# 1/4, plus the bilinear taps and pooling: about 100), rounded up
-NET_MARGIN = 128
+# receptive field of the default FLNRNet in full-resolution pixels: two 3 x 3 convolutions at each of 1/8,
+# 1/16 and 1/32 resolution and one at 1/16 and 1/8 on the way up (8 (2 + 1) + 16 (2 + 1) + 32 * 2 = 136),
+# plus the pooling and bilinear taps of every level (about a cell each, 60): about 200, rounded up
+NET_MARGIN = 256
 
 
 def parameter_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-__all__ = ["FLNR", "FLNRNet", "flnr", "flnr_tiled", "load_flnr", "read_metadata", "parameter_count", "GUIDES"]
+__all__ = ["FLNR", "FLNRNet", "flnr", "flnr_tiled", "load_flnr", "read_metadata", "parameter_count", "GUIDES",
+           "cell_inputs", "frame_stats"]
