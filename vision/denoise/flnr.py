@@ -29,8 +29,8 @@ the fit is both less noisy and less biased. The chain is differentiable end to e
 closed-form backwards) and is trained on the denoised result (``vision train-denoiser``).
 
 Cost: the 3 x 3 convolutions run at 1/64 of the pixels and below; per pixel there are the guide head
-(a 20 -> 16 -> 4 MLP), one pass forming the cell moments of the Q guides and the signal (shared by the
-three radii) and one apply. The fit's solves run on the cell grid.
+(8 buffer channels -> 16, plus the upsampled code, -> 4), one pass forming the cell moments of the Q
+guides and the signal (shared by the three radii) and one apply. The fit's solves run on the cell grid.
 
 Weights: ``weights=None`` loads the bundled ``assets/weights/flnr.safetensors``; a path, a state dict
 (as :meth:`FLNR.state_dict` returns) or an :class:`FLNR` instance also work. The file's metadata holds the
