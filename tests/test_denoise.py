@@ -277,3 +277,29 @@ def test_temporal_rejects_pixels_whose_guides_change(frames):
     np.testing.assert_allclose(hist[~moved], ((a["color"] + b["color"]) / 2)[~moved], rtol=1e-6, atol=1e-7)
     with pytest.raises(ValueError):
         TemporalFLR(alpha=0)
+
+
+def test_bench_denoise_rows_and_acceptance_lines(frames, tmp_path, capsys):
+    """`vision bench denoise` on the bundled scenes: every row, the acceptance lines, and the joint-upsampling
+    rows are FLR on the 2 x 2 means / the top-left samples of the 1-spp frame."""
+    import json
+
+    from vision.pipelines.cli import main
+
+    out = tmp_path / "bench.json"
+    assert main(["bench", "denoise", "--no-oidn", "--repeat", "1", "--threads", "1", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "acceptance 1: FLR - noisy = +15.3" in text and "PASS" in text
+    assert "acceptance 3: full-resolution FLR - joint upsampling" in text
+    rows = {(r["scene"], r["method"]): r for r in json.loads(out.read_text())["rows"]}
+    for name in ("noisy", "box", "flr", "flr s=2", "flnr", "flr 1/2 mean", "flr 1/2 pick", "flnr 1/2 mean",
+                 "flnr 1/2 pick"):
+        assert ("mean", name) in rows, name
+    d0, d1 = frames[(0, 0)], frames[(0, 1)]
+    want = []
+    for d in (d0, d1):
+        h, w, _ = d["color"].shape
+        half = d["color"].reshape(h // 2, 2, w // 2, 2, 3).mean((1, 3))
+        want.append(M.psnr(denoise(half, **_guides(d), position=d.get("position")), d["reference"]))
+    assert rows[("scene_00000", "flr 1/2 mean")]["psnr"] == pytest.approx(np.mean(want), abs=1e-3)
+    assert rows[("mean", "flr")]["psnr"] - rows[("mean", "flr 1/2 mean")]["psnr"] <= 1.5

@@ -9,7 +9,11 @@ bundled scenes; or any ``vision render-scenes`` output) is denoised by
 * ``flr`` (and ``flr s=2``: fit on 2x2 cells): :func:`vision.denoise.denoise`;
 * ``flnr``: :func:`vision.denoise.denoise` with ``model="flnr"`` and the bundled weights (or ``--weights``);
 * ``oidn fast|high``, colour only and with albedo + normal (``cleanAux``, the buffers are noise-free),
-  HDR mode, through ``pyoidn`` on the CPU (rows are skipped when it is not installed).
+  HDR mode, through ``pyoidn`` on the CPU (rows are skipped when it is not installed);
+* ``flr 1/2 mean``, ``flr 1/2 pick`` (and the same for FLNR): joint denoising and upsampling, the colour
+  at 1/2 resolution and the guides at full resolution; ``mean`` = the 2 x 2 means of the 1-spp frame
+  (the same samples, 4 per low-resolution pixel), ``pick`` = its top-left pixel of every 2 x 2 block (a
+  quarter of the samples). Only when every frame has an even width and height.
 
 Metrics (see :mod:`vision.denoise.metrics`): PSNR and SSIM on tonemapped images (clamp to [0, 1], then
 gamma 1/2.2), relMSE (eps 0.01, no 0.5 factor) on linear HDR values, HDR-FLIP (``flip-evaluator``,
@@ -44,7 +48,8 @@ examples:
 Tonemap for PSNR/SSIM: clamp to [0, 1], then gamma 1/2.2. relMSE: mean((x-y)^2/(y^2+0.01)).
 Acceptance (issue 7) checked here: FLR >= 12 dB above the 1-spp input on average; FLNR >= FLR + 2 dB,
 within 2 dB of OIDN high (albedo+normal, cleanAux), HDR-FLIP <= OIDN high's + 0.02, and (with
---time-size 1280x720) <= 1/5 of OIDN fast's CPU time.
+--time-size 1280x720) <= 1/5 of OIDN fast's CPU time; joint upsampling from 1/2-resolution colour
+(rows "1/2 mean": 2x2 means, "1/2 pick": one sample in four) <= 1.5 dB below full-resolution FLR.
 """
 
 GUIDES = ("albedo", "normal", "depth", "ao", "emission", "position")
@@ -81,7 +86,16 @@ def box_denoise(d: dict, radius: int) -> np.ndarray:
     return B.like(smooth * factor + add, d["color"])
 
 
-def methods(args) -> dict:
+def half_color(d: dict, how: str) -> np.ndarray:
+    """The frame's colour at 1/2 resolution: 2 x 2 means (``"mean"``) or the top-left sample of each block."""
+    c = d["color"]
+    if how == "mean":
+        h, w = c.shape[:2]
+        return c.reshape(h // 2, 2, w // 2, 2, c.shape[2]).mean((1, 3))
+    return np.ascontiguousarray(c[::2, ::2])
+
+
+def methods(args, upsample: bool = False) -> dict:
     from vision.denoise import denoise
 
     def flr(scale):
@@ -95,6 +109,13 @@ def methods(args) -> dict:
 
         net = load_flnr(getattr(args, "weights", None))
         m["flnr"] = lambda d: denoise(d["color"], **{k: d[k] for k in GUIDES if k in d}, model="flnr", weights=net)
+    if upsample:
+        for how in ("mean", "pick"):
+            m[f"flr 1/2 {how}"] = lambda d, how=how: denoise(
+                half_color(d, how), **{k: d[k] for k in GUIDES if k in d}, radius=args.radius, eps=args.eps)
+            if "flnr" in m:
+                m[f"flnr 1/2 {how}"] = lambda d, how=how: denoise(
+                    half_color(d, how), **{k: d[k] for k in GUIDES if k in d}, model="flnr", weights=net)
     if not args.no_oidn:
         try:
             import pyoidn
@@ -180,7 +201,8 @@ def run(args) -> int:
         has_flip = False
         print("(flip-evaluator not installed: no HDR-FLIP column; pip install flip-evaluator)")
     frames = load_frames(args)
-    ms = methods(args)
+    ms = methods(args, upsample=all(d["color"].shape[0] % 2 == 0 and d["color"].shape[1] % 2 == 0
+                                    for _, _, d in frames))
     per: dict[tuple[str, str], list[dict]] = {}
     for scene, k, d in frames:
         for name, fn in ms.items():
@@ -247,6 +269,18 @@ def run(args) -> int:
                 print(f"acceptance 2c: HDR-FLIP FLNR - OIDN high aux = {df:+.4f} (<= 0.02): "
                       f"{'PASS' if df <= 0.02 else 'FAIL'}")
                 ok &= df <= 0.02
+    if "flr 1/2 mean" in means:
+        full = means["flr"]["psnr"]
+        parts, losses = [], []
+        for model in ("flr", "flnr"):
+            if f"{model} 1/2 mean" in means:
+                lm, lp = (full - means[f"{model} 1/2 {how}"]["psnr"] for how in ("mean", "pick"))
+                parts.append(f"{model.upper()} {lm:+.2f} dB (2x2 means), {lp:+.2f} dB (one sample in four)")
+                losses.append(lm)
+        best = min(losses)
+        print(f"acceptance 3: full-resolution FLR - joint upsampling from 1/2-resolution colour: {'; '.join(parts)} "
+              f"(<= 1.5 with the same samples): {'PASS' if best <= 1.5 else 'FAIL'}")
+        ok &= best <= 1.5
     timing = time_large(args, frames, ms) if args.time_size else None
     if timing and "flnr" in timing and "oidn fast aux" in timing:
         ratio = timing["flnr"] / timing["oidn fast aux"]
