@@ -196,6 +196,13 @@ def guide_list(available: Iterable[str], max_channels: int = 8) -> list[str]:
     return chosen
 
 
+def log_depth(depth: torch.Tensor) -> torch.Tensor:
+    """``log(depth)``, where pixels with no surface (depth <= 0, e.g. the sky) take the frame's largest depth."""
+    far = depth.amax()  # the largest valid depth, when there is one (invalid ones are <= 0)
+    far = far if float(far) > 0 else torch.ones_like(far)
+    return torch.log(torch.where(depth > 0, depth, far).clamp_min(1e-6))
+
+
 def raw_features(buffers: dict[str, torch.Tensor | None]) -> tuple[torch.Tensor | None, list[str]]:
     """Concatenate the guide buffers into (B, K, H, W) before standardisation.
 
@@ -204,14 +211,7 @@ def raw_features(buffers: dict[str, torch.Tensor | None]) -> tuple[torch.Tensor 
     the largest depth of the frame.
     """
     names = guide_list(k for k, v in buffers.items() if v is not None)
-    parts = []
-    for name in names:
-        v = buffers[name]
-        if name == "depth":
-            valid = v > 0
-            far = v[valid].max() if bool(valid.any()) else torch.ones((), dtype=v.dtype)
-            v = torch.log(torch.where(valid, v, far).clamp_min(1e-6))
-        parts.append(v)
+    parts = [log_depth(buffers[name]) if name == "depth" else buffers[name] for name in names]
     if not parts:
         return None, []
     b = max(p.shape[0] for p in parts)

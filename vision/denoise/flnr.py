@@ -133,10 +133,7 @@ def guide_buffers(guides: dict, like: torch.Tensor) -> list[torch.Tensor | None]
         v = guides.get(name)
         if v is not None:
             v = v.to(like.dtype)
-            if name == "depth":
-                far = v.amax()
-                far = far if float(far) > 0 else torch.ones_like(far)
-                v = torch.log(torch.where(v > 0, v, far).clamp_min(1e-6))
+            v = B.log_depth(v) if name == "depth" else v
         out.append(v)
     return out
 
