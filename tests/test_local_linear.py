@@ -287,7 +287,8 @@ def test_gradcheck_blend_of_radii():
 
 def test_triton_blend_gradients_match_torch_path():
     g = torch.Generator().manual_seed(4)
-    f, p, w = torch.rand(1, 2, 16, 12, generator=g), torch.rand(1, 1, 16, 12, generator=g), torch.rand(1, 2, 4, 3, generator=g)
+    f, p = torch.rand(1, 2, 16, 12, generator=g), torch.rand(1, 1, 16, 12, generator=g)
+    w = torch.rand(1, 2, 4, 3, generator=g)
     grads = {}
     for name in ("torch", "triton"):
         with use_backend(name):

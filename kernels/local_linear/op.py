@@ -208,8 +208,7 @@ def local_linear_fit(features: torch.Tensor, target: torch.Tensor, radius, eps, 
     cp = p.detach().mean((2, 3))
     backend = backend_for(f)
     r = tuple(low_res_radius(v, scale) for v in radii)
-    coeffs = _Fit.apply(f.contiguous(), p.contiguous(), eps_t, weights, cf, cp, r[0] if weights is None else r, border,
-                        scale, backend)
+    coeffs = _Fit.apply(f.contiguous(), p.contiguous(), eps_t, weights, cf, cp, r, border, scale, backend)
     return coeffs.to(out_dtype)
 
 

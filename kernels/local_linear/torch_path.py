@@ -431,27 +431,36 @@ def _fit_one(X, eps, lay, r: int, border: str, cf, cp):
 def fit_forward(f, p, cf, cp, eps, radii, border: str, s: int, save: bool, weights=None):
     """Coefficients (B, C, K + 1, H', W') for the raw features, and what the backward needs.
 
-    ``radii`` is one radius or a tuple of R; with R radii the fits share one pass over the pixels (the
-    cell moments) and are blended per cell, ``sum_j weights[:, j] * fit_j`` (``weights`` (B, R, H', W')).
+    ``radii`` is a tuple of R radii (R = 1 without ``weights``); with R > 1 the fits share one pass over the
+    pixels (the cell moments) and are blended per cell, ``sum_j weights[:, j] * fit_j`` (``weights``
+    (B, R, H', W')).
     """
-    radii = (radii,) if isinstance(radii, int) else tuple(radii)
     B, K = f.shape[:2]
     lay = layout(K, p.shape[1])
     X0 = cell_moments(f, p, cf, cp, s)
     theta, boxed, fits = None, [], []
     for j, r in enumerate(radii):
         X = box_mean_(X0 if j == len(radii) - 1 else X0.clone(), r, border)
-        t = _fit_one(X, eps, lay, r, border, cf, cp)
         boxed.append(X)
-        if weights is None:
-            theta = t
-            continue
-        fits.append(t)
-        wt = weights[:, j, None, None]
-        theta = t * wt if theta is None else theta.addcmul_(t, wt)
+        theta = blend_add(theta, _fit_one(X, eps, lay, r, border, cf, cp), weights, j, fits)
     saved = dict(X=boxed, fits=fits, weights=weights, f=f, p=p, cf=cf, cp=cp, radii=radii, border=border,
                  s=s) if save else None
     return theta, saved
+
+
+def blend_add(total, fit, weights, j: int, fits: list):
+    """``total + weights[:, j] * fit`` (``fit`` alone without weights), keeping ``fit`` in ``fits`` for
+    :func:`weights_grad`."""
+    if weights is None:
+        return fit
+    fits.append(fit)
+    wt = weights[:, j, None, None].to(fit.dtype)
+    return fit * wt if total is None else total.addcmul_(fit, wt)
+
+
+def weights_grad(g, fits: list, weights):
+    """d/dweights (B, R, H', W') of ``sum_j weights[:, j] * fits[j]`` given its gradient g (B, C, K + 1, H', W')."""
+    return torch.stack([(g * t).sum((1, 2)) for t in fits], 1).to(weights.dtype)
 
 
 def _moments_grad(X, gt, eps, lay, cf, r: int, border: str, need_eps: bool):
@@ -504,7 +513,7 @@ def fit_backward(saved, g, eps, need_eps: bool, need_weights: bool = False):
     lay = layout(f.shape[1], p.shape[1])
     gX = deps = dw = None
     if weights is not None and need_weights:
-        dw = torch.stack([(g * t).sum((1, 2)) for t in saved["fits"]], 1)
+        dw = weights_grad(g, saved["fits"], weights)
     for j, (X, r) in enumerate(zip(saved["X"], saved["radii"])):
         gt = g if weights is None else g * weights[:, j, None, None]
         gXj, dej = _moments_grad(X, gt, eps, lay, cf, r, border, need_eps)

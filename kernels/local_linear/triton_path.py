@@ -507,7 +507,6 @@ def fit_forward(f, p, cf, cp, eps, radii, border: str, s: int, save: bool, weigh
     """As :func:`.torch_path.fit_forward`: one cell-moment pass, then per radius the window passes and solve."""
     if f.dtype != torch.float32:  # the kernels accumulate in float32; float64 (gradcheck) runs the torch path
         return torch_path.fit_forward(f, p, cf, cp, eps, radii, border, s, save, weights)
-    radii = (radii,) if isinstance(radii, int) else tuple(radii)
     B, K, H, W = f.shape
     C = p.shape[1]
     lay = layout(K, C)
@@ -536,12 +535,7 @@ def fit_forward(f, p, cf, cp, eps, radii, border: str, s: int, save: bool, weigh
         _coeff_cols_kernel[_grid(gw, gh, B * C, BH, BW)](th, ty, cf, cp, out, gh, gw, ty.shape[1], ry, K=K, C=C,
                                                          BH=BH, BW=BW, num_warps=nw)
         boxed.append(X)
-        if weights is None:
-            total = out
-            continue
-        fits.append(out)
-        wt = weights[:, j, None, None].float()
-        total = out * wt if total is None else total.addcmul_(out, wt)
+        total = torch_path.blend_add(total, out, weights, j, fits)
     saved = dict(X=boxed, fits=fits, weights=weights, f=f, p=p, cf=cf, cp=cp, radii=radii, border=border, s=s,
                  triton=True) if save else None
     return total, saved
@@ -557,7 +551,7 @@ def fit_backward(saved, g, eps, need_eps: bool, need_weights: bool = False):
     g = g.float()
     dw = None
     if weights is not None and need_weights:
-        dw = torch.stack([(g * t).sum((1, 2)) for t in saved["fits"]], 1).to(weights.dtype)
+        dw = torch_path.weights_grad(g, saved["fits"], weights)
     BH, BW, nw = _tiles("solve")
     gX = deps = None
     for j, (X, r) in enumerate(zip(saved["X"], saved["radii"])):
