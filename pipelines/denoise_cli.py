@@ -221,7 +221,8 @@ def run(args) -> int:
     args.radius = defaults[0] if args.radius is None else args.radius
     args.eps = defaults[1] if args.eps is None else args.eps
     args.scale = defaults[2] if args.scale is None else args.scale
-    if (args.radius is not None and args.radius < 0) or args.scale < 1 or (args.eps is not None and args.eps <= 0) or args.tile < 0:
+    if ((args.radius is not None and args.radius < 0) or args.scale < 1 or (args.eps is not None and args.eps <= 0)
+            or args.tile < 0):
         raise ValueError("--radius must be >= 0, --scale >= 1, --eps > 0 and --tile >= 0")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     frames = expand_frames(args.frames)

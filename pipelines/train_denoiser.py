@@ -61,7 +61,8 @@ def add_parser(sub) -> None:
                    help="take the regression's moments from 2x2 (or NxN) means of guides and signal (default 1)")
     p.add_argument("--widths", default="16,24,32,48",
                    help="network widths at 1/4 (1x1 stem), 1/8, 1/16, 1/32 resolution (default 16,24,32,48)")
-    p.add_argument("--minutes", type=float, default=None, help="stop after this many minutes (after an epoch); the cosine learning-rate decay then "
+    p.add_argument("--minutes", type=float, default=None,
+                   help="stop after this many minutes (after an epoch); the cosine learning-rate decay then "
                         "follows the time spent when that is further along than the steps")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -140,8 +141,8 @@ def training_command(args) -> str:
     opts = [("--data", args.data), ("--epochs", args.epochs), ("--steps", args.steps), ("--batch", args.batch),
             ("--crop", args.crop), ("--lr", args.lr), ("--smape", args.smape), ("--radii", args.radii),
             ("--scale", args.scale), ("--guides", args.guides), ("--hidden", args.hidden),
-            ("--fit-down", args.fit_down), ("--widths", args.widths), ("--minutes", args.minutes), ("--threads", args.threads), ("--seed", args.seed),
-            ("--init", args.init)]
+            ("--fit-down", args.fit_down), ("--widths", args.widths), ("--minutes", args.minutes),
+            ("--threads", args.threads), ("--seed", args.seed), ("--init", args.init)]
     parts = ["vision", "train-denoiser"] + [f"{k} {shlex.quote(str(v))}" for k, v in opts if v is not None]
     return " ".join(parts + [f"-o {shlex.quote(str(args.out))}"])
 

@@ -51,8 +51,8 @@ def test_linear_head_is_the_regression_on_standardised_guides(frame, radius):
         model.log_eps.copy_(torch.log(torch.tensor([1e-2, 3e-2, 1e-1])))
     crop = {k: np.asarray(frame[k][32:96, 40:104], np.float64) for k in ("color", "albedo", "normal", "depth", "ao")}
     chw = {k: v.transpose(2, 0, 1)[None] for k, v in crop.items()}
-    got = model(torch.from_numpy(chw["color"]), {k: torch.from_numpy(chw[k]) for k in ("albedo", "normal", "depth", "ao")},
-                radius=radius).detach().numpy()
+    bufs = {k: torch.from_numpy(chw[k]) for k in ("albedo", "normal", "depth", "ao")}
+    got = model(torch.from_numpy(chw["color"]), bufs, radius=radius).detach().numpy()
 
     f = np.concatenate([chw["normal"], np.log(chw["depth"]), chw["ao"], chw["albedo"]], 1)  # all depths > 0 here
     cells = f.reshape(1, 8, 16, 4, 16, 4).mean((3, 5))

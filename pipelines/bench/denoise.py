@@ -26,6 +26,7 @@ default parameters; column omitted when it is not installed), and the median wal
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import time
@@ -98,24 +99,30 @@ def half_color(d: dict, how: str) -> np.ndarray:
 def methods(args, upsample: bool = False) -> dict:
     from vision.denoise import denoise
 
-    def flr(scale):
-        return lambda d: denoise(d["color"], **{k: d[k] for k in GUIDES if k in d}, radius=args.radius,
-                                 eps=args.eps, scale=scale)
+    def full(d):
+        return d["color"]
 
-    m = {"noisy": lambda d: d["color"], "box": lambda d: box_denoise(d, args.radius), "flr": flr(1),
+    def run_on(color, **kw):
+        """A method: ``denoise`` of ``color(frame)`` with the frame's guides and ``kw``."""
+        return lambda d: denoise(color(d), **{k: d[k] for k in GUIDES if k in d}, **kw)
+
+    def flr(scale=1, color=full):
+        return run_on(color, radius=args.radius, eps=args.eps, scale=scale)
+
+    m = {"noisy": full, "box": lambda d: box_denoise(d, args.radius), "flr": flr(1),
          "flr s=2": flr(2)}
+    net = None
     if not getattr(args, "no_flnr", False):
         from vision.denoise import load_flnr
 
         net = load_flnr(getattr(args, "weights", None))
-        m["flnr"] = lambda d: denoise(d["color"], **{k: d[k] for k in GUIDES if k in d}, model="flnr", weights=net)
+        m["flnr"] = run_on(full, model="flnr", weights=net)
     if upsample:
         for how in ("mean", "pick"):
-            m[f"flr 1/2 {how}"] = lambda d, how=how: denoise(
-                half_color(d, how), **{k: d[k] for k in GUIDES if k in d}, radius=args.radius, eps=args.eps)
-            if "flnr" in m:
-                m[f"flnr 1/2 {how}"] = lambda d, how=how: denoise(
-                    half_color(d, how), **{k: d[k] for k in GUIDES if k in d}, model="flnr", weights=net)
+            half = functools.partial(half_color, how=how)
+            m[f"flr 1/2 {how}"] = flr(color=half)
+            if net is not None:
+                m[f"flnr 1/2 {how}"] = run_on(half, model="flnr", weights=net)
     if not args.no_oidn:
         try:
             import pyoidn
