@@ -105,6 +105,38 @@ def test_batch_matches_single_frames(frames):
         np.testing.assert_allclose(out[i].permute(1, 2, 0).numpy(), denoise(d["color"], **_guides(d)), atol=1e-5)
 
 
+def test_demodulate_fills_emitter_pixels_with_the_mean_of_their_emitter_free_neighbours(rng):
+    """float64 loop oracle of demodulate's target: (colour - emission) / albedo where albedo >= the floor (else
+    not divided), and at pixels that see an emitter the mean of that over the emitter-free pixels of the
+    (2r+1)^2 window inside the image; factor 0 where an emitter pixel has no albedo."""
+    from vision.denoise.buffers import ALBEDO_FLOOR, demodulate
+
+    h, w, r = 23, 31, 3
+    color = rng.uniform(0, 2, (h, w, 3))
+    albedo = rng.uniform(0.05, 0.9, (h, w, 3))
+    emission = np.zeros((h, w, 3))
+    emission[2:9, 0:6] = [3.0, 2.0, 1.0]  # an emitter at the border, wider than the window: some windows have
+    albedo[2:9, 0:6] = 0.0                # no emitter-free pixel
+    emission[15:17, 20:22, 1] = 0.5       # a glowing surface that keeps its albedo
+    light = color - emission
+    factor = np.where(albedo >= ALBEDO_FLOOR, albedo, 1.0)
+    base = light / factor
+    lit = emission.max(-1) > 0
+    want = base.copy()
+    for y, x in zip(*np.nonzero(lit)):
+        win = np.s_[max(0, y - r):y + r + 1, max(0, x - r):x + r + 1]
+        free = ~lit[win]
+        want[y, x] = base[win][free].mean(0) if free.any() else 0.0
+    want_factor = np.where(lit[..., None] & (albedo < ALBEDO_FLOOR), 0.0, factor)
+    t = {k: torch.from_numpy(v.astype(np.float32)).permute(2, 0, 1)[None] for k, v in
+         (("color", color), ("albedo", albedo), ("emission", emission))}
+    target, fac, add = demodulate(t["color"], t["albedo"], t["emission"], r)
+    assert (lit.sum(), (~lit).sum()) > (30, 0)
+    np.testing.assert_allclose(target[0].permute(1, 2, 0).numpy(), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(fac[0].permute(1, 2, 0).numpy(), want_factor, rtol=1e-6)
+    np.testing.assert_allclose(add[0].permute(1, 2, 0).numpy(), emission, rtol=1e-6)
+
+
 def test_emitter_pixels_keep_their_emission(frames):
     d = frames[(2, 0)]
     out = denoise(d["color"], **_guides(d))

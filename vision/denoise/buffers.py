@@ -165,10 +165,13 @@ def demodulate(color: torch.Tensor, albedo: torch.Tensor | None, emission: torch
     target = light / factor
     mask = emitter_mask(emission, color)
     if mask is not None and bool(mask.any()):
-        keep = (1 - mask).expand_as(target)
-        k = 2 * fill_radius + 1
-        num = F.avg_pool2d(target * keep, k, 1, fill_radius, count_include_pad=False)
-        den = F.avg_pool2d(keep, k, 1, fill_radius, count_include_pad=False)
+        from vision.kernels import box_filter
+
+        keep = 1 - mask
+        # the mean over emitter-free pixels is box(target keep) / box(keep): the window counts cancel, and the
+        # box filter costs O(1) per pixel (a 17 x 17 avg_pool2d cost 289 taps)
+        num = box_filter(target * keep, fill_radius)
+        den = box_filter(keep.expand(-1, 1, -1, -1).contiguous(), fill_radius)
         fill = torch.where(den > 0, num / den.clamp_min(1e-12), zero)
         target = torch.where(keep > 0, target, fill)
         if albedo is not None:
