@@ -34,8 +34,9 @@ def test_parameter_count_is_small():
     assert parameter_count(load_flnr()) < 200_000
 
 
+@pytest.mark.parametrize("grad", [True, False], ids=["autograd", "banded"])
 @pytest.mark.parametrize("radius", [8, None])
-def test_linear_head_is_the_regression_on_standardised_guides(frame, radius):
+def test_linear_head_is_the_regression_on_standardised_guides(frame, radius, grad):
     """float64 oracle of the whole chain for a linear guide head (hidden=0) with the network's code and
     radius logits zeroed: guides = W (f - mean) / std + b with f = (normal, log depth, AO, albedo) and mean,
     std over the 4 x 4 cell means; the albedo-demodulated colour fitted on them by the reference fit at
@@ -52,7 +53,8 @@ def test_linear_head_is_the_regression_on_standardised_guides(frame, radius):
     crop = {k: np.asarray(frame[k][32:96, 40:104], np.float64) for k in ("color", "albedo", "normal", "depth", "ao")}
     chw = {k: v.transpose(2, 0, 1)[None] for k, v in crop.items()}
     bufs = {k: torch.from_numpy(chw[k]) for k in ("albedo", "normal", "depth", "ao")}
-    got = model(torch.from_numpy(chw["color"]), bufs, radius=radius).detach().numpy()
+    with torch.set_grad_enabled(grad):  # without a gradient, on CPU, the guide head runs band by band
+        got = model(torch.from_numpy(chw["color"]), bufs, radius=radius).detach().numpy()
 
     f = np.concatenate([chw["normal"], np.log(chw["depth"]), chw["ao"], chw["albedo"]], 1)  # all depths > 0 here
     cells = f.reshape(1, 8, 16, 4, 16, 4).mean((3, 5))
@@ -67,6 +69,48 @@ def test_linear_head_is_the_regression_on_standardised_guides(frame, radius):
     assert np.abs(want).max() > 0.1
     # float64 throughout (the fit amplifies its rounding to ~1e-9); the float32 model differs by ~3e-7
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-8 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("hidden", [16, 0])
+@pytest.mark.parametrize("hw", [(64, 96), (37, 50)])
+def test_banded_guide_head_matches_a_float64_oracle(frame, hw, hidden):
+    """The guide head without autograd (band by band, strided lerps for the code's upsampling) against
+    float64: g = W2 leaky(up(code) + W1 (f - mean) / std + b1) + b2 with up = F.interpolate (bilinear, x4),
+    for a batch of two frames (each standardised by its own statistics), HWC-layout buffers, AO missing."""
+    from vision.denoise import flnr as FL
+
+    model = _random_model(3, hidden=hidden, guides=4)
+    h, w = hw
+    crops = [{k: np.ascontiguousarray(frame[k][y:y + h, x:x + w]) for k in GUIDES + ("color",)}
+             for y, x in ((0, 0), (40, 20))]
+    bufs = {k: torch.from_numpy(np.stack([c[k] for c in crops])).permute(0, 3, 1, 2) for k in GUIDES}
+    bufs["ao"] = None
+    color = torch.from_numpy(np.stack([c["color"] for c in crops])).permute(0, 3, 1, 2).contiguous()
+    target = color.clone()
+    mask = torch.zeros_like(color[:, :1])
+    buffers = FL.guide_buffers(bufs, color)
+    with torch.no_grad():
+        assert FL._banded(target, model)
+        g, _ = model.learned_guides(buffers, target, mask)
+    # the oracle, in float64 from the same network code
+    m64 = _random_model(3, hidden=hidden, guides=4).double()
+    b64 = [None if v is None else v.double() for v in buffers]
+    cells = FL.cell_guides(b64, color.double(), (h, w))
+    mean, std = FL.guide_stats(cells)
+    x = FL.cell_inputs((cells - mean) / std, target.double(), mask.double())
+    with torch.no_grad():
+        out = m64.net(x)
+    width = m64.head_in.out_features
+    up = torch.nn.functional.interpolate(out[:, :width], scale_factor=4, mode="bilinear")[..., :h, :w]
+    f = torch.cat([torch.zeros_like(b64[0][:, :1]) if v is None else v.expand(2, -1, -1, -1) for v in b64[:2]]
+                  + [torch.zeros(2, 1, h, w, dtype=torch.float64)] + [b64[3]], 1)
+    hid = up + torch.einsum("kc,bchw->bkhw", m64.head_in.weight, (f - mean) / std) \
+        + m64.head_in.bias[None, :, None, None]
+    if hidden:
+        hid = torch.einsum("qk,bkhw->bqhw", m64.head_out.weight, torch.nn.functional.leaky_relu(hid, 0.1)) \
+            + m64.head_out.bias[None, :, None, None]
+    assert hid.abs().max() > 0.1 and not torch.equal(g[0], g[1])
+    torch.testing.assert_close(g.double(), hid.detach(), rtol=0, atol=1e-4 * float(hid.abs().max()))  # float32 network
 
 
 @pytest.mark.parametrize("hw", [(64, 96), (37, 50)])

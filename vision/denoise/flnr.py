@@ -112,6 +112,60 @@ class FLNRNet(nn.Module):
         return self.out(y)[..., :h, :w]
 
 
+def _banded(target: torch.Tensor, model: nn.Module) -> bool:
+    """Whether the guide head may take :func:`_head_bands` (CPU, and nothing to differentiate)."""
+    if target.device.type != "cpu":
+        return False
+    return not torch.is_grad_enabled() or not (target.requires_grad or any(p.requires_grad for p in model.parameters()))
+
+
+HEAD_BAND_PIXELS = 1 << 14  # pixels per band of the banded guide head: its hidden layer stays in the L2 cache
+
+
+def _head_bands(model, code: torch.Tensor, buffers: list, weight: torch.Tensor, bias: torch.Tensor, size):
+    """The guide head of :meth:`FLNR.learned_guides` without autograd, band by band of cell rows.
+
+    The same function as the full-frame path (``g = W2 leaky(up(code) + W f + b) + b2``, or
+    ``up(code) + W f + b`` for a linear head), but every band upsamples its code rows (the apply's strided
+    lerps), adds the buffers' product and runs the output layer while its hidden layer is in cache, and
+    bands go to the workers of :func:`vision.kernels.local_linear.torch_path.own_threads`. The hidden layer
+    never exists at full resolution (16 channels of it are 4x the learned guides' size).
+    """
+    from vision.kernels.local_linear import torch_path as tp
+
+    h, w = size
+    b, width, gh, gw = code.shape
+    dt = code.dtype
+    q = model.head_out.out_features if model.head_out is not None else width
+    code = (code + bias.reshape(-1, width, 1, 1)).contiguous()  # the weights of a bilinear upsample sum to 1
+    g = code.new_empty(b, q, h, w)
+    rows = max(1, HEAD_BAND_PIXELS // (CELL * max(w, 1)))
+    wt = weight.transpose(1, 2).contiguous()  # (B or 1, width, 8)
+    offsets = [sum(B.CHANNELS[n] for n in GUIDES[:i]) for i in range(len(GUIDES))]
+    present = [(v, at, B.CHANNELS[n]) for n, v, at in zip(GUIDES, buffers, offsets) if v is not None]
+    with tp.own_threads(code.device):
+        hp = tp._cells_horizontal(code[:, :, None], CELL)  # (B, width, gh + 2, gw CELL)
+
+        def one(i0):
+            i1 = min(gh, i0 + rows)
+            y0, y1 = i0 * CELL, min(h, i1 * CELL)
+            n = (y1 - y0) * w
+            hid = tp._cells_band(hp, i0, i1, CELL, (b, width, 1, h, w))[:, :, 0].reshape(b, width, n)
+            for j in range(b):
+                hj, wj = hid[j], wt[min(j, wt.shape[0] - 1)]
+                for v, at, c in present:
+                    hj.addmm_(wj[:, at:at + c], v[min(j, v.shape[0] - 1), :, y0:y1].reshape(c, n).to(dt))
+                if model.head_out is None:
+                    g[j, :, y0:y1] = hj.view(q, y1 - y0, w)
+                else:
+                    F.leaky_relu_(hj, 0.1)
+                    g[j, :, y0:y1] = torch.addmm(model.head_out.bias[:, None], model.head_out.weight, hj).view(
+                        q, y1 - y0, w)
+
+        tp.parallel_for(one, range(0, gh, rows), code.device)
+    return g
+
+
 def _resize(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return F.interpolate(x, size=like.shape[-2:], mode="bilinear", align_corners=False)
 
@@ -164,9 +218,12 @@ def cell_inputs(cells_std: torch.Tensor, target_full: torch.Tensor, mask_full: t
     """The network's input, (B, 13, h, w): per 4 x 4 cell the means of the standardised guides
     (``cells_std``), of ``log1p`` of the demodulated noisy colour and of the emitter mask, and the
     standard deviation of the log-luminance (how noisy the cell is)."""
-    lt = torch.log1p(target_full.clamp_min(0))
+    lt = target_full.clamp_min(0)
+    grad = lt.requires_grad
+    lt = lt.log1p() if grad else lt.log1p_()
     lum = lt.mean(1, keepdim=True)
-    rest = _pool(torch.cat([lt, mask_full.to(lt.dtype).expand_as(lum), lum * lum], 1))
+    sq = lum * lum if grad else lum.square_()
+    rest = torch.cat([_pool(lt), _pool(mask_full.to(lt.dtype).expand_as(lum)), _pool(sq)], 1)
     lum_mean = rest[:, :3].mean(1, keepdim=True)
     spread = (rest[:, -1:] - lum_mean * lum_mean).clamp_min(0).sqrt()
     return torch.cat([cells_std.to(lt.dtype), rest[:, :-1], spread], 1)
@@ -239,11 +296,14 @@ class FLNR(nn.Module):
         x = cell_inputs((cells - mean) / std, target_full, mask_full)
         out = self.net(x.to(dt).contiguous(memory_format=torch.channels_last))
         width = self.head_in.out_features
+        weight = self.head_in.weight.t()[None] / std.reshape(-1, FEATURES, 1).to(dt)  # (B or 1, 8, width)
+        bias = self.head_in.bias - (mean.reshape(-1, 1, FEATURES).to(dt) @ weight)  # (B or 1, 1, width)
+        if _banded(target_full, self):
+            return _head_bands(self, out[:, :width], buffers, weight, bias, (h, w)), out[:, width:]
         # per pixel, on (B, H W, C) rows: up(code) + W1 diag(1/std) (f_raw - mean), one product per buffer
         up = F.interpolate(out[:, :width], scale_factor=CELL, mode="bilinear", align_corners=False)
         acc = _nhwc(up[..., :h, :w]).view(b, h * w, width)
-        weight = self.head_in.weight.t()[None] / std.reshape(-1, FEATURES, 1).to(dt)  # (B or 1, 8, width)
-        acc += (self.head_in.bias - (mean.reshape(-1, 1, FEATURES).to(dt) @ weight))
+        acc += bias
         at = 0
         for name, v in zip(GUIDES, buffers):
             n = B.CHANNELS[name]
