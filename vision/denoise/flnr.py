@@ -119,17 +119,19 @@ def _banded(target: torch.Tensor, model: nn.Module) -> bool:
     return not torch.is_grad_enabled() or not (target.requires_grad or any(p.requires_grad for p in model.parameters()))
 
 
-HEAD_BAND_PIXELS = 1 << 14  # pixels per band of the banded guide head: its hidden layer stays in the L2 cache
+HEAD_BAND_PIXELS = 1 << 15  # pixels per band of the banded guide head (its hidden layer: 2 MB of float32)
 
 
 def _head_bands(model, code: torch.Tensor, buffers: list, weight: torch.Tensor, bias: torch.Tensor, size):
     """The guide head of :meth:`FLNR.learned_guides` without autograd, band by band of cell rows.
 
     The same function as the full-frame path (``g = W2 leaky(up(code) + W f + b) + b2``, or
-    ``up(code) + W f + b`` for a linear head), but every band upsamples its code rows (the apply's strided
-    lerps), adds the buffers' product and runs the output layer while its hidden layer is in cache, and
-    bands go to the workers of :func:`vision.kernels.local_linear.torch_path.own_threads`. The hidden layer
-    never exists at full resolution (16 channels of it are 4x the learned guides' size).
+    ``up(code) + W f + b`` for a linear head), in (pixels, channels) rows: the code is upsampled along x
+    once at the cells' height, then every band upsamples its rows along y, adds the buffers' product and
+    runs the output layer while its hidden layer is in cache; bands go to the workers of
+    :func:`vision.kernels.local_linear.torch_path.own_threads`. Both upsampling passes are lerps with
+    contiguous rows of channels (the bilinear weights of ``align_corners=False``; replicated ends give its
+    clamping), and the hidden layer never exists at full resolution.
     """
     from vision.kernels.local_linear import torch_path as tp
 
@@ -137,30 +139,37 @@ def _head_bands(model, code: torch.Tensor, buffers: list, weight: torch.Tensor, 
     b, width, gh, gw = code.shape
     dt = code.dtype
     q = model.head_out.out_features if model.head_out is not None else width
-    code = (code + bias.reshape(-1, width, 1, 1)).contiguous()  # the weights of a bilinear upsample sum to 1
-    g = code.new_empty(b, q, h, w)
     rows = max(1, HEAD_BAND_PIXELS // (CELL * max(w, 1)))
-    wt = weight.transpose(1, 2).contiguous()  # (B or 1, width, 8)
     offsets = [sum(B.CHANNELS[n] for n in GUIDES[:i]) for i in range(len(GUIDES))]
     present = [(v, at, B.CHANNELS[n]) for n, v, at in zip(GUIDES, buffers, offsets) if v is not None]
+    g = code.new_empty(b, q, h, w)
     with tp.own_threads(code.device):
-        hp = tp._cells_horizontal(code[:, :, None], CELL)  # (B, width, gh + 2, gw CELL)
+        # (B, gh + 2, gw CELL, width): the code plus the head's bias (bilinear weights sum to 1), along x
+        c = _nhwc(code + bias.reshape(-1, width, 1, 1))
+        c = torch.cat((c[:, :, :1], c, c[:, :, -1:]), 2)
+        hx = c.new_empty(b, gh + 2, gw, CELL, width)
+        for t, (o, wt) in enumerate(tp._phases(CELL)):
+            torch.lerp(c[:, :, o:o + gw], c[:, :, o + 1:o + 1 + gw], wt, out=hx[:, 1:gh + 1, :, t])
+        hx[:, 0], hx[:, gh + 1] = hx[:, 1], hx[:, gh]
+        hx = hx.view(b, gh + 2, gw * CELL, width)[:, :, :w]
 
         def one(i0):
             i1 = min(gh, i0 + rows)
             y0, y1 = i0 * CELL, min(h, i1 * CELL)
             n = (y1 - y0) * w
-            hid = tp._cells_band(hp, i0, i1, CELL, (b, width, 1, h, w))[:, :, 0].reshape(b, width, n)
+            hid = hx.new_empty(b, i1 - i0, CELL, w, width)
+            for t, (o, wt) in enumerate(tp._phases(CELL)):
+                torch.lerp(hx[:, i0 + o:i1 + o], hx[:, i0 + o + 1:i1 + o + 1], wt, out=hid[:, :, t])
+            hid = hid.view(b, -1, width)[:, :n]
             for j in range(b):
-                hj, wj = hid[j], wt[min(j, wt.shape[0] - 1)]
-                for v, at, c in present:
-                    hj.addmm_(wj[:, at:at + c], v[min(j, v.shape[0] - 1), :, y0:y1].reshape(c, n).to(dt))
+                hj, wj, out = hid[j], weight[min(j, weight.shape[0] - 1)], g[j, :, y0:y1].view(q, n)
+                for v, at, c in present:  # (pixels, c) rows: a view of HWC and of CHW buffers alike
+                    hj.addmm_(v[min(j, v.shape[0] - 1), :, y0:y1].reshape(c, n).t().to(dt), wj[at:at + c])
                 if model.head_out is None:
-                    g[j, :, y0:y1] = hj.view(q, y1 - y0, w)
-                else:
-                    F.leaky_relu_(hj, 0.1)
-                    g[j, :, y0:y1] = torch.addmm(model.head_out.bias[:, None], model.head_out.weight, hj).view(
-                        q, y1 - y0, w)
+                    out.copy_(hj.t())
+                else:  # (q, pixels) = W2 leaky(hidden)^T + b2, written straight into g's rows
+                    torch.addmm(model.head_out.bias[:, None], model.head_out.weight, F.leaky_relu_(hj, 0.1).t(),
+                                out=out)
 
         tp.parallel_for(one, range(0, gh, rows), code.device)
     return g
