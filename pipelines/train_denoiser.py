@@ -5,8 +5,8 @@ Scenes are split by name (:class:`vision.data.RenderedScenes`): the ``train`` sp
 1/2.2) printed; the weights of the best epoch are written as safetensors with the training command,
 epochs and validation PSNR in the header. Every frame is read once and kept in memory.
 
-Loss (HDR-aware): L1 between the tonemapped result and reference (``clamp(x, 0, 1) ** (1/2.2)``, the
-metric's tonemap) plus ``--smape`` times the symmetric relative error ``|x - y| / (|x| + |y| + 0.01)``
+Loss (HDR-aware): L1 (or, with ``--tonemapped rmse``, the root mean square, whose minimum is the PSNR's
+maximum) between the tonemapped result and reference (``clamp(x, 0, 1) ** (1/2.2)``, the metric's tonemap) plus ``--smape`` times the symmetric relative error ``|x - y| / (|x| + |y| + 0.01)``
 on linear values, which weighs dark and bright regions alike. Augmentation: random crops, horizontal and
 vertical flips, a random exposure (colour, emission and reference scaled by one factor per crop).
 """
@@ -23,6 +23,7 @@ EPILOG = """examples:
   vision render-scenes --out data/flnr --count 300 --size 128 --spp-ref 512 --seed 11
   vision train-denoiser --data data/flnr -o flnr.safetensors
   vision train-denoiser --data data/flnr --init flnr.safetensors --lr 5e-4 -o flnr_ft.safetensors   # fine-tune
+  vision train-denoiser --data data/flnr --init flnr.safetensors --tonemapped rmse --smape 0.05 -o flnr_psnr.safetensors
   vision train-denoiser --data data/flnr --guides 3 --radii 8 --minutes 10 -o small.safetensors      # a variant
   vision denoise 'frames/*.exr' -o out/ --model flnr --weights flnr.safetensors
 
@@ -51,6 +52,8 @@ def add_parser(sub) -> None:
     p.add_argument("--crop", type=int, default=96, help="crop size in pixels (default 96)")
     p.add_argument("--lr", type=float, default=2e-3, help="Adam learning rate, cosine-decayed (default 2e-3)")
     p.add_argument("--smape", type=float, default=0.2, help="weight of the SMAPE term (default 0.2)")
+    p.add_argument("--tonemapped", choices=("l1", "rmse"), default="l1",
+                   help="error on tonemapped values: l1 (default) or rmse (what PSNR measures)")
     p.add_argument("--radii", default="4,8,16",
                    help="blend fits at these radii per cell with weights the network predicts (default 4,8,16)")
     p.add_argument("--scale", type=int, default=4, help="regression cell size (default 4)")
@@ -88,10 +91,11 @@ def tonemap(x):
     return (x.clamp(0, 1) + 1e-4) ** (1 / 2.2)
 
 
-def loss_fn(out, ref, smape: float):
-    l1 = (tonemap(out) - tonemap(ref)).abs().mean()
+def loss_fn(out, ref, smape: float, tonemapped: str = "l1"):
+    d = tonemap(out) - tonemap(ref)
+    base = d.abs().mean() if tonemapped == "l1" else (d.square().mean() + 1e-12).sqrt()
     rel = ((out - ref).abs() / (out.abs() + ref.abs() + 1e-2)).mean()
-    return l1 + smape * rel
+    return base + smape * rel
 
 
 def sample_batch(frames, stats, batch: int, crop: int, gen):
@@ -139,7 +143,8 @@ def validate(model, frames) -> float:
 def training_command(args) -> str:
     """The full command line of this run, every option spelled out (defaults included)."""
     opts = [("--data", args.data), ("--epochs", args.epochs), ("--steps", args.steps), ("--batch", args.batch),
-            ("--crop", args.crop), ("--lr", args.lr), ("--smape", args.smape), ("--radii", args.radii),
+            ("--crop", args.crop), ("--lr", args.lr), ("--smape", args.smape),
+            ("--tonemapped", args.tonemapped), ("--radii", args.radii),
             ("--scale", args.scale), ("--guides", args.guides), ("--hidden", args.hidden),
             ("--fit-down", args.fit_down), ("--widths", args.widths), ("--minutes", args.minutes),
             ("--threads", args.threads), ("--seed", args.seed), ("--init", args.init)]
@@ -210,7 +215,7 @@ def run(args) -> int:
         for _ in bar:
             b, st = sample_batch(train, stats, args.batch, args.crop, gen)
             out = model(b["color"], {k: b[k] for k in GUIDES}, stats=st)
-            loss = loss_fn(out, b["reference"], args.smape)
+            loss = loss_fn(out, b["reference"], args.smape, args.tonemapped)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -1,5 +1,6 @@
 """FLNR: the guide network, end-to-end gradients, weights files, the bundled weights, vision train-denoiser."""
 import json
+import math
 import shutil
 
 import numpy as np
@@ -252,3 +253,18 @@ def test_train_denoiser_help(capsys):
         main(["train-denoiser", "--help"])
     text = capsys.readouterr().out
     assert "examples:" in text and "vision train-denoiser --data" in text
+
+
+@pytest.mark.parametrize("tonemapped", ["l1", "rmse"])
+def test_training_loss_against_hand_computed_values(tonemapped):
+    from vision.pipelines.train_denoiser import loss_fn
+
+    out = torch.tensor([0.25, 2.0, 0.0, 0.5], dtype=torch.float64)
+    ref = torch.tensor([0.5, 0.75, 0.0, 0.5], dtype=torch.float64)
+    # tonemap clamp(x, 0, 1) + 1e-4, ** (1 / 2.2): 2.0 and 0.75 clamp to 1 and 0.75
+    tm = lambda v: (min(max(v, 0.0), 1.0) + 1e-4) ** (1 / 2.2)  # noqa: E731
+    d = [tm(a) - tm(b) for a, b in zip(out.tolist(), ref.tolist())]
+    base = sum(abs(x) for x in d) / 4 if tonemapped == "l1" else math.sqrt(sum(x * x for x in d) / 4)
+    rel = (0.25 / (0.75 + 0.01) + 1.25 / (2.75 + 0.01) + 0.0 + 0.0) / 4
+    got = loss_fn(out, ref, 0.3, tonemapped)
+    assert got.item() == pytest.approx(base + 0.3 * rel, rel=1e-9)  # rmse: sqrt(mse + 1e-12)
