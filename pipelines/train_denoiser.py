@@ -24,6 +24,7 @@ EPILOG = """examples:
   vision train-denoiser --data data/flnr -o flnr.safetensors
   vision train-denoiser --data data/flnr --init flnr.safetensors --lr 5e-4 -o flnr_ft.safetensors   # fine-tune
   vision train-denoiser --data data/flnr --init flnr.safetensors --tonemapped rmse --smape 0.05 -o flnr_psnr.safetensors
+  vision train-denoiser --data data/flnr --init flnr.safetensors --upsample-prob 0.5 -o flnr_up.safetensors   # + 1/2-res colour
   vision train-denoiser --data data/flnr --guides 3 --radii 8 --minutes 10 -o small.safetensors      # a variant
   vision denoise 'frames/*.exr' -o out/ --model flnr --weights flnr.safetensors
 
@@ -52,6 +53,9 @@ def add_parser(sub) -> None:
     p.add_argument("--crop", type=int, default=96, help="crop size in pixels (default 96)")
     p.add_argument("--lr", type=float, default=2e-3, help="Adam learning rate, cosine-decayed (default 2e-3)")
     p.add_argument("--smape", type=float, default=0.2, help="weight of the SMAPE term (default 0.2)")
+    p.add_argument("--upsample-prob", type=float, default=0.0,
+                   help="fraction of the steps whose colour is one sample of every 2 x 2 block (joint denoising "
+                        "and upsampling from 1/2-resolution colour, guides at full resolution; default 0)")
     p.add_argument("--tonemapped", choices=("l1", "rmse"), default="l1",
                    help="error on tonemapped values: l1 (default) or rmse (what PSNR measures)")
     p.add_argument("--radii", default="4,8,16",
@@ -126,6 +130,15 @@ def sample_batch(frames, stats, batch: int, crop: int, gen):
     return {k: torch.cat(v) for k, v in out.items()}, (torch.cat(means), torch.cat(stds))
 
 
+def subsample(color, gen):
+    """One sample of every 2 x 2 block, at a random phase: 1/2-resolution colour for joint upsampling."""
+    import torch
+
+    oy, ox = (int(v) for v in torch.randint(2, (2,), generator=gen))
+    h, w = color.shape[-2:]
+    return color[..., oy:h - (h % 2) + oy - 1:2, ox:w - (w % 2) + ox - 1:2].contiguous()
+
+
 def validate(model, frames) -> float:
     import numpy as np
     import torch
@@ -144,7 +157,7 @@ def training_command(args) -> str:
     """The full command line of this run, every option spelled out (defaults included)."""
     opts = [("--data", args.data), ("--epochs", args.epochs), ("--steps", args.steps), ("--batch", args.batch),
             ("--crop", args.crop), ("--lr", args.lr), ("--smape", args.smape),
-            ("--tonemapped", args.tonemapped), ("--radii", args.radii),
+            ("--tonemapped", args.tonemapped), ("--upsample-prob", args.upsample_prob), ("--radii", args.radii),
             ("--scale", args.scale), ("--guides", args.guides), ("--hidden", args.hidden),
             ("--fit-down", args.fit_down), ("--widths", args.widths), ("--minutes", args.minutes),
             ("--threads", args.threads), ("--seed", args.seed), ("--init", args.init)]
@@ -159,8 +172,10 @@ def run(args) -> int:
     from vision.denoise import buffers as B
     from vision.denoise.flnr import FLNR, frame_stats, load_flnr, parameter_count
 
-    if args.epochs < 1 or args.batch < 1 or args.crop < 16 or args.lr <= 0:
-        raise ValueError("--epochs and --batch must be >= 1, --crop >= 16 and --lr > 0")
+    if args.epochs < 1 or args.batch < 1 or args.crop < 16 or args.lr <= 0 or not 0 <= args.upsample_prob <= 1:
+        raise ValueError("--epochs and --batch must be >= 1, --crop >= 16, --lr > 0 and --upsample-prob in [0, 1]")
+    if args.upsample_prob > 0 and args.crop % 2:
+        raise ValueError(f"--upsample-prob needs an even --crop, got {args.crop}")
     if args.out.suffix != ".safetensors":
         raise ValueError(f"-o must name a .safetensors file, got {args.out}")
     torch.set_num_threads(max(1, args.threads))
@@ -214,6 +229,8 @@ def run(args) -> int:
         run_loss = 0.0
         for _ in bar:
             b, st = sample_batch(train, stats, args.batch, args.crop, gen)
+            if args.upsample_prob > 0 and float(torch.rand(1, generator=gen)) < args.upsample_prob:
+                b["color"] = subsample(b["color"], gen)
             out = model(b["color"], {k: b[k] for k in GUIDES}, stats=st)
             loss = loss_fn(out, b["reference"], args.smape, args.tonemapped)
             opt.zero_grad(set_to_none=True)

@@ -268,3 +268,34 @@ def test_training_loss_against_hand_computed_values(tonemapped):
     rel = (0.25 / (0.75 + 0.01) + 1.25 / (2.75 + 0.01) + 0.0 + 0.0) / 4
     got = loss_fn(out, ref, 0.3, tonemapped)
     assert got.item() == pytest.approx(base + 0.3 * rel, rel=1e-9)  # rmse: sqrt(mse + 1e-12)
+
+
+def test_subsample_takes_one_sample_of_every_2x2_block_at_a_random_phase():
+    from vision.pipelines.train_denoiser import subsample
+
+    x = torch.arange(4 * 6.0).view(1, 1, 4, 6)
+    gen = torch.Generator().manual_seed(0)
+    seen = set()
+    for _ in range(40):
+        y = subsample(x, gen)
+        assert y.shape == (1, 1, 2, 3)
+        oy, ox = divmod(int(y[0, 0, 0, 0]), 6)
+        assert (oy, ox) in {(0, 0), (0, 1), (1, 0), (1, 1)}
+        expect = [[(2 * i + oy) * 6 + 2 * j + ox for j in range(3)] for i in range(2)]
+        assert y[0, 0].tolist() == expect
+        seen.add((oy, ox))
+    assert len(seen) == 4
+
+
+def test_train_denoiser_with_half_resolution_colour_steps(tmp_path, capsys):
+    from vision.pipelines.cli import main
+
+    data = tmp_path / "scenes"
+    shutil.copytree(asset_path("scenes"), data)
+    out = tmp_path / "w.safetensors"
+    args = ["train-denoiser", "--data", str(data), "--epochs", "1", "--steps", "2", "--batch", "2", "--crop", "32",
+            "--widths", "4,6,8", "--hidden", "0", "--quiet", "--upsample-prob", "1", "--tonemapped", "rmse"]
+    assert main(args + ["-o", str(out)]) == 0
+    assert "--upsample-prob 1.0 " in read_metadata(out)["vision.train.command"]
+    assert main([("33" if a == "32" else a) for a in args] + ["-o", str(out)]) == 2
+    assert "--upsample-prob needs an even --crop, got 33" in capsys.readouterr().err
