@@ -6,9 +6,12 @@ Scenes are split by name (:class:`vision.data.RenderedScenes`): the ``train`` sp
 epochs and validation PSNR in the header. Every frame is read once and kept in memory.
 
 Loss (HDR-aware): L1 (or, with ``--tonemapped rmse``, the root mean square, whose minimum is the PSNR's
-maximum) between the tonemapped result and reference (``clamp(x, 0, 1) ** (1/2.2)``, the metric's tonemap) plus ``--smape`` times the symmetric relative error ``|x - y| / (|x| + |y| + 0.01)``
-on linear values, which weighs dark and bright regions alike. Augmentation: random crops, horizontal and
-vertical flips, a random exposure (colour, emission and reference scaled by one factor per crop).
+maximum) between the tonemapped result and reference (``clamp(x, 0, 1) ** (1/2.2)``, the metric's
+tonemap) plus ``--smape`` times the symmetric relative error ``|x - y| / (|x| + |y| + 0.01)`` on linear
+values, which weighs dark and bright regions alike. Augmentation: random crops, horizontal and vertical
+flips, a random exposure (colour, emission and reference scaled by one factor per crop); with
+``--upsample-prob P`` a fraction P of the steps see one colour sample of every 2 x 2 block (joint
+denoising and upsampling). Ctrl-C stops the run and still writes the best weights so far.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ EPILOG = """examples:
   vision train-denoiser --data data/flnr -o flnr.safetensors
   vision train-denoiser --data data/flnr --init flnr.safetensors --lr 5e-4 -o flnr_ft.safetensors   # fine-tune
   vision train-denoiser --data data/flnr --init flnr.safetensors --tonemapped rmse --smape 0.05 -o flnr_psnr.safetensors
-  vision train-denoiser --data data/flnr --init flnr.safetensors --upsample-prob 0.5 -o flnr_up.safetensors   # + 1/2-res colour
+  vision train-denoiser --data data/flnr --init flnr.safetensors --upsample-prob 0.5 -o flnr_up.safetensors
   vision train-denoiser --data data/flnr --guides 3 --radii 8 --minutes 10 -o small.safetensors      # a variant
   vision denoise 'frames/*.exr' -o out/ --model flnr --weights flnr.safetensors
 
@@ -222,36 +225,39 @@ def run(args) -> int:
     print(f"epoch 0 ({start}): val PSNR {best:.2f} dB", file=sys.stderr)
     best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     best_epoch, done, history = 0, 0, []
-    for epoch in range(1, args.epochs + 1):
-        model.train()
-        bar = tqdm(range(steps), desc=f"epoch {epoch}/{args.epochs}", unit="step", disable=args.quiet,
-                   file=sys.stderr, leave=False)
-        run_loss = 0.0
-        for _ in bar:
-            b, st = sample_batch(train, stats, args.batch, args.crop, gen)
-            if args.upsample_prob > 0 and float(torch.rand(1, generator=gen)) < args.upsample_prob:
-                b["color"] = subsample(b["color"], gen)
-            out = model(b["color"], {k: b[k] for k in GUIDES}, stats=st)
-            loss = loss_fn(out, b["reference"], args.smape, args.tonemapped)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            run_loss += float(loss.detach())
-            bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
-        model.eval()
-        score = validate(model, val)
-        done = epoch
-        history.append(round(score, 3))
-        mark = ""
-        if score > best:
-            best, best_epoch, mark = score, epoch, " (best)"
-            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        print(f"epoch {epoch}: train loss {run_loss / steps:.4f}, val PSNR {score:.2f} dB{mark}", file=sys.stderr)
-        if args.minutes is not None and time.time() - t_start > args.minutes * 60:
-            print(f"stopping after {epoch} epochs: --minutes {args.minutes:g} reached", file=sys.stderr)
-            break
+    try:  # Ctrl-C ends the run early and still writes the best weights so far
+        for epoch in range(1, args.epochs + 1):
+            model.train()
+            bar = tqdm(range(steps), desc=f"epoch {epoch}/{args.epochs}", unit="step", disable=args.quiet,
+                       file=sys.stderr, leave=False)
+            run_loss = 0.0
+            for _ in bar:
+                b, st = sample_batch(train, stats, args.batch, args.crop, gen)
+                if args.upsample_prob > 0 and float(torch.rand(1, generator=gen)) < args.upsample_prob:
+                    b["color"] = subsample(b["color"], gen)
+                out = model(b["color"], {k: b[k] for k in GUIDES}, stats=st)
+                loss = loss_fn(out, b["reference"], args.smape, args.tonemapped)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                sched.step()
+                run_loss += float(loss.detach())
+                bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
+            model.eval()
+            score = validate(model, val)
+            done = epoch
+            history.append(round(score, 3))
+            mark = ""
+            if score > best:
+                best, best_epoch, mark = score, epoch, " (best)"
+                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            print(f"epoch {epoch}: train loss {run_loss / steps:.4f}, val PSNR {score:.2f} dB{mark}", file=sys.stderr)
+            if args.minutes is not None and time.time() - t_start > args.minutes * 60:
+                print(f"stopping after {epoch} epochs: --minutes {args.minutes:g} reached", file=sys.stderr)
+                break
+    except KeyboardInterrupt:
+        print(f"interrupted in epoch {done + 1}: writing the best weights so far", file=sys.stderr)
     model.load_state_dict(best_state)
     model = model.cpu()
     command = training_command(args)

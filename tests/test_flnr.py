@@ -299,3 +299,27 @@ def test_train_denoiser_with_half_resolution_colour_steps(tmp_path, capsys):
     assert "--upsample-prob 1.0 " in read_metadata(out)["vision.train.command"]
     assert main([("33" if a == "32" else a) for a in args] + ["-o", str(out)]) == 2
     assert "--upsample-prob needs an even --crop, got 33" in capsys.readouterr().err
+
+
+def test_train_denoiser_ctrl_c_still_writes_the_best_weights(tmp_path, monkeypatch, capsys):
+    from vision.pipelines import train_denoiser as T
+    from vision.pipelines.cli import main
+
+    calls = {"n": 0}
+    real = T.loss_fn
+
+    def interrupted(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 3:  # in the second epoch (2 steps per epoch)
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(T, "loss_fn", interrupted)
+    data = tmp_path / "scenes"
+    shutil.copytree(asset_path("scenes"), data)
+    out = tmp_path / "w.safetensors"
+    assert main(["train-denoiser", "--data", str(data), "--epochs", "5", "--steps", "2", "--batch", "2", "--crop",
+                 "32", "--widths", "4,6,8", "--hidden", "0", "--quiet", "-o", str(out)]) == 0
+    meta = read_metadata(out)
+    assert meta["vision.train.epochs"] == "1" and len(json.loads(meta["vision.train.val_history"])) == 1
+    assert "interrupted in epoch 2" in capsys.readouterr().err
