@@ -28,6 +28,7 @@ examples:
   vision denoise 'turntable/frame_*.exr' -o out/ --temporal      # static camera: no flicker
   vision denoise 'frames/*.exr' -o out/ --model flnr             # neural guides (bundled weights)
   vision denoise 'frames/*.exr' -o out/ --model flnr --weights my_flnr.safetensors   # from vision train-denoiser
+  vision denoise 'half/*.exr' -o out/ --model flnr --albedo 'full/{stem}.exr' --normal 'full/{stem}.exr' --phase 0,0
 
 Buffers are read from each frame by channel name: the layers vision render-scenes writes (R G B,
 albedo.*, normal.*, depth.Z, ao.Y, emission.*, position.*), Blender Cycles passes (Combined or Noisy
@@ -37,7 +38,9 @@ separate EXR instead; the pattern may contain {stem} (the frame's file name with
 (the last run of digits in the stem, as written) and {dir} (the frame's folder).
 
 Colour smaller than the guides by an integer factor (rendered at 1/2 or 1/4 resolution) is denoised
-and upsampled to the guides' size. Frames whose output exists are skipped (--overwrite redoes them);
+and upsampled to the guides' size; --phase DY,DX says that colour pixel (i, j) was shaded at
+full-resolution pixel (u i + DY, u j + DX) (e.g. 0,0 for the top-left pixel of every block), so the
+guides are read there instead of averaged over the block (better edges and textures). Frames whose output exists are skipped (--overwrite redoes them);
 outputs are written to a temporary file and renamed, so an interrupted run leaves no partial file and
 can simply be restarted. --shard I/N (I from 0) takes the I-th of N contiguous blocks of the sorted
 frame list, so array jobs split a sequence without coordinating. NaN/Inf samples are repaired (mean
@@ -75,6 +78,9 @@ def add_parser(sub) -> None:
                                                            "flnr: the learned ones)")
     p.add_argument("--scale", type=int, default=None, help="fit on scale x scale cells, apply at full resolution "
                                                            "(default 1; flnr: the trained one)")
+    p.add_argument("--phase", default=None, metavar="DY,DX",
+                   help="colour at 1/u resolution: the pixel of its u x u block each colour sample was shaded at "
+                        "(default: anywhere, the guides are averaged over the block)")
     p.add_argument("--tile", type=int, default=1024, help="process tiles of about this many pixels a side "
                                                           "(exact overlap; bounds memory; default 1024, 0 = off)")
     p.add_argument("--temporal", action="store_true",
@@ -198,6 +204,16 @@ def write_atomic(path: Path, rgb: np.ndarray, header: dict) -> None:
             tmp.unlink()
 
 
+def parse_phase(text):
+    """``"DY,DX"`` -> (DY, DX) ints >= 0, or None; ValueError for anything else."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*,\s*(\d+)\s*", text)
+    if not m:
+        raise ValueError(f"--phase must be DY,DX (two integers >= 0, e.g. 0,0), got {text!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
 # --------------------------------------------------------------------------- run
 
 def run(args) -> int:
@@ -224,6 +240,9 @@ def run(args) -> int:
     if ((args.radius is not None and args.radius < 0) or args.scale < 1 or (args.eps is not None and args.eps <= 0)
             or args.tile < 0):
         raise ValueError("--radius must be >= 0, --scale >= 1, --eps > 0 and --tile >= 0")
+    phase = parse_phase(args.phase)
+    if phase is not None and args.temporal:
+        raise ValueError("--phase works without --temporal only")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     frames = expand_frames(args.frames)
     index, count = parse_shard(args.shard)
@@ -243,7 +262,8 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     eps_text = "learned" if args.eps is None else f"{args.eps:g}"
     radius_text = args.radius if args.radius is not None else "blend " + ",".join(map(str, net.config["radii"]))
-    header = {"vision.denoiser": f"{args.model} radius={radius_text} eps={eps_text} scale={args.scale}"}
+    header = {"vision.denoiser": f"{args.model} radius={radius_text} eps={eps_text} scale={args.scale}"
+                                 + ("" if phase is None else f" phase={phase[0]},{phase[1]}")}
     temporal = TemporalFLR(args.radius, args.eps, args.scale, alpha=args.alpha, tile=args.tile or None) \
         if args.temporal else None
     done = skipped = repaired = 0
@@ -265,7 +285,7 @@ def run(args) -> int:
                     res = temporal(t["color"], **guides)
                 else:
                     res = denoise(t["color"], **guides, model=args.model, radius=args.radius,
-                                  eps=args.eps, scale=args.scale, tile=args.tile or None, weights=net)
+                                  eps=args.eps, scale=args.scale, tile=args.tile or None, weights=net, phase=phase)
             except ValueError as err:
                 raise ValueError(f"{frame}: {err}") from None
         if skip:

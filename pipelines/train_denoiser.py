@@ -134,26 +134,44 @@ def sample_batch(frames, stats, batch: int, crop: int, gen):
 
 
 def subsample(color, gen):
-    """One sample of every 2 x 2 block, at a random phase: 1/2-resolution colour for joint upsampling."""
+    """One sample of every 2 x 2 block, at a random phase: 1/2-resolution colour for joint upsampling.
+    Returns the colour and the phase (dy, dx), the sample's pixel in its block."""
     import torch
 
     oy, ox = (int(v) for v in torch.randint(2, (2,), generator=gen))
     h, w = color.shape[-2:]
-    return color[..., oy:h - (h % 2) + oy - 1:2, ox:w - (w % 2) + ox - 1:2].contiguous()
+    return color[..., oy:h - (h % 2) + oy - 1:2, ox:w - (w % 2) + ox - 1:2].contiguous(), (oy, ox)
 
 
-def validate(model, frames) -> float:
+VAL_PHASES = ((0, 0), (1, 1))  # the 1/2-resolution validation: one sample of every 2 x 2 block at these phases
+
+
+def validate(model, frames, upsample_prob: float = 0.0) -> tuple[float, float | None]:
+    """(score, 1/2-resolution PSNR or None): the mean validation PSNR at full resolution, or, when the run
+    trains joint upsampling, from one colour sample of every 2 x 2 block (phases :data:`VAL_PHASES`,
+    known to the model); the score weighs the two as the training steps do."""
     import numpy as np
     import torch
 
     from vision.denoise.metrics import psnr
 
-    vals = []
+    def score(color, f, phase=None):
+        out = model(color, {k: f[k] for k in GUIDES}, phase=phase)
+        return psnr(out[0].permute(1, 2, 0).cpu().numpy(), f["reference"][0].permute(1, 2, 0).cpu().numpy())
+
+    full, half = [], []
     with torch.no_grad():
         for f in frames:
-            out = model(f["color"], {k: f[k] for k in GUIDES})
-            vals.append(psnr(out[0].permute(1, 2, 0).numpy(), f["reference"][0].permute(1, 2, 0).numpy()))
-    return float(np.mean(vals))
+            if upsample_prob < 1:
+                full.append(score(f["color"], f))
+            if upsample_prob > 0:
+                h, w = f["color"].shape[-2:]
+                half += [score(f["color"][..., dy:h - h % 2:2, dx:w - w % 2:2], f, (dy, dx)) for dy, dx in VAL_PHASES
+                         if h % 2 == 0 and w % 2 == 0]
+    lo = float(np.mean(half)) if half else None
+    if lo is None:
+        return float(np.mean(full)), None
+    return (1 - upsample_prob) * (float(np.mean(full)) if full else 0.0) + upsample_prob * lo, lo
 
 
 def training_command(args) -> str:
@@ -166,6 +184,12 @@ def training_command(args) -> str:
             ("--threads", args.threads), ("--seed", args.seed), ("--init", args.init)]
     parts = ["vision", "train-denoiser"] + [f"{k} {shlex.quote(str(v))}" for k, v in opts if v is not None]
     return " ".join(parts + [f"-o {shlex.quote(str(args.out))}"])
+
+
+def _half_text(half, args) -> str:
+    if half is None:
+        return ""
+    return f" (1/2-resolution colour {half:.2f} dB)" if args.upsample_prob < 1 else " (from 1/2-resolution colour)"
 
 
 def run(args) -> int:
@@ -220,9 +244,9 @@ def run(args) -> int:
     print(f"FLNR: {parameter_count(model)} parameters; {len(train)} train / {len(val)} val frames; "
           f"{args.epochs} epochs x {steps} steps, batch {args.batch}, crop {args.crop}", file=sys.stderr)
     model.eval()
-    best = validate(model, val)
+    best, half = validate(model, val, args.upsample_prob)
     start = "from --init" if args.init else "untrained"
-    print(f"epoch 0 ({start}): val PSNR {best:.2f} dB", file=sys.stderr)
+    print(f"epoch 0 ({start}): val PSNR {best:.2f} dB{_half_text(half, args)}", file=sys.stderr)
     best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     best_epoch, done, history = 0, 0, []
     try:  # Ctrl-C ends the run early and still writes the best weights so far
@@ -233,9 +257,10 @@ def run(args) -> int:
             run_loss = 0.0
             for _ in bar:
                 b, st = sample_batch(train, stats, args.batch, args.crop, gen)
+                phase = None
                 if args.upsample_prob > 0 and float(torch.rand(1, generator=gen)) < args.upsample_prob:
-                    b["color"] = subsample(b["color"], gen)
-                out = model(b["color"], {k: b[k] for k in GUIDES}, stats=st)
+                    b["color"], phase = subsample(b["color"], gen)
+                out = model(b["color"], {k: b[k] for k in GUIDES}, stats=st, phase=phase)
                 loss = loss_fn(out, b["reference"], args.smape, args.tonemapped)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -245,14 +270,15 @@ def run(args) -> int:
                 run_loss += float(loss.detach())
                 bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
             model.eval()
-            score = validate(model, val)
+            score, half = validate(model, val, args.upsample_prob)
             done = epoch
             history.append(round(score, 3))
             mark = ""
             if score > best:
                 best, best_epoch, mark = score, epoch, " (best)"
                 best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            print(f"epoch {epoch}: train loss {run_loss / steps:.4f}, val PSNR {score:.2f} dB{mark}", file=sys.stderr)
+            print(f"epoch {epoch}: train loss {run_loss / steps:.4f}, val PSNR {score:.2f} dB{_half_text(half, args)}"
+                  f"{mark}", file=sys.stderr)
             if args.minutes is not None and time.time() - t_start > args.minutes * 60:
                 print(f"stopping after {epoch} epochs: --minutes {args.minutes:g} reached", file=sys.stderr)
                 break

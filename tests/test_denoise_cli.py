@@ -6,6 +6,7 @@ import pytest
 
 from vision.bundled import asset_path
 from vision.data import read_exr, read_frame, write_exr, write_frame
+from vision.data.exr import read_exr_header
 from vision.denoise import metrics as M
 from vision.pipelines.cli import main
 from vision.pipelines.denoise_cli import expand_frames, parse_shard, shard
@@ -167,6 +168,25 @@ def test_shard_runs_and_half_resolution_colour(seq, tmp_path):
     res = _rgb(out / "half.exr")
     assert res.shape == (h, w, 3)
     assert M.psnr(res, d["reference"]) >= M.psnr(d["color"], d["reference"]) + 10
+
+
+def test_phase_of_half_resolution_colour(seq, tmp_path, capsys):
+    """--phase 1,0: colour pixel (i, j) is the full-resolution sample (2i + 1, 2j); the file equals
+    denoise(..., phase=(1, 0)), and a bad phase stops with an error naming the frame."""
+    from vision.denoise import denoise
+
+    d = read_frame(seq / "frame_00.exr")
+    bufs = ("albedo", "normal", "depth", "ao", "emission")
+    write_frame(tmp_path / "half.exr", {"color": np.ascontiguousarray(d["color"][1::2, ::2])})
+    write_frame(tmp_path / "g.exr", {k: d[k] for k in bufs})
+    args = ["denoise", str(tmp_path / "half.exr"), "-q"] + sum([[f"--{k}", str(tmp_path / "g.exr")] for k in bufs], [])
+    assert main(args + ["-o", str(tmp_path / "o"), "--phase", "1,0"]) == 0
+    want = denoise(np.ascontiguousarray(d["color"][1::2, ::2]), **{k: d[k] for k in bufs}, phase=(1, 0))
+    np.testing.assert_allclose(_rgb(tmp_path / "o" / "half.exr"), want, rtol=1e-6, atol=1e-6)
+    assert read_exr_header(tmp_path / "o" / "half.exr")["vision.denoiser"].endswith(" phase=1,0")
+    for bad, match in (("2,0", "phase (2, 0) is outside the 2 x 2 block"), ("x", "--phase must be DY,DX")):
+        assert main(args + ["-o", str(tmp_path / "p"), "--phase", bad]) == 2
+        assert match in capsys.readouterr().err
 
 
 def test_failed_write_leaves_no_partial_output(seq, tmp_path, monkeypatch):

@@ -277,10 +277,10 @@ def test_subsample_takes_one_sample_of_every_2x2_block_at_a_random_phase():
     gen = torch.Generator().manual_seed(0)
     seen = set()
     for _ in range(40):
-        y = subsample(x, gen)
+        y, phase = subsample(x, gen)
         assert y.shape == (1, 1, 2, 3)
         oy, ox = divmod(int(y[0, 0, 0, 0]), 6)
-        assert (oy, ox) in {(0, 0), (0, 1), (1, 0), (1, 1)}
+        assert (oy, ox) in {(0, 0), (0, 1), (1, 0), (1, 1)} and phase == (oy, ox)
         expect = [[(2 * i + oy) * 6 + 2 * j + ox for j in range(3)] for i in range(2)]
         assert y[0, 0].tolist() == expect
         seen.add((oy, ox))
@@ -297,6 +297,8 @@ def test_train_denoiser_with_half_resolution_colour_steps(tmp_path, capsys):
             "--widths", "4,6,8", "--hidden", "0", "--quiet", "--upsample-prob", "1", "--tonemapped", "rmse"]
     assert main(args + ["-o", str(out)]) == 0
     assert "--upsample-prob 1.0 " in read_metadata(out)["vision.train.command"]
+    err = capsys.readouterr().err
+    assert "epoch 1: train loss" in err and "dB (from 1/2-resolution colour)" in err
     assert main([("33" if a == "32" else a) for a in args] + ["-o", str(out)]) == 2
     assert "--upsample-prob needs an even --crop, got 33" in capsys.readouterr().err
 

@@ -22,7 +22,7 @@ MODELS = ("flr", "flnr")
 
 def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None, position=None, model: str = "flr",
             radius: int | None = None, eps: float | None = None, scale: int | None = None, weights=None,
-            tile: int | None = None, repair: bool = True):
+            tile: int | None = None, repair: bool = True, phase=None):
     r"""Denoise a path-traced frame (or a batch) with a local linear model of its radiance on guide buffers.
 
     Args:
@@ -49,6 +49,12 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
         tile: process tiles of about this many pixels a side (with an exact overlap), bounding memory.
         repair: replace NaN/Inf samples (warning with their count, :class:`BufferWarning`); with False
             they raise a ValueError.
+        phase: for colour at 1/u of the guides' size, where each colour sample lies in the u x u block of
+            full-resolution pixels it covers, ``(dy, dx)`` with 0 <= dy, dx < u: colour pixel ``(i, j)``
+            was shaded at full-resolution pixel ``(u i + dy, u j + dx)`` (a renderer that shades one
+            pixel of every block, e.g. ``(0, 0)``, or with a known per-frame jitter). The fit then reads
+            the albedo, emission and guides at exactly those pixels; None (default): the sample may lie
+            anywhere in its block and they are averaged over it.
 
     Returns:
         The denoised radiance, same kind (NumPy / torch) and layout (HWC / BCHW) as ``color``.
@@ -90,18 +96,18 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
 
         with torch.set_grad_enabled(torch.is_grad_enabled() and (c.requires_grad or net.training)):
             if tile:
-                out = flnr_tiled(c, guides, net, radius, eps, scale, int(tile))
+                out = flnr_tiled(c, guides, net, radius, eps, scale, int(tile), phase=phase)
             else:
-                out = run_flnr(c, guides, net, radius, eps, scale)
+                out = run_flnr(c, guides, net, radius, eps, scale, phase=phase)
         return buffers.like(out, color)
     radius = DEFAULT_RADIUS if radius is None else int(radius)
     eps = DEFAULT_EPS if eps is None else eps
     scale = 1 if scale is None else int(scale)
     with torch.set_grad_enabled(torch.is_grad_enabled() and c.requires_grad):
         if tile:
-            out = flr_tiled(c, guides, radius, eps, scale, int(tile))
+            out = flr_tiled(c, guides, radius, eps, scale, int(tile), phase=phase)
         else:
-            out = flr(c, guides, radius, eps, scale)
+            out = flr(c, guides, radius, eps, scale, phase=phase)
     return buffers.like(out, color)
 
 

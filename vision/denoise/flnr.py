@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import buffers as B
-from .flr import _area_down, _fit_radius, _full_size, _upsample_factor, run_tiles
+from .flr import _area_down, _fit_radius, _full_size, _sample_down, _upsample_factor, check_phase, run_tiles
 
 GUIDES = ("normal", "depth", "ao", "albedo")  # fixed layout of the buffers: 3 + 1 + 1 + 3 = 8 channels
 FEATURES = 8
@@ -264,7 +264,8 @@ class FLNR(nn.Module):
     guide buffers (``albedo, normal, depth, ao, emission``; any may be None) and returns the denoised
     (B, 3, H, W) radiance. Colour smaller than the guides by an integer factor is joint denoising and
     upsampling, as in FLR (the network then sees the colour nearest-upsampled; the fit runs at the
-    colour's resolution and is applied to the full-resolution learned guides).
+    colour's resolution, on the learned guides averaged over each colour pixel's block or, with ``phase``
+    (dy, dx), read at the samples' own pixels, and is applied to the full-resolution learned guides).
 
     Example:
         >>> model = FLNR()   # untrained; load_flnr() gives the bundled, trained one
@@ -334,18 +335,20 @@ class FLNR(nn.Module):
         return g, out[:, width:].to(target_full.dtype)
 
     def forward(self, color: torch.Tensor, guides: dict, radius: int | None = None, eps=None,
-                scale: int | None = None, stats=None) -> torch.Tensor:
+                scale: int | None = None, stats=None, phase=None) -> torch.Tensor:
         from vision.kernels import local_linear_apply, local_linear_fit
 
         scale = self.scale if scale is None else int(scale)
         h, w = color.shape[-2:]
         hf, wf = _full_size(color, guides)
         u = _upsample_factor((h, w), (hf, wf))
+        phase = check_phase(phase, u)
         albedo, emission = guides.get("albedo"), guides.get("emission")
         radii = self.config["radii"] if radius is None else [int(radius)]
-        target, factor, add = B.demodulate(color, _area_down(albedo, u), _area_down(emission, u),
+        emission_lo = _sample_down(emission, u, phase)
+        target, factor, add = B.demodulate(color, _sample_down(albedo, u, phase), emission_lo,
                                            _fit_radius(FILL_RADIUS, u))
-        mask = B.emitter_mask(_area_down(emission, u), color)
+        mask = B.emitter_mask(emission_lo, color)
         mask = torch.zeros_like(color[:, :1]) if mask is None else mask.expand(color.shape[0], -1, -1, -1)
         if u > 1:
             t_full = F.interpolate(target, scale_factor=u, mode="nearest")[..., :hf, :wf]
@@ -356,7 +359,7 @@ class FLNR(nn.Module):
         eps_t = self.log_eps.exp().to(color.dtype) if eps is None else eps
         # the fit's samples: colour resolution, then averaged over fit_down x fit_down when the cells allow it
         fd = self.config["fit_down"] if scale % self.config["fit_down"] == 0 else 1
-        g_lo = _area_down(g, u * fd).contiguous()
+        g_lo = (_area_down(g, u * fd) if phase is None else _area_down(_sample_down(g, u, phase), fd)).contiguous()
         t_lo = _area_down(target, fd).contiguous()
         r_lo = [_fit_radius(r, u * fd) for r in radii]
         s_lo = scale // fd
@@ -457,16 +460,16 @@ def load_flnr(weights=None) -> FLNR:
 
 
 def flnr(color: torch.Tensor, guides: dict, model: FLNR, radius: int | None = None, eps=None,
-         scale: int | None = None, stats=None) -> torch.Tensor:
+         scale: int | None = None, stats=None, phase=None) -> torch.Tensor:
     """FLNR on (B, 3, h, w) colour and full-resolution guides with ``model`` (see :class:`FLNR`)."""
     dev, dt = color.device, color.dtype
     if next(model.parameters()).device != dev or next(model.parameters()).dtype != dt:
         model = model.to(device=dev, dtype=dt)  # a copy only when needed: nn.Module.to moves in place
-    return model(color, guides, radius, eps, scale, stats)
+    return model(color, guides, radius, eps, scale, stats, phase)
 
 
 def flnr_tiled(color: torch.Tensor, guides: dict, model: FLNR, radius: int | None, eps, scale: int | None,
-               tile: int) -> torch.Tensor:
+               tile: int, phase=None) -> torch.Tensor:
     """:func:`flnr` over tiles of about ``tile`` pixels with an overlap margin covering the regression's reach
     and the network's receptive field; tiles use the whole frame's guide statistics. The network pads
     with replication at tile borders, so the result matches the whole frame to within float rounding where
@@ -474,7 +477,7 @@ def flnr_tiled(color: torch.Tensor, guides: dict, model: FLNR, radius: int | Non
     h, w = color.shape[-2:]
     hf, wf = _full_size(color, guides)
     if hf <= tile and wf <= tile:
-        return flnr(color, guides, model, radius, eps, scale)
+        return flnr(color, guides, model, radius, eps, scale, phase=phase)
     u = _upsample_factor((h, w), (hf, wf))
     reach = model.radius if radius is None else int(radius)
     scale = model.scale if scale is None else int(scale)
@@ -486,7 +489,7 @@ def flnr_tiled(color: torch.Tensor, guides: dict, model: FLNR, radius: int | Non
     margin = (r + (2 * r_cells + 2) * scale) * u + NET_MARGIN
     margin = int(math.ceil(margin / unit)) * unit
     return run_tiles(color, guides, (hf, wf), u, margin, unit, tile,
-                     lambda c, sub: flnr(c, sub, model, radius, eps, scale, stats=stats))
+                     lambda c, sub: flnr(c, sub, model, radius, eps, scale, stats=stats, phase=phase))
 
 
 # receptive field of the default FLNRNet in full-resolution pixels: two 3 x 3 convolutions at each of 1/8,

@@ -15,8 +15,9 @@ Per frame (Bauszat et al. 2011; BMFR, Koskela et al. 2019; the FLR core of Salmi
 
 Joint denoising and upsampling: when ``color`` is smaller than the guides by an integer factor u
 (colour path-traced at 1/u resolution, guides rasterised at full resolution), the guides, albedo and
-emission are area-averaged to the colour's size for the fit and the coefficients are applied to the
-full-resolution guides.
+emission are area-averaged to the colour's size for the fit (or, when the caller knows where in its u x u
+block each colour sample was taken, ``phase``, read at the samples' own pixels) and the coefficients are
+applied to the full-resolution guides.
 """
 from __future__ import annotations
 
@@ -38,6 +39,35 @@ def _area_down(x: torch.Tensor | None, u: int) -> torch.Tensor | None:
     return F.avg_pool2d(x, u, u, ceil_mode=True, count_include_pad=False)
 
 
+def _sample_down(x: torch.Tensor | None, u: int, phase=None) -> torch.Tensor | None:
+    """A full-resolution buffer at the colour's sample positions: the u x u block means when ``phase`` is None
+    (a sample anywhere in its block), else the pixel ``(u i + dy, u j + dx)`` for ``phase = (dy, dx)``; the
+    last partial blocks take their last pixel when the phase falls outside them."""
+    if x is None or u == 1 or phase is None:
+        return _area_down(x, u)
+    dy, dx = phase
+    h, w = x.shape[-2:]
+    if h % u == 0 and w % u == 0:
+        return x[..., dy::u, dx::u]
+    iy = (torch.arange(-(-h // u), device=x.device) * u + dy).clamp_max(h - 1)
+    ix = (torch.arange(-(-w // u), device=x.device) * u + dx).clamp_max(w - 1)
+    return x.index_select(-2, iy).index_select(-1, ix)
+
+
+def check_phase(phase, u: int):
+    """``phase`` as a (dy, dx) pair of ints in [0, u), or None; ValueError otherwise."""
+    if phase is None:
+        return None
+    try:
+        dy, dx = (int(v) for v in phase)
+    except (TypeError, ValueError):
+        raise ValueError(f"phase must be a (row, column) pair of ints, got {phase!r}") from None
+    if not (0 <= dy < u and 0 <= dx < u):
+        raise ValueError(f"phase {(dy, dx)} is outside the {u} x {u} block of full-resolution pixels each colour "
+                         f"pixel covers (colour at 1/{u} of the guides' size): each must be in 0..{u - 1}")
+    return dy, dx
+
+
 def _fit_radius(radius: int, u: int) -> int:
     return radius if u == 1 else max(1, round(radius / u))
 
@@ -55,16 +85,18 @@ def _solve(feat_lo, target, feat_full, radius, eps, scale, u):
 
 
 def flr(color: torch.Tensor, guides: dict[str, torch.Tensor | None], radius: int = DEFAULT_RADIUS,
-        eps: float = DEFAULT_EPS, scale: int = 1, stats=None) -> torch.Tensor:
+        eps: float = DEFAULT_EPS, scale: int = 1, stats=None, phase=None) -> torch.Tensor:
     """FLR on (B, C, h, w) colour and full-resolution (B, *, H, W) guides; returns (B, C, H, W).
 
     ``guides`` holds ``albedo, normal, depth, ao, emission, position`` (any may be None). ``stats``
     (mean, std) standardise the guide features; by default they come from these guides (pass the
-    whole frame's when denoising a tile, so tiles match the whole-frame result).
+    whole frame's when denoising a tile, so tiles match the whole-frame result). ``phase`` (dy, dx): for
+    colour at 1/u resolution, where in its u x u block each colour sample was taken (None: anywhere).
     """
     h, w = color.shape[-2:]
     hf, wf = _full_size(color, guides)
     u = _upsample_factor((h, w), (hf, wf))
+    phase = check_phase(phase, u)
     albedo, emission = guides.get("albedo"), guides.get("emission")
     raw, _ = B.raw_features({k: guides.get(k) for k in B.GUIDE_ORDER})
     b = color.shape[0]
@@ -75,9 +107,9 @@ def flr(color: torch.Tensor, guides: dict[str, torch.Tensor | None], radius: int
     mean, std = stats if stats is not None else B.feature_stats(raw)
     feat = ((raw - mean) / std).expand(b, -1, -1, -1).contiguous()
     r = _fit_radius(radius, u)
-    target, factor, add = B.demodulate(color, _area_down(albedo, u), _area_down(emission, u), r)
-    # the fit itself runs at the colour's resolution: the features are averaged down to it
-    feat_lo = _area_down(feat, u)
+    target, factor, add = B.demodulate(color, _sample_down(albedo, u, phase), _sample_down(emission, u, phase), r)
+    # the fit itself runs at the colour's resolution: the features are taken at its samples (or averaged)
+    feat_lo = _sample_down(feat, u, phase)
     fitted = _solve(feat_lo, target.contiguous(), feat, r, eps, scale, u).clamp_min(0)
     if u == 1:
         return fitted * factor + add
@@ -104,7 +136,8 @@ def _upsample_factor(small: tuple[int, int], full: tuple[int, int]) -> int:
                      "upsampling the colour must be the guides' size divided by an integer factor (2, 4, ...)")
 
 
-def flr_tiled(color: torch.Tensor, guides: dict, radius: int, eps: float, scale: int, tile: int) -> torch.Tensor:
+def flr_tiled(color: torch.Tensor, guides: dict, radius: int, eps: float, scale: int, tile: int,
+              phase=None) -> torch.Tensor:
     """:func:`flr` over tiles of about ``tile`` full-resolution pixels with an overlap margin that makes
     every tile's interior equal to the whole-frame result, so memory is bounded by the tile size."""
     h, w = color.shape[-2:]
@@ -112,7 +145,7 @@ def flr_tiled(color: torch.Tensor, guides: dict, radius: int, eps: float, scale:
     u = _upsample_factor((h, w), (hf, wf))
     raw, _ = B.raw_features({k: guides.get(k) for k in B.GUIDE_ORDER})
     if raw is None or (hf <= tile and wf <= tile):
-        return flr(color, guides, radius, eps, scale)
+        return flr(color, guides, radius, eps, scale, phase=phase)
     stats = B.feature_stats(raw)
     del raw
     # what influences a pixel: emitter fill (r) + fit window (r) + coefficient averaging (r) + one cell
@@ -123,7 +156,7 @@ def flr_tiled(color: torch.Tensor, guides: dict, radius: int, eps: float, scale:
     margin_lo = r + (2 * r_cells + 2) * scale
     margin = int(math.ceil(margin_lo * u / unit)) * unit
     return run_tiles(color, guides, (hf, wf), u, margin, unit, tile,
-                     lambda c, sub: flr(c, sub, radius, eps, scale, stats=stats))
+                     lambda c, sub: flr(c, sub, radius, eps, scale, stats=stats, phase=phase))
 
 
 def run_tiles(color: torch.Tensor, guides: dict, full: tuple[int, int], u: int, margin: int, unit: int, tile: int,
