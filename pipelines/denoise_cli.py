@@ -285,7 +285,8 @@ def run(args) -> int:
                     res = temporal(t["color"], **guides)
                 else:
                     res = denoise(t["color"], **guides, model=args.model, radius=args.radius,
-                                  eps=args.eps, scale=args.scale, tile=args.tile or None, weights=net, phase=phase)
+                                  eps=args.eps, scale=args.scale, tile=args.tile or None,
+                                  weights=net if args.weights else None, phase=phase)  # None: bundled, per size
             except ValueError as err:
                 raise ValueError(f"{frame}: {err}") from None
         if skip:

@@ -325,3 +325,26 @@ def test_train_denoiser_ctrl_c_still_writes_the_best_weights(tmp_path, monkeypat
     meta = read_metadata(out)
     assert meta["vision.train.epochs"] == "1" and len(json.loads(meta["vision.train.val_history"])) == 1
     assert "interrupted in epoch 2" in capsys.readouterr().err
+
+
+def test_half_resolution_colour_takes_the_bundled_upsampling_weights_when_there_are_such(tmp_path, monkeypatch):
+    """weights=None: colour at 1/2 of the guides' size loads BUNDLED_UPSAMPLE[2] if that file exists (else the
+    full-resolution weights); full-resolution colour always the full-resolution ones."""
+    from vision.denoise import flnr as F
+
+    d = read_frame(asset_path("scenes", "scene_00000", "frame_00.exr"))
+    g = {k: d[k] for k in ("albedo", "normal", "depth", "ao", "emission")}
+    lo = np.ascontiguousarray(d["color"][::2, ::2])
+    bundled = denoise(lo, **g, model="flnr", weights=asset_path("weights", "flnr.safetensors"))
+    monkeypatch.setattr(F, "BUNDLED_UPSAMPLE", {2: ("no_such_file.safetensors",)})
+    np.testing.assert_array_equal(denoise(lo, **g, model="flnr"), bundled)  # missing: the full-resolution ones
+    other = load_flnr(asset_path("weights", "flnr.safetensors"))
+    other = F.FLNR.from_state_dict({k: v * 1.01 for k, v in other.state_dict().items()}, other.config)
+    path = other.save(tmp_path / "up2.safetensors")
+    monkeypatch.setattr(F, "BUNDLED_UPSAMPLE", {2: (str(path),)})  # an absolute path joins as itself
+    got = denoise(lo, **g, model="flnr")
+    np.testing.assert_array_equal(got, denoise(lo, **g, model="flnr", weights=path))
+    assert np.abs(got - bundled).max() > 1e-4
+    full = denoise(d["color"], **g, model="flnr")
+    np.testing.assert_array_equal(full, denoise(d["color"], **g, model="flnr",
+                                                weights=asset_path("weights", "flnr.safetensors")))

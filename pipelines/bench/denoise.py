@@ -15,7 +15,9 @@ bundled scenes; or any ``vision render-scenes`` output) is denoised by
   (the same samples, 4 per low-resolution pixel), ``pick`` = its top-left pixel of every 2 x 2 block (a
   quarter of the samples; the denoiser averages the guides over each block), ``pick+phase`` = the same
   samples with ``phase=(0, 0)`` (the denoiser knows which pixel of its block each sample was taken at and
-  reads the guides, albedo and emission there). Only when every frame has an even width and height.
+  reads the guides, albedo and emission there). FLNR's 1/2 rows use the bundled weights trained for
+  1/2-resolution colour (``flnr_up2.safetensors``) unless ``--weights`` is given. Only when every frame has
+  an even width and height.
 
 Metrics (see :mod:`vision.denoise.metrics`): PSNR and SSIM on tonemapped images (clamp to [0, 1], then
 gamma 1/2.2), relMSE (eps 0.01, no 0.5 factor) on linear HDR values, HDR-FLIP (``flip-evaluator``,
@@ -126,7 +128,8 @@ def methods(args, upsample: bool = False) -> dict:
             kw = {"phase": (0, 0)} if how.endswith("+phase") else {}
             m[f"flr 1/2 {how}"] = flr(color=half, **kw)
             if net is not None:
-                m[f"flnr 1/2 {how}"] = run_on(half, model="flnr", weights=net, **kw)
+                # bundled weights: those trained for 1/2-resolution colour where there are such
+                m[f"flnr 1/2 {how}"] = run_on(half, model="flnr", weights=getattr(args, "weights", None), **kw)
     if not args.no_oidn:
         try:
             import pyoidn

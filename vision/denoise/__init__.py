@@ -44,8 +44,9 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
             for FLR; FLNR uses its learned per-channel weights unless a value is given).
         scale: fit on ``scale x scale`` cells and apply the coefficients at full resolution (faster;
             default: 1 for FLR, the trained one, 2, for FLNR).
-        weights: FLNR network weights: None (the bundled file), a ``.safetensors`` path, a state dict
-            or a :class:`~vision.denoise.flnr.FLNR` (unused by FLR).
+        weights: FLNR network weights: None (the bundled file; for colour at 1/2 of the guides' size the
+            bundled weights trained for that, ``flnr_up2.safetensors``), a ``.safetensors`` path, a state
+            dict or a :class:`~vision.denoise.flnr.FLNR` (unused by FLR).
         tile: process tiles of about this many pixels a side (with an exact overlap), bounding memory.
         repair: replace NaN/Inf samples (warning with their count, :class:`BufferWarning`); with False
             they raise a ValueError.
@@ -64,7 +65,6 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
     """
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; choose from {', '.join(MODELS)}")
-    net = load_flnr(weights) if model == "flnr" else None
     c = buffers.to_bchw(color, "color", 3)
     device = c.device
     named = {"albedo": albedo, "normal": normal, "depth": depth, "ao": ao, "emission": emission,
@@ -91,7 +91,10 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
         else:
             guides[name] = fixed
     buffers.check_ranges(guides["albedo"], guides["normal"])
-    if net is not None:
+    net = None
+    if model == "flnr":
+        size = next(iter(present.values())).shape[-2:] if present else c.shape[-2:]
+        net = load_flnr(weights, upsample=1 if tuple(size) == tuple(c.shape[-2:]) else -(-size[-1] // c.shape[-1]))
         from .flnr import flnr as run_flnr, flnr_tiled
 
         with torch.set_grad_enabled(torch.is_grad_enabled() and (c.requires_grad or net.training)):

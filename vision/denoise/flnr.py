@@ -62,6 +62,7 @@ DEFAULT_CONFIG = {"widths": [16, 24, 32, 48], "hidden": 16, "guides": 4, "radii"
                   "fit_down": 1, "eps": 1e-2}
 FILL_RADIUS = 8  # emitter pixels take the mean signal of the emitter-free pixels within this radius
 BUNDLED = ("weights", "flnr.safetensors")
+BUNDLED_UPSAMPLE = {2: ("weights", "flnr_up2.safetensors")}  # trained on 1/2-resolution colour (one sample in four)
 CONFIG_KEY = "vision.flnr.config"
 
 
@@ -441,8 +442,11 @@ def _cached(path: str, mtime: float) -> FLNR:
     return FLNR.from_file(path)
 
 
-def load_flnr(weights=None) -> FLNR:
-    """An :class:`FLNR` from ``weights``: None (the bundled file), a path, a state dict or an FLNR."""
+def load_flnr(weights=None, upsample: int = 1) -> FLNR:
+    """An :class:`FLNR` from ``weights``: None (the bundled file), a path, a state dict or an FLNR.
+
+    With ``weights=None`` and colour at 1/``upsample`` of the guides' size, the bundled weights trained for
+    that factor (:data:`BUNDLED_UPSAMPLE`) when there are such, else the full-resolution ones."""
     if isinstance(weights, FLNR):
         return weights
     if isinstance(weights, dict):
@@ -451,6 +455,11 @@ def load_flnr(weights=None) -> FLNR:
         from vision.bundled import asset_path
 
         weights = asset_path(*BUNDLED)
+        if int(upsample) in BUNDLED_UPSAMPLE:
+            try:
+                weights = asset_path(*BUNDLED_UPSAMPLE[int(upsample)])
+            except FileNotFoundError:
+                pass
     if not isinstance(weights, (str, Path)):
         raise ValueError(f"FLNR weights must be None, a path, a state dict or an FLNR, got {type(weights).__name__}")
     path = Path(weights)
