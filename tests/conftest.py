@@ -5,8 +5,15 @@ must be set before any kernel module is decorated, so it is set here, before ``v
 imported by any test module. Keep interpreted inputs at 128 x 128 or less (cost grows with programs x ops).
 """
 import os
+import sys
 
-import torch
+# `python3 -m pytest` puts the working directory (the repository root) first on sys.path, where our source
+# folders kernels/ and pipelines/ (installed as vision.kernels / vision.pipelines) would shadow installed
+# packages of the same top-level name: transformers imports Hugging Face's `kernels` package, and found ours.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _ROOT]
+
+import torch  # noqa: E402
 
 HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:
