@@ -40,12 +40,14 @@ separate EXR instead; the pattern may contain {stem} (the frame's file name with
 Colour smaller than the guides by an integer factor (rendered at 1/2 or 1/4 resolution) is denoised
 and upsampled to the guides' size; --phase DY,DX says that colour pixel (i, j) was shaded at
 full-resolution pixel (u i + DY, u j + DX) (e.g. 0,0 for the top-left pixel of every block), so the
-guides are read there instead of averaged over the block (better edges and textures). Frames whose output exists are skipped (--overwrite redoes them);
-outputs are written to a temporary file and renamed, so an interrupted run leaves no partial file and
-can simply be restarted. --shard I/N (I from 0) takes the I-th of N contiguous blocks of the sorted
-frame list, so array jobs split a sequence without coordinating. NaN/Inf samples are repaired (mean
-of finite neighbours) with a warning that counts them; albedo outside [0, 1], normals outside
-[-1, 1], missing or mis-sized buffers stop with an error naming the frame.
+guides are read there instead of averaged over the block (better edges and textures).
+
+Frames whose output exists are skipped (--overwrite redoes them); outputs are written to a temporary
+file and renamed, so an interrupted run leaves no partial file and can simply be restarted. --shard
+I/N (I from 0) takes the I-th of N contiguous blocks of the sorted frame list, so array jobs split a
+sequence without coordinating. NaN/Inf samples are repaired (mean of finite neighbours) with a warning
+that counts them; albedo outside [0, 1], normals outside [-1, 1], missing or mis-sized buffers stop
+with an error naming the frame.
 
 --temporal runs the frames in sorted order; frames skipped as done are still read into the history.
 Each shard starts its own history, so use contiguous shards of a few dozen frames or more.

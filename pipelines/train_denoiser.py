@@ -138,9 +138,15 @@ def subsample(color, gen):
     Returns the colour and the phase (dy, dx), the sample's pixel in its block."""
     import torch
 
-    oy, ox = (int(v) for v in torch.randint(2, (2,), generator=gen))
+    phase = tuple(int(v) for v in torch.randint(2, (2,), generator=gen))
+    return pick(color, phase).contiguous(), phase
+
+
+def pick(color, phase):
+    """Pixel ``(2 i + dy, 2 j + dx)`` of every whole 2 x 2 block of (..., H, W) ``color``, ``phase = (dy, dx)``."""
+    dy, dx = phase
     h, w = color.shape[-2:]
-    return color[..., oy:h - (h % 2) + oy - 1:2, ox:w - (w % 2) + ox - 1:2].contiguous(), (oy, ox)
+    return color[..., dy:h - h % 2:2, dx:w - w % 2:2]
 
 
 VAL_PHASES = ((0, 0), (1, 1))  # the 1/2-resolution validation: one sample of every 2 x 2 block at these phases
@@ -166,12 +172,14 @@ def validate(model, frames, upsample_prob: float = 0.0) -> tuple[float, float | 
                 full.append(score(f["color"], f))
             if upsample_prob > 0:
                 h, w = f["color"].shape[-2:]
-                half += [score(f["color"][..., dy:h - h % 2:2, dx:w - w % 2:2], f, (dy, dx)) for dy, dx in VAL_PHASES
-                         if h % 2 == 0 and w % 2 == 0]
+                if h % 2 == 0 and w % 2 == 0:
+                    half += [score(pick(f["color"], phase), f, phase) for phase in VAL_PHASES]
     lo = float(np.mean(half)) if half else None
     if lo is None:
         return float(np.mean(full)), None
-    return (1 - upsample_prob) * (float(np.mean(full)) if full else 0.0) + upsample_prob * lo, lo
+    if not full:
+        return lo, lo
+    return (1 - upsample_prob) * float(np.mean(full)) + upsample_prob * lo, lo
 
 
 def training_command(args) -> str:

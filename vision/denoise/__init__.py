@@ -14,7 +14,7 @@ import torch
 
 from . import buffers
 from .buffers import BufferWarning, find_fields
-from .flr import DEFAULT_EPS, DEFAULT_RADIUS, TemporalFLR, flr, flr_tiled
+from .flr import DEFAULT_EPS, DEFAULT_RADIUS, TemporalFLR, _full_size, _upsample_factor, flr, flr_tiled
 from .flnr import FLNR, load_flnr
 
 MODELS = ("flr", "flnr")
@@ -93,8 +93,7 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
     buffers.check_ranges(guides["albedo"], guides["normal"])
     net = None
     if model == "flnr":
-        size = next(iter(present.values())).shape[-2:] if present else c.shape[-2:]
-        net = load_flnr(weights, upsample=1 if tuple(size) == tuple(c.shape[-2:]) else -(-size[-1] // c.shape[-1]))
+        net = load_flnr(weights, upsample=_upsample_factor(tuple(c.shape[-2:]), _full_size(c, guides)))
         from .flnr import flnr as run_flnr, flnr_tiled
 
         with torch.set_grad_enabled(torch.is_grad_enabled() and (c.requires_grad or net.training)):
