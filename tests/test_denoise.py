@@ -233,9 +233,18 @@ def test_zero_albedo_and_no_guides_are_safe(rng):
     np.testing.assert_allclose(denoise(color), want, rtol=1e-4, atol=1e-6)
 
 
+def _one_off(value, last):
+    a = np.full((32, 32, 3), value, np.float32)
+    a[-1, -1, -1] = last
+    return a
+
+
 @pytest.mark.parametrize("bad, match", [
     (dict(albedo=np.full((32, 32, 3), 2.0, np.float32)), "albedo must lie in"),
     (dict(normal=np.full((32, 32, 3), 3.0, np.float32)), "normal components"),
+    # one value out of range in the last channel of the last pixel (the checks reduce the HWC memory in order)
+    (dict(albedo=_one_off(0.5, 1.5)), "albedo must lie in.*1 value"),
+    (dict(normal=_one_off(0.0, -1.2)), "normal components.*1 value"),
     (dict(albedo=np.zeros((16, 32, 3), np.float32)), "guides are|same size|color is"),
     (dict(albedo=np.zeros((32, 32, 2), np.float32)), "3 channel"),
     (dict(model="flnr", weights=42), "FLNR weights must be"),

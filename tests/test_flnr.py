@@ -121,6 +121,49 @@ def test_network_shapes(hw):
     assert out.shape == (2, 19, *hw)  # code 16 + 3 radius logits, on the cell grid it is given
 
 
+def _net_oracle(net, x):
+    """FLNRNet written out with plain float64 convolutions on the concatenations (no 1 x 1 folding)."""
+    import torch.nn.functional as F
+
+    def conv(c, t):
+        return F.conv2d(t, c.weight.double(), c.bias.double(), padding=c.padding)
+
+    def act(t):
+        return F.leaky_relu(t, 0.1)
+
+    def up(t, like):
+        return F.interpolate(t, size=like.shape[-2:], mode="bilinear", align_corners=False)
+
+    h, w = x.shape[-2:]
+    m = net.multiple
+    x = F.pad(x, (0, -w % m, 0, -h % m), mode="replicate")
+    top = act(conv(net.stem[0], x))
+    skips, y = [], top
+    for down in net.down:
+        y = act(conv(down[2], act(conv(down[0], F.avg_pool2d(y, 2)))))
+        skips.append(y)
+    for u, skip in zip(net.up, reversed(skips[:-1])):
+        y = act(conv(u[0], torch.cat([up(y, skip), skip], 1)))
+    y = act(conv(net.top[0], torch.cat([up(y, top), top], 1)))
+    return conv(net.out, y)[..., :h, :w]
+
+
+@pytest.mark.parametrize("hw", [(24, 40), (19, 33)])
+def test_network_matches_plain_convolutions_in_float64(hw):
+    """The 1 x 1 layers run as matrix products and the top one is moved before the upsampling
+    (``W up(y) = up(W y)``): the same function as the convolutions on the concatenations."""
+    torch.manual_seed(3)
+    net = FLNRNet().eval()
+    for name, p in net.named_parameters():
+        if name.endswith("bias"):  # default weights keep the activations O(1); biases non-zero
+            torch.nn.init.normal_(p, std=0.3)
+    x = torch.randn(2, 13, *hw, dtype=torch.float64)
+    with torch.no_grad():
+        ref = _net_oracle(net, x)
+        got = net(x.float().contiguous(memory_format=torch.channels_last)).double()
+    torch.testing.assert_close(got, ref, rtol=0, atol=1e-5 * float(ref.abs().max()))
+
+
 def test_layouts_hwc_numpy_and_bchw_torch(frame):
     model = _random_model()
     g = {k: frame[k] for k in GUIDES}

@@ -87,7 +87,7 @@ def repair_nonfinite(x: torch.Tensor, name: str, warn: bool = True) -> tuple[tor
     Returns the repaired tensor and the number of repaired values; warns (:class:`BufferWarning`)
     with that count when there were any.
     """
-    if bool(torch.isfinite(x.sum(dtype=torch.float32))):  # one reduction in the common, finite case
+    if bool(torch.isfinite(_dense(x).sum(dtype=torch.float32))):  # one reduction in the common, finite case
         return x, 0
     bad = ~torch.isfinite(x)
     count = int(bad.sum())
@@ -104,17 +104,25 @@ def repair_nonfinite(x: torch.Tensor, name: str, warn: bool = True) -> tuple[tor
     return torch.where(bad, fill, x), count
 
 
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """``t`` or its (B, H, W, C) permutation, whichever walks memory in order (what whole-tensor reductions
+    want: over an HWC-backed (B, C, H, W) view they are about 5x slower)."""
+    if t.dim() == 4 and not t.is_contiguous() and t.permute(0, 2, 3, 1).is_contiguous():
+        return t.permute(0, 2, 3, 1)
+    return t
+
+
 def check_ranges(albedo: torch.Tensor | None, normal: torch.Tensor | None) -> None:
     """Raise a ValueError when albedo leaves [0, 1] or normal components leave [-1, 1] (with tolerances)."""
     if albedo is not None:
         lo, hi = ALBEDO_RANGE
-        amin, amax = torch.aminmax(albedo)
+        amin, amax = torch.aminmax(_dense(albedo))
         n = int(((albedo < lo) | (albedo > hi)).sum()) if float(amin) < lo or float(amax) > hi else 0
         if n:
             raise ValueError(f"albedo must lie in [0, 1]: {n} value(s) outside (min {float(albedo.min()):.4g}, "
                              f"max {float(albedo.max()):.4g}); is this a colour or emission pass passed as albedo?")
     if normal is not None:
-        nmin, nmax = torch.aminmax(normal)
+        nmin, nmax = torch.aminmax(_dense(normal))
         n = int((normal.abs() > NORMAL_RANGE).sum()) if max(-float(nmin), float(nmax)) > NORMAL_RANGE else 0
         if n:
             raise ValueError(f"normal components must lie in [-1, 1]: {n} value(s) outside (max |n| "
@@ -137,11 +145,15 @@ def emitter_mask(emission: torch.Tensor | None, like_t: torch.Tensor) -> torch.T
     """1 where a pixel sees an emitter directly (any emission channel > 0), as (B, 1, H, W)."""
     if emission is None:
         return None
-    return (emission.amax(1, keepdim=True) > 0).to(like_t.dtype)
+    top = emission[:, :1]
+    for c in range(1, emission.shape[1]):  # elementwise maxima: 1.7x faster than amax(1) over HWC-backed channels
+        top = torch.maximum(top, emission[:, c:c + 1])
+    return (top > 0).to(like_t.dtype)
 
 
 def demodulate(color: torch.Tensor, albedo: torch.Tensor | None, emission: torch.Tensor | None,
-               fill_radius: int, floor: float = ALBEDO_FLOOR) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               fill_radius: int, floor: float = ALBEDO_FLOOR, mask: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Split ``color`` into what the regression fits and how to put the result back together.
 
     Returns ``(target, factor, add)`` with ``result = factor * fitted(target) + add``:
@@ -153,6 +165,8 @@ def demodulate(color: torch.Tensor, albedo: torch.Tensor | None, emission: torch
       not, the emission buffer is the pixel mean), so their target is replaced by the mean target of
       the emitter-free pixels within ``fill_radius``; where such a pixel has no albedo (the emitter
       itself, the sky) the factor is 0, so the result there is the emission buffer exactly.
+
+    ``mask``: :func:`emitter_mask` of ``emission`` when the caller has it already (it is a full pass).
     """
     zero = torch.zeros_like(color)
     add = zero if emission is None else emission.expand_as(color)
@@ -163,7 +177,7 @@ def demodulate(color: torch.Tensor, albedo: torch.Tensor | None, emission: torch
         a = albedo.expand_as(color)
         factor = torch.where(a >= floor, a, torch.ones_like(a))
     target = light / factor
-    mask = emitter_mask(emission, color)
+    mask = emitter_mask(emission, color) if mask is None else mask
     if mask is not None and bool(mask.any()):
         from vision.kernels import box_filter
 
