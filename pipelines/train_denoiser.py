@@ -155,7 +155,8 @@ VAL_PHASES = ((0, 0), (1, 1))  # the 1/2-resolution validation: one sample of ev
 def validate(model, frames, upsample_prob: float = 0.0) -> tuple[float, float | None]:
     """(score, 1/2-resolution PSNR or None): the mean validation PSNR at full resolution, or, when the run
     trains joint upsampling, from one colour sample of every 2 x 2 block (phases :data:`VAL_PHASES`,
-    known to the model); the score weighs the two as the training steps do."""
+    known to the model); the score weighs the two as the training steps do. Frames of odd size have no
+    1/2-resolution score; when no frame has one, the score is the full-resolution PSNR."""
     import numpy as np
     import torch
 
@@ -165,15 +166,18 @@ def validate(model, frames, upsample_prob: float = 0.0) -> tuple[float, float | 
         out = model(color, {k: f[k] for k in GUIDES}, phase=phase)
         return psnr(out[0].permute(1, 2, 0).cpu().numpy(), f["reference"][0].permute(1, 2, 0).cpu().numpy())
 
+    def even(f):
+        h, w = f["color"].shape[-2:]
+        return h % 2 == 0 and w % 2 == 0
+
+    halves = upsample_prob > 0 and any(even(f) for f in frames)  # else: full resolution only (no NaN score)
     full, half = [], []
     with torch.no_grad():
         for f in frames:
-            if upsample_prob < 1:
+            if upsample_prob < 1 or not halves:
                 full.append(score(f["color"], f))
-            if upsample_prob > 0:
-                h, w = f["color"].shape[-2:]
-                if h % 2 == 0 and w % 2 == 0:
-                    half += [score(pick(f["color"], phase), f, phase) for phase in VAL_PHASES]
+            if halves and even(f):
+                half += [score(pick(f["color"], phase), f, phase) for phase in VAL_PHASES]
     lo = float(np.mean(half)) if half else None
     if lo is None:
         return float(np.mean(full)), None

@@ -391,3 +391,38 @@ def test_half_resolution_colour_takes_the_bundled_upsampling_weights_when_there_
     full = denoise(d["color"], **g, model="flnr")
     np.testing.assert_array_equal(full, denoise(d["color"], **g, model="flnr",
                                                 weights=asset_path("weights", "flnr.safetensors")))
+
+
+@pytest.mark.parametrize("size, prob, want", [
+    ((8, 12), 0.0, ("full", None)),
+    ((8, 12), 0.25, ("mix", "half")),
+    ((8, 12), 1.0, ("half", "half")),
+    ((7, 12), 1.0, ("full", None)),  # no frame can be halved: the full-resolution score, not NaN
+])
+def test_validation_score_weighs_full_and_half_resolution_as_the_training_steps(size, prob, want):
+    """validate() against hand-computed PSNRs: a stub model returns grey 0.25 from full-resolution colour
+    and grey 0.5 from 1/2-resolution colour; the reference is grey 0.25 + a ramp."""
+    from vision.pipelines.train_denoiser import validate
+
+    h, w = size
+    ref = 0.25 + 0.01 * torch.arange(h * w, dtype=torch.float32).reshape(1, 1, h, w).expand(1, 3, h, w)
+    frame = {k: torch.zeros(1, 3 if k in ("albedo", "normal", "emission") else 1, h, w) for k in GUIDES}
+    frame.update(color=torch.ones(1, 3, h, w), reference=ref)
+    seen = []
+
+    def model(color, guides, phase=None):
+        half = color.shape[-2:] != (h, w)
+        seen.append(phase if half else "full")
+        return torch.full((1, 3, h, w), 0.5 if half else 0.25)
+
+    def psnr(value):  # tonemap clamp + gamma 1/2.2, by hand
+        r = np.clip(ref[0].permute(1, 2, 0).numpy().astype(np.float64), 0, 1) ** (1 / 2.2)
+        return 10 * math.log10(1 / np.mean((value ** (1 / 2.2) - r) ** 2))
+
+    full, half = psnr(0.25), psnr(0.5)
+    expect = {"full": full, "half": half, "mix": (1 - prob) * full + prob * half, None: None}
+    score, lo = validate(model, [frame], prob)
+    assert score == pytest.approx(expect[want[0]], rel=1e-5)
+    assert lo == (None if want[1] is None else pytest.approx(half, rel=1e-5))
+    if want[1] is not None:
+        assert [p for p in seen if p != "full"] == [(0, 0), (1, 1)]
