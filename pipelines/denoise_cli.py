@@ -40,7 +40,9 @@ separate EXR instead; the pattern may contain {stem} (the frame's file name with
 Colour smaller than the guides by an integer factor (rendered at 1/2 or 1/4 resolution) is denoised
 and upsampled to the guides' size; --phase DY,DX says that colour pixel (i, j) was shaded at
 full-resolution pixel (u i + DY, u j + DX) (e.g. 0,0 for the top-left pixel of every block), so the
-guides are read there instead of averaged over the block (better edges and textures).
+guides are read there instead of averaged over the block (better edges and textures). With --model
+flnr and no --weights, such colour takes the bundled weights trained for its factor (flnr_up2,
+flnr_up4).
 
 Frames whose output exists are skipped (--overwrite redoes them); outputs are written to a temporary
 file and renamed, so an interrupted run leaves no partial file and can simply be restarted. --shard

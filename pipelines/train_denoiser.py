@@ -10,8 +10,8 @@ maximum) between the tonemapped result and reference (``clamp(x, 0, 1) ** (1/2.2
 tonemap) plus ``--smape`` times the symmetric relative error ``|x - y| / (|x| + |y| + 0.01)`` on linear
 values, which weighs dark and bright regions alike. Augmentation: random crops, horizontal and vertical
 flips, a random exposure (colour, emission and reference scaled by one factor per crop); with
-``--upsample-prob P`` a fraction P of the steps see one colour sample of every 2 x 2 block (joint
-denoising and upsampling). Ctrl-C stops the run and still writes the best weights so far.
+``--upsample-prob P`` a fraction P of the steps see one colour sample of every u x u block at a random
+phase given to the model (joint denoising and upsampling; u = ``--upsample-factor``, 2 or 4). Ctrl-C stops the run and still writes the best weights so far.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ EPILOG = """examples:
   vision train-denoiser --data data/flnr --init flnr.safetensors --lr 5e-4 -o flnr_ft.safetensors   # fine-tune
   vision train-denoiser --data data/flnr --init flnr.safetensors --tonemapped rmse --smape 0.05 -o flnr_psnr.safetensors
   vision train-denoiser --data data/flnr --init flnr.safetensors --upsample-prob 0.5 -o flnr_up.safetensors
+  vision train-denoiser --data data/flnr --init flnr.safetensors --upsample-prob 1 --upsample-factor 4 -o flnr_up4.safetensors
   vision train-denoiser --data data/flnr --guides 3 --radii 8 --minutes 10 -o small.safetensors      # a variant
   vision denoise 'frames/*.exr' -o out/ --model flnr --weights flnr.safetensors
 
@@ -57,8 +58,10 @@ def add_parser(sub) -> None:
     p.add_argument("--lr", type=float, default=2e-3, help="Adam learning rate, cosine-decayed (default 2e-3)")
     p.add_argument("--smape", type=float, default=0.2, help="weight of the SMAPE term (default 0.2)")
     p.add_argument("--upsample-prob", type=float, default=0.0,
-                   help="fraction of the steps whose colour is one sample of every 2 x 2 block (joint denoising "
-                        "and upsampling from 1/2-resolution colour, guides at full resolution; default 0)")
+                   help="fraction of the steps whose colour is one sample of every u x u block (joint denoising "
+                        "and upsampling from 1/u-resolution colour, guides at full resolution; default 0)")
+    p.add_argument("--upsample-factor", type=int, choices=(2, 4), default=2,
+                   help="u for --upsample-prob: colour at 1/2 or 1/4 of the guides' resolution (default 2)")
     p.add_argument("--tonemapped", choices=("l1", "rmse"), default="l1",
                    help="error on tonemapped values: l1 (default) or rmse (what PSNR measures)")
     p.add_argument("--radii", default="4,8,16",
@@ -133,30 +136,37 @@ def sample_batch(frames, stats, batch: int, crop: int, gen):
     return {k: torch.cat(v) for k, v in out.items()}, (torch.cat(means), torch.cat(stds))
 
 
-def subsample(color, gen):
-    """One sample of every 2 x 2 block, at a random phase: 1/2-resolution colour for joint upsampling.
-    Returns the colour and the phase (dy, dx), the sample's pixel in its block."""
+def subsample(color, gen, factor: int = 2):
+    """One sample of every u x u block (u = ``factor``), at a random phase: 1/u-resolution colour for joint
+    upsampling. Returns the colour and the phase (dy, dx), the sample's pixel in its block."""
     import torch
 
-    phase = tuple(int(v) for v in torch.randint(2, (2,), generator=gen))
-    return pick(color, phase).contiguous(), phase
+    phase = tuple(int(v) for v in torch.randint(factor, (2,), generator=gen))
+    return pick(color, phase, factor).contiguous(), phase
 
 
-def pick(color, phase):
-    """Pixel ``(2 i + dy, 2 j + dx)`` of every whole 2 x 2 block of (..., H, W) ``color``, ``phase = (dy, dx)``."""
+def pick(color, phase, factor: int = 2):
+    """Pixel ``(u i + dy, u j + dx)`` of every whole u x u block of (..., H, W) ``color``, ``phase = (dy, dx)``,
+    u = ``factor``."""
     dy, dx = phase
     h, w = color.shape[-2:]
-    return color[..., dy:h - h % 2:2, dx:w - w % 2:2]
+    return color[..., dy:h - h % factor:factor, dx:w - w % factor:factor]
 
 
-VAL_PHASES = ((0, 0), (1, 1))  # the 1/2-resolution validation: one sample of every 2 x 2 block at these phases
+def val_phases(factor: int = 2) -> tuple[tuple[int, int], ...]:
+    """The 1/u-resolution validation's phases: one sample of every u x u block at its first and last pixel."""
+    return (0, 0), (factor - 1, factor - 1)
 
 
-def validate(model, frames, upsample_prob: float = 0.0) -> tuple[float, float | None]:
-    """(score, 1/2-resolution PSNR or None): the mean validation PSNR at full resolution, or, when the run
-    trains joint upsampling, from one colour sample of every 2 x 2 block (phases :data:`VAL_PHASES`,
-    known to the model); the score weighs the two as the training steps do. Frames of odd size have no
-    1/2-resolution score; when no frame has one, the score is the full-resolution PSNR."""
+VAL_PHASES = val_phases(2)
+
+
+def validate(model, frames, upsample_prob: float = 0.0, factor: int = 2) -> tuple[float, float | None]:
+    """(score, 1/u-resolution PSNR or None): the mean validation PSNR at full resolution, or, when the run
+    trains joint upsampling, from one colour sample of every u x u block (u = ``factor``; phases
+    :func:`val_phases`, known to the model); the score weighs the two as the training steps do. Frames whose
+    size u does not divide have no 1/u-resolution score; when no frame has one, the score is the
+    full-resolution PSNR."""
     import numpy as np
     import torch
 
@@ -168,7 +178,7 @@ def validate(model, frames, upsample_prob: float = 0.0) -> tuple[float, float | 
 
     def even(f):
         h, w = f["color"].shape[-2:]
-        return h % 2 == 0 and w % 2 == 0
+        return h % factor == 0 and w % factor == 0
 
     halves = upsample_prob > 0 and any(even(f) for f in frames)  # else: full resolution only (no NaN score)
     full, half = [], []
@@ -177,7 +187,7 @@ def validate(model, frames, upsample_prob: float = 0.0) -> tuple[float, float | 
             if upsample_prob < 1 or not halves:
                 full.append(score(f["color"], f))
             if halves and even(f):
-                half += [score(pick(f["color"], phase), f, phase) for phase in VAL_PHASES]
+                half += [score(pick(f["color"], phase, factor), f, phase) for phase in val_phases(factor)]
     lo = float(np.mean(half)) if half else None
     if lo is None:
         return float(np.mean(full)), None
@@ -190,7 +200,8 @@ def training_command(args) -> str:
     """The full command line of this run, every option spelled out (defaults included)."""
     opts = [("--data", args.data), ("--epochs", args.epochs), ("--steps", args.steps), ("--batch", args.batch),
             ("--crop", args.crop), ("--lr", args.lr), ("--smape", args.smape),
-            ("--tonemapped", args.tonemapped), ("--upsample-prob", args.upsample_prob), ("--radii", args.radii),
+            ("--tonemapped", args.tonemapped), ("--upsample-prob", args.upsample_prob),
+            ("--upsample-factor", args.upsample_factor), ("--radii", args.radii),
             ("--scale", args.scale), ("--guides", args.guides), ("--hidden", args.hidden),
             ("--fit-down", args.fit_down), ("--widths", args.widths), ("--minutes", args.minutes),
             ("--threads", args.threads), ("--seed", args.seed), ("--init", args.init)]
@@ -201,7 +212,8 @@ def training_command(args) -> str:
 def _half_text(half, args) -> str:
     if half is None:
         return ""
-    return f" (1/2-resolution colour {half:.2f} dB)" if args.upsample_prob < 1 else " (from 1/2-resolution colour)"
+    u = args.upsample_factor
+    return f" (1/{u}-resolution colour {half:.2f} dB)" if args.upsample_prob < 1 else f" (from 1/{u}-resolution colour)"
 
 
 def run(args) -> int:
@@ -213,8 +225,9 @@ def run(args) -> int:
 
     if args.epochs < 1 or args.batch < 1 or args.crop < 16 or args.lr <= 0 or not 0 <= args.upsample_prob <= 1:
         raise ValueError("--epochs and --batch must be >= 1, --crop >= 16, --lr > 0 and --upsample-prob in [0, 1]")
-    if args.upsample_prob > 0 and args.crop % 2:
-        raise ValueError(f"--upsample-prob needs an even --crop, got {args.crop}")
+    if args.upsample_prob > 0 and args.crop % args.upsample_factor:
+        raise ValueError(f"--upsample-prob needs a --crop divisible by --upsample-factor {args.upsample_factor}, "
+                         f"got {args.crop}")
     if args.out.suffix != ".safetensors":
         raise ValueError(f"-o must name a .safetensors file, got {args.out}")
     torch.set_num_threads(max(1, args.threads))
@@ -256,7 +269,7 @@ def run(args) -> int:
     print(f"FLNR: {parameter_count(model)} parameters; {len(train)} train / {len(val)} val frames; "
           f"{args.epochs} epochs x {steps} steps, batch {args.batch}, crop {args.crop}", file=sys.stderr)
     model.eval()
-    best, half = validate(model, val, args.upsample_prob)
+    best, half = validate(model, val, args.upsample_prob, args.upsample_factor)
     start = "from --init" if args.init else "untrained"
     print(f"epoch 0 ({start}): val PSNR {best:.2f} dB{_half_text(half, args)}", file=sys.stderr)
     best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -271,7 +284,7 @@ def run(args) -> int:
                 b, st = sample_batch(train, stats, args.batch, args.crop, gen)
                 phase = None
                 if args.upsample_prob > 0 and float(torch.rand(1, generator=gen)) < args.upsample_prob:
-                    b["color"], phase = subsample(b["color"], gen)
+                    b["color"], phase = subsample(b["color"], gen, args.upsample_factor)
                 out = model(b["color"], {k: b[k] for k in GUIDES}, stats=st, phase=phase)
                 loss = loss_fn(out, b["reference"], args.smape, args.tonemapped)
                 opt.zero_grad(set_to_none=True)
@@ -282,7 +295,7 @@ def run(args) -> int:
                 run_loss += float(loss.detach())
                 bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
             model.eval()
-            score, half = validate(model, val, args.upsample_prob)
+            score, half = validate(model, val, args.upsample_prob, args.upsample_factor)
             done = epoch
             history.append(round(score, 3))
             mark = ""

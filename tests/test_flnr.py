@@ -313,21 +313,23 @@ def test_training_loss_against_hand_computed_values(tonemapped):
     assert got.item() == pytest.approx(base + 0.3 * rel, rel=1e-9)  # rmse: sqrt(mse + 1e-12)
 
 
-def test_subsample_takes_one_sample_of_every_2x2_block_at_a_random_phase():
+@pytest.mark.parametrize("u", [2, 4])
+def test_subsample_takes_one_sample_of_every_block_at_a_random_phase(u):
     from vision.pipelines.train_denoiser import subsample
 
-    x = torch.arange(4 * 6.0).view(1, 1, 4, 6)
+    h, w = 2 * u + 1, 3 * u + 1  # the partial last blocks are dropped
+    x = torch.arange(h * w * 1.0).view(1, 1, h, w)
     gen = torch.Generator().manual_seed(0)
     seen = set()
-    for _ in range(40):
-        y, phase = subsample(x, gen)
+    for _ in range(30 * u * u):
+        y, phase = subsample(x, gen, u)
         assert y.shape == (1, 1, 2, 3)
-        oy, ox = divmod(int(y[0, 0, 0, 0]), 6)
-        assert (oy, ox) in {(0, 0), (0, 1), (1, 0), (1, 1)} and phase == (oy, ox)
-        expect = [[(2 * i + oy) * 6 + 2 * j + ox for j in range(3)] for i in range(2)]
+        oy, ox = divmod(int(y[0, 0, 0, 0]), w)
+        assert 0 <= oy < u and 0 <= ox < u and phase == (oy, ox)
+        expect = [[(u * i + oy) * w + u * j + ox for j in range(3)] for i in range(2)]
         assert y[0, 0].tolist() == expect
         seen.add((oy, ox))
-    assert len(seen) == 4
+    assert len(seen) == u * u
 
 
 def test_train_denoiser_with_half_resolution_colour_steps(tmp_path, capsys):
@@ -343,7 +345,12 @@ def test_train_denoiser_with_half_resolution_colour_steps(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "epoch 1: train loss" in err and "dB (from 1/2-resolution colour)" in err
     assert main([("33" if a == "32" else a) for a in args] + ["-o", str(out)]) == 2
-    assert "--upsample-prob needs an even --crop, got 33" in capsys.readouterr().err
+    assert "--upsample-prob needs a --crop divisible by --upsample-factor 2, got 33" in capsys.readouterr().err
+    assert main(args + ["--upsample-factor", "4", "-o", str(out)]) == 0
+    assert "--upsample-factor 4 " in read_metadata(out)["vision.train.command"]
+    assert "dB (from 1/4-resolution colour)" in capsys.readouterr().err
+    assert main([("34" if a == "32" else a) for a in args] + ["--upsample-factor", "4", "-o", str(out)]) == 2
+    assert "divisible by --upsample-factor 4, got 34" in capsys.readouterr().err
 
 
 def test_train_denoiser_ctrl_c_still_writes_the_best_weights(tmp_path, monkeypatch, capsys):
@@ -393,15 +400,17 @@ def test_half_resolution_colour_takes_the_bundled_upsampling_weights_when_there_
                                                 weights=asset_path("weights", "flnr.safetensors")))
 
 
-@pytest.mark.parametrize("size, prob, want", [
-    ((8, 12), 0.0, ("full", None)),
-    ((8, 12), 0.25, ("mix", "half")),
-    ((8, 12), 1.0, ("half", "half")),
-    ((7, 12), 1.0, ("full", None)),  # no frame can be halved: the full-resolution score, not NaN
+@pytest.mark.parametrize("size, prob, u, want", [
+    ((8, 12), 0.0, 2, ("full", None)),
+    ((8, 12), 0.25, 2, ("mix", "half")),
+    ((8, 12), 1.0, 2, ("half", "half")),
+    ((8, 12), 0.5, 4, ("mix", "half")),
+    ((7, 12), 1.0, 2, ("full", None)),  # no frame can be halved: the full-resolution score, not NaN
+    ((8, 10), 1.0, 4, ("full", None)),  # 4 does not divide 10
 ])
-def test_validation_score_weighs_full_and_half_resolution_as_the_training_steps(size, prob, want):
+def test_validation_score_weighs_full_and_low_resolution_as_the_training_steps(size, prob, u, want):
     """validate() against hand-computed PSNRs: a stub model returns grey 0.25 from full-resolution colour
-    and grey 0.5 from 1/2-resolution colour; the reference is grey 0.25 + a ramp."""
+    and grey 0.5 from 1/u-resolution colour; the reference is grey 0.25 + a ramp."""
     from vision.pipelines.train_denoiser import validate
 
     h, w = size
@@ -411,9 +420,11 @@ def test_validation_score_weighs_full_and_half_resolution_as_the_training_steps(
     seen = []
 
     def model(color, guides, phase=None):
-        half = color.shape[-2:] != (h, w)
-        seen.append(phase if half else "full")
-        return torch.full((1, 3, h, w), 0.5 if half else 0.25)
+        low = color.shape[-2:] != (h, w)
+        if low:
+            assert color.shape[-2:] == (h // u, w // u)
+        seen.append(phase if low else "full")
+        return torch.full((1, 3, h, w), 0.5 if low else 0.25)
 
     def psnr(value):  # tonemap clamp + gamma 1/2.2, by hand
         r = np.clip(ref[0].permute(1, 2, 0).numpy().astype(np.float64), 0, 1) ** (1 / 2.2)
@@ -421,8 +432,8 @@ def test_validation_score_weighs_full_and_half_resolution_as_the_training_steps(
 
     full, half = psnr(0.25), psnr(0.5)
     expect = {"full": full, "half": half, "mix": (1 - prob) * full + prob * half, None: None}
-    score, lo = validate(model, [frame], prob)
+    score, lo = validate(model, [frame], prob, u)
     assert score == pytest.approx(expect[want[0]], rel=1e-5)
     assert lo == (None if want[1] is None else pytest.approx(half, rel=1e-5))
     if want[1] is not None:
-        assert [p for p in seen if p != "full"] == [(0, 0), (1, 1)]
+        assert [p for p in seen if p != "full"] == [(0, 0), (u - 1, u - 1)]

@@ -43,10 +43,10 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
         eps: ridge weight on the slopes, in units of each standardised guide's variance (default: 1e-2
             for FLR; FLNR uses its learned per-channel weights unless a value is given).
         scale: fit on ``scale x scale`` cells and apply the coefficients at full resolution (faster;
-            default: 1 for FLR, the trained one, 2, for FLNR).
-        weights: FLNR network weights: None (the bundled file; for colour at 1/2 of the guides' size the
-            bundled weights trained for that, ``flnr_up2.safetensors``), a ``.safetensors`` path, a state
-            dict or a :class:`~vision.denoise.flnr.FLNR` (unused by FLR).
+            default: 1 for FLR, the trained one, 4, for FLNR).
+        weights: FLNR network weights: None (the bundled file; for colour at 1/2 or 1/4 of the guides'
+            size the bundled weights trained for that, ``flnr_up2`` / ``flnr_up4.safetensors``), a
+            ``.safetensors`` path, a state dict or a :class:`~vision.denoise.flnr.FLNR` (unused by FLR).
         tile: process tiles of about this many pixels a side (with an exact overlap), bounding memory.
         repair: replace NaN/Inf samples (warning with their count, :class:`BufferWarning`); with False
             they raise a ValueError.

@@ -62,7 +62,8 @@ DEFAULT_CONFIG = {"widths": [16, 24, 32, 48], "hidden": 16, "guides": 4, "radii"
                   "fit_down": 1, "eps": 1e-2}
 FILL_RADIUS = 8  # emitter pixels take the mean signal of the emitter-free pixels within this radius
 BUNDLED = ("weights", "flnr.safetensors")
-BUNDLED_UPSAMPLE = {2: ("weights", "flnr_up2.safetensors")}  # trained on 1/2-resolution colour (one sample in four)
+# trained on 1/2- and 1/4-resolution colour (one sample of every 2 x 2 / 4 x 4 block, phase known)
+BUNDLED_UPSAMPLE = {2: ("weights", "flnr_up2.safetensors"), 4: ("weights", "flnr_up4.safetensors")}
 CONFIG_KEY = "vision.flnr.config"
 
 
