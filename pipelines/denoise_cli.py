@@ -52,7 +52,8 @@ that counts them; albedo outside [0, 1], normals outside [-1, 1], missing or mis
 with an error naming the frame.
 
 --temporal runs the frames in sorted order; frames skipped as done are still read into the history.
-Each shard starts its own history, so use contiguous shards of a few dozen frames or more.
+Each shard starts its own history, so use contiguous shards of a few dozen frames or more. With
+--phase (one phase for the whole sequence) the fit reads the guides at that pixel of every block.
 """
 
 
@@ -245,8 +246,6 @@ def run(args) -> int:
             or args.tile < 0):
         raise ValueError("--radius must be >= 0, --scale >= 1, --eps > 0 and --tile >= 0")
     phase = parse_phase(args.phase)
-    if phase is not None and args.temporal:
-        raise ValueError("--phase works without --temporal only")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     frames = expand_frames(args.frames)
     index, count = parse_shard(args.shard)
@@ -284,9 +283,9 @@ def run(args) -> int:
             warnings.simplefilter("always", BufferWarning)
             try:
                 if skip:  # --temporal: the frame still feeds the history
-                    temporal.accumulate(t["color"], **guides)
+                    temporal.accumulate(t["color"], phase=phase, **guides)
                 elif temporal is not None:
-                    res = temporal(t["color"], **guides)
+                    res = temporal(t["color"], phase=phase, **guides)
                 else:
                     res = denoise(t["color"], **guides, model=args.model, radius=args.radius,
                                   eps=args.eps, scale=args.scale, tile=args.tile or None,

@@ -385,6 +385,29 @@ def test_temporal_halves_flicker_on_the_bundled_static_pairs(frames):
         np.testing.assert_allclose(tem[1], denoise(mean, **_guides(seq[1])), atol=1e-5)
 
 
+def test_temporal_with_half_resolution_colour_keeps_a_constant_phase_and_averages_mixed_ones(frames):
+    """1/2-resolution colour through TemporalFLR: with the same phase every frame, frame 1 is FLR with that
+    phase of the mean of the two low-resolution frames; once a frame of another phase is blended in, the
+    history mixes pixels of each block, so the fit averages the guides over the block (phase None)."""
+    from vision.denoise import TemporalFLR
+
+    a, b = frames[(1, 0)], frames[(1, 1)]
+    lo = [np.ascontiguousarray(d["color"][1::2, ::2]) for d in (a, b)]
+    tf = TemporalFLR()
+    tf(lo[0], phase=(1, 0), **_guides(a))
+    got = tf(lo[1], phase=(1, 0), **_guides(b))
+    mean = (lo[0] + lo[1]) / 2
+    np.testing.assert_allclose(got, denoise(mean, **_guides(b), phase=(1, 0)), atol=1e-5)
+    assert np.abs(got - denoise(mean, **_guides(b))).max() > 1e-3  # the phase matters
+    other = np.ascontiguousarray(b["color"][::2, 1::2])
+    got = tf(other, phase=(0, 1), **_guides(b))
+    mean3 = mean + (other - mean) / 3
+    np.testing.assert_allclose(got, denoise(mean3, **_guides(b)), atol=1e-5)
+    tf.reset()  # a new history takes the new phase again
+    np.testing.assert_allclose(tf(other, phase=(0, 1), **_guides(b)), denoise(other, **_guides(b), phase=(0, 1)),
+                               atol=1e-5)
+
+
 def test_temporal_rejects_pixels_whose_guides_change(frames):
     from vision.denoise import TemporalFLR
 

@@ -231,6 +231,25 @@ def test_temporal_flag_reduces_flicker(seq, tmp_path):
     np.testing.assert_allclose(_rgb(b / "frame_01.exr"), tem[1], atol=1e-6)
 
 
+def test_temporal_with_a_phase(seq, tmp_path):
+    """--temporal --phase 1,0 on two 1/2-resolution frames: the outputs are TemporalFLR's with that phase."""
+    from vision.denoise import TemporalFLR
+
+    bufs = ("albedo", "normal", "depth", "ao", "emission")
+    half, frames = tmp_path / "half", [read_frame(seq / f"frame_{k:02d}.exr") for k in range(2)]
+    half.mkdir()
+    for k, d in enumerate(frames):
+        write_frame(half / f"h_{k:02d}.exr", {"color": np.ascontiguousarray(d["color"][1::2, ::2])})
+        write_frame(tmp_path / f"g_{k:02d}.exr", {b: d[b] for b in bufs})
+    args = ["denoise", str(half / "h_*.exr"), "-q", "--temporal", "--phase", "1,0", "-o", str(tmp_path / "o")]
+    args += sum([[f"--{b}", str(tmp_path / "g_{frame}.exr")] for b in bufs], [])
+    assert main(args) == 0
+    tf = TemporalFLR()
+    for k, d in enumerate(frames):
+        want = tf(np.ascontiguousarray(d["color"][1::2, ::2]), phase=(1, 0), **{b: d[b] for b in bufs})
+        np.testing.assert_allclose(_rgb(tmp_path / "o" / f"h_{k:02d}.exr"), want, rtol=1e-6, atol=1e-6)
+
+
 def test_model_flnr_with_bundled_and_given_weights(seq, tmp_path, capsys):
     from vision.denoise import denoise
     from vision.denoise.flnr import FLNR

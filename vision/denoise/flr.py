@@ -215,9 +215,11 @@ class TemporalFLR:
     def reset(self) -> None:
         self.history = self.count = self.previous = None
         self.rejected = 0  # pixels whose history was rejected at the last call
+        self.phase, self._mixed = None, False  # the history's sampling phase; whether phases were mixed
 
-    def accumulate(self, color, **guides) -> torch.Tensor:
+    def accumulate(self, color, phase=None, **guides) -> torch.Tensor:
         """Blend a frame into the history (without denoising it); returns the history (B, 3, h, w)."""
+        ph = None if phase is None else tuple(int(v) for v in phase)
         c = B.to_bchw(color, "color", 3)
         c, _ = B.repair_nonfinite(c.float(), "color")
         g = {k: (None if guides.get(k) is None else B.to_bchw(guides[k], k, B.CHANNELS[k]).float().to(c.device))
@@ -226,7 +228,9 @@ class TemporalFLR:
         if self.history is None or self.history.shape != c.shape or not self._same_buffers(g):
             self.history, self.count = c.clone(), torch.ones_like(c[:, :1])
             self.previous, self.rejected = g, 0
+            self.phase, self._mixed = ph, False
             return self.history
+        self._mixed |= ph != self.phase
         keep = torch.ones_like(c[:, :1], dtype=torch.bool)
         for k, v in g.items():
             if v is None:
@@ -250,10 +254,18 @@ class TemporalFLR:
         return all((v is None) == (self.previous.get(k) is None) and (v is None or v.shape == self.previous[k].shape)
                    for k, v in g.items())
 
-    def __call__(self, color, **guides):
+    def __call__(self, color, phase=None, **guides):
+        """Blend ``color`` into the history and denoise the history with this frame's guides.
+
+        ``phase``: for colour smaller than the guides, the pixel of its block each sample was shaded at (as
+        in :func:`~vision.denoise.denoise`). While every frame since the history started has the same phase
+        the fit reads the guides there; once frames of different phases were blended, each history pixel
+        mixes samples from several pixels of its block, so the fit averages the guides over the block
+        (``phase=None``) until the history restarts."""
         from . import denoise
 
-        acc = self.accumulate(color, **guides)
+        acc = self.accumulate(color, phase=phase, **guides)
         out = denoise(acc, **{k: guides.get(k) for k in self.GUIDES if guides.get(k) is not None},
-                      radius=self.radius, eps=self.eps, scale=self.scale, tile=self.tile)
+                      radius=self.radius, eps=self.eps, scale=self.scale, tile=self.tile,
+                      phase=None if self._mixed else self.phase)
         return B.like(out, color)
