@@ -11,7 +11,8 @@ tonemap) plus ``--smape`` times the symmetric relative error ``|x - y| / (|x| + 
 values, which weighs dark and bright regions alike. Augmentation: random crops, horizontal and vertical
 flips, a random exposure (colour, emission and reference scaled by one factor per crop); with
 ``--upsample-prob P`` a fraction P of the steps see one colour sample of every u x u block at a random
-phase given to the model (joint denoising and upsampling; u = ``--upsample-factor``, 2 or 4). Ctrl-C stops the run and still writes the best weights so far.
+phase given to the model (joint denoising and upsampling; u = ``--upsample-factor``, 2 or 4). Ctrl-C
+stops the run and still writes the best weights so far.
 """
 from __future__ import annotations
 
@@ -158,9 +159,6 @@ def val_phases(factor: int = 2) -> tuple[tuple[int, int], ...]:
     return (0, 0), (factor - 1, factor - 1)
 
 
-VAL_PHASES = val_phases(2)
-
-
 def validate(model, frames, upsample_prob: float = 0.0, factor: int = 2) -> tuple[float, float | None]:
     """(score, 1/u-resolution PSNR or None): the mean validation PSNR at full resolution, or, when the run
     trains joint upsampling, from one colour sample of every u x u block (u = ``factor``; phases
@@ -176,17 +174,17 @@ def validate(model, frames, upsample_prob: float = 0.0, factor: int = 2) -> tupl
         out = model(color, {k: f[k] for k in GUIDES}, phase=phase)
         return psnr(out[0].permute(1, 2, 0).cpu().numpy(), f["reference"][0].permute(1, 2, 0).cpu().numpy())
 
-    def even(f):
+    def divisible(f):
         h, w = f["color"].shape[-2:]
         return h % factor == 0 and w % factor == 0
 
-    halves = upsample_prob > 0 and any(even(f) for f in frames)  # else: full resolution only (no NaN score)
+    halves = upsample_prob > 0 and any(divisible(f) for f in frames)  # else: full resolution only (no NaN score)
     full, half = [], []
     with torch.no_grad():
         for f in frames:
             if upsample_prob < 1 or not halves:
                 full.append(score(f["color"], f))
-            if halves and even(f):
+            if halves and divisible(f):
                 half += [score(pick(f["color"], phase, factor), f, phase) for phase in val_phases(factor)]
     lo = float(np.mean(half)) if half else None
     if lo is None:

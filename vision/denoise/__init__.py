@@ -91,7 +91,6 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
         else:
             guides[name] = fixed
     buffers.check_ranges(guides["albedo"], guides["normal"])
-    net = None
     if model == "flnr":
         net = load_flnr(weights, upsample=_upsample_factor(tuple(c.shape[-2:]), _full_size(c, guides)))
         from .flnr import flnr as run_flnr, flnr_tiled
