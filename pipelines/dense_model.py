@@ -55,6 +55,7 @@ class DenseConfig:
     data: str | None = None
     extra: dict = field(default_factory=dict)  # extra timm.create_model kwargs (e.g. depth=2 for a tiny model)
     head_kwargs: dict = field(default_factory=dict)  # extra head arguments (e.g. cells=4 for local-linear)
+    task_kwargs: dict = field(default_factory=dict)  # task field overrides (e.g. gradient_weight=0.5)
 
     @classmethod
     def from_json(cls, text: str) -> "DenseConfig":

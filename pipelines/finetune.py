@@ -77,6 +77,24 @@ class _Collate:
                 "name": [b["name"] for b in batch]}
 
 
+def task_of(cfg):
+    """``cfg.task`` with ``cfg.task_kwargs`` (``--task-kwargs``) applied; unknown fields are a ValueError."""
+    import dataclasses
+
+    from vision.dense import TASKS
+
+    if cfg.task not in TASKS:
+        raise ValueError(f"unknown task {cfg.task!r}; choose from {', '.join(TASKS)}")
+    task = TASKS[cfg.task]
+    known = {f.name for f in dataclasses.fields(task)} - {"name", "target_field", "primary_metric", "lower_is_better",
+                                                          "flip_negate", "out_channels"}
+    wrong = sorted(set(cfg.task_kwargs) - known)
+    if wrong:
+        raise ValueError(f"--task-kwargs {wrong} are not settings of the {cfg.task} task; it has "
+                         f"{', '.join(sorted(known)) or 'none'}")
+    return task(**cfg.task_kwargs)
+
+
 @torch.no_grad()
 def predict_samples(model, task, samples, tta: bool = True, refine=None, batch_size: int = 16,
                     device="cpu") -> torch.Tensor:
@@ -145,10 +163,9 @@ def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bo
     from tqdm.auto import tqdm
 
     from vision.data.dense import DenseSamples
-    from vision.dense import TASKS
 
     run = Path(run_dir)
-    task = TASKS[cfg.task]
+    task = task_of(cfg)
     cuda = torch.cuda.is_available()
     acc = Accelerator(mixed_precision="bf16" if cuda else "no", cpu=not cuda)
     set_seed(cfg.seed)

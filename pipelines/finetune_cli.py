@@ -18,7 +18,8 @@ Data: a `vision render-scenes` folder (input = the tonemapped reference render; 
 ground-truth layers: depth -> depth, normals -> camnormal, albedo, semantic, binary -> segment > 0)
 or a folder with images/NAME.png and targets/NAME.{npy,exr,png}. Scenes / files are split into
 train / val / test by a hash of their name. Tasks: depth (log-depth head, SILog loss), normals
-(1 - cos + angular loss), alpha, binary, semantic, albedo.
+(1 - cos + angular loss), alpha, binary, semantic, albedo. --task-kwargs '{"gradient_weight": 0.5}'
+adds multi-scale gradient matching of the residual (MiDaS) to the depth or normals loss.
 
 Heads: token-local (one linear map per token to its 16 x 16 x K patch), local-linear (tokens
 predict per-patch affine maps of the image's pixels, blended across patches: edges at full
@@ -54,6 +55,9 @@ def add_parser(sub) -> None:
     p.add_argument("--head-kwargs", default=None, metavar="JSON",
                    help='extra head arguments, e.g. \'{"cells": 4}\' for local-linear coefficients on 4 x 4 cells '
                         'of each patch')
+    p.add_argument("--task-kwargs", default=None, metavar="JSON",
+                   help='task loss settings, e.g. \'{"gradient_weight": 0.5}\' (multi-scale gradient matching of '
+                        'the depth / normal residual; default 0)')
     p.add_argument("--lora-rank", type=int, default=d.lora_rank, help=f"LoRA rank; 0 = full fine-tuning "
                                                                       f"(default {d.lora_rank})")
     p.add_argument("--img-size", type=int, default=d.img_size, help=f"backbone input size (default {d.img_size})")
@@ -89,6 +93,7 @@ def run(args) -> int:
         raise ValueError("--epochs and --batch-size must be >= 1")
     extra = _json_object(args.backbone_kwargs, "--backbone-kwargs")
     head_kwargs = _json_object(args.head_kwargs, "--head-kwargs")
+    task_kwargs = _json_object(args.task_kwargs, "--task-kwargs")
     if not args.data.is_dir():
         raise FileNotFoundError(f"no data folder at {args.data}")
     cfg = DenseConfig(task=args.task, backbone=args.backbone, head=args.head, img_size=args.img_size,
@@ -97,7 +102,7 @@ def run(args) -> int:
                       weight_decay=args.weight_decay, ema=args.ema, clip=args.clip, tta=not args.no_tta,
                       select_best=not args.last, seed=args.seed, limit=args.limit, max_minutes=args.max_minutes,
                       data=str(args.data),
-                      extra=extra, head_kwargs=head_kwargs)
+                      extra=extra, head_kwargs=head_kwargs, task_kwargs=task_kwargs)
     if args.out.exists() and any(args.out.iterdir()) and not args.resume:
         raise FileExistsError(f"{args.out} is not empty; pass --resume to continue it or choose another folder")
     history = train(cfg, args.out, resume=args.resume, progress=not args.quiet)

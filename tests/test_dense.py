@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from vision.dense import (TASKS, alpha_loss, alpha_metrics, albedo_metrics, binary_loss, binary_metrics,
-                          depth_metrics, get_task, l1_loss, normal_loss, normal_metrics, predict_with_flip,
+                          depth_metrics, get_task, gradient_matching_loss, l1_loss, normal_loss, normal_metrics, predict_with_flip,
                           scale_shift_invariant_loss, semantic_loss, semantic_metrics, silog_loss)
 
 LN2, LN3 = math.log(2), math.log(3)
@@ -136,6 +136,49 @@ def test_normals_flip_negates_x():
     torch.testing.assert_close(predict_with_flip(task, predict, image), truth)
     # without the sign flip the x channel would average to zero
     assert not torch.allclose(predict_with_flip(TASKS["depth"], predict, image), truth)
+
+
+# ------------------------------------------------------------------------------------------- gradient matching
+
+def test_gradient_matching_by_hand():
+    r = row(0, 1, 3, 3, 7)
+    # scale 0: |1|, |2|, |0|, |4| -> mean 1.75; H = 1: no vertical pairs
+    assert float(gradient_matching_loss(r, scales=1)) == pytest.approx(1.75, abs=1e-12)
+    # scale 1 (every 2nd pixel: 0, 3, 7): |3|, |4| -> 3.5; mean over the scales (1.75 + 3.5) / 2
+    assert float(gradient_matching_loss(r, scales=2)) == pytest.approx(2.625, abs=1e-12)
+    # pixel 2 invalid: only pairs (0, 1) and (3, 4) count: (1 + 4) / 2
+    assert float(gradient_matching_loss(r, mask(1, 1, 0, 1, 1), scales=1)) == pytest.approx(2.5, abs=1e-12)
+    # 2 x 2: x pairs |1|, |3| -> 2; y pairs |2|, |4| -> 3
+    sq = torch.tensor([[0.0, 1.0], [2.0, 5.0]], dtype=torch.float64).reshape(1, 1, 2, 2)
+    assert float(gradient_matching_loss(sq, scales=1)) == pytest.approx(5.0, abs=1e-12)
+    # an offset of the residual is free (a global depth scale in log space)
+    assert float(gradient_matching_loss(sq + 7, scales=1)) == pytest.approx(5.0, abs=1e-12)
+    with pytest.raises(ValueError, match="scales"):
+        gradient_matching_loss(r, scales=0)
+
+
+def test_depth_and_normal_tasks_add_the_gradient_term():
+    t = row(1.0, 2.0, 4.0)
+    pred = torch.log(t) + row(0, 0.5, 1.5)
+    # 4 scales: residual differences 0.5, 1.0 -> 0.75; every 2nd pixel (0, 1.5) -> 1.5; single pixels: no pairs
+    base, task = TASKS["depth"], get_task("depth", gradient_weight=2.0)
+    assert float(task.loss(pred, t) - base.loss(pred, t)) == pytest.approx(2.0 * (0.75 + 1.5) / 4, abs=1e-12)
+    # the middle pixel has no depth (0, or NaN): no pair at scale 0, pixels 0 and 2 still pair at scale 1;
+    # the gradient stays finite
+    for bad in (0.0, float("nan")):
+        tb = row(1.0, bad, 4.0)
+        p = pred.clone().requires_grad_(True)
+        loss = task.loss(p, tb)
+        assert float(loss.detach() - base.loss(pred, tb)) == pytest.approx(2.0 * 1.5 / 4, abs=1e-12)
+        loss.backward()
+        assert torch.isfinite(p.grad).all()
+    # normals: the prediction is normalised first; residuals (0, 0, 0) and (-1, 1, 0): mean over 3 channels 2/3
+    # at scale 0, no pair at the 3 coarser scales
+    target = normals((1, 0, 0), (1, 0, 0))
+    pred_n = normals((2, 0, 0), (0, 3, 0))
+    ntask = get_task("normals", gradient_weight=3.0)
+    diff = ntask.loss(pred_n, target) - TASKS["normals"].loss(pred_n, target)
+    assert float(diff) == pytest.approx(3.0 * (2 / 3) / 4, abs=1e-12)
 
 
 # ------------------------------------------------------------------------------------------- alpha

@@ -185,6 +185,11 @@ def test_bad_config_errors():
     with pytest.raises(ValueError, match=r"head arguments \['patch_size'\] are set by the backbone"):
         build_model(tiny_cfg(head_kwargs={"patch_size": 8}))
     assert build_model(tiny_cfg(head="local-linear", head_kwargs={"cells": 4})).head.cells == 4
+    from vision.pipelines.finetune import task_of
+
+    with pytest.raises(ValueError, match=r"\['weight'\] are not settings of the depth task; it has gradient_weight"):
+        task_of(tiny_cfg(task_kwargs={"weight": 1.0}))
+    assert task_of(tiny_cfg(task="normals", task_kwargs={"gradient_weight": 0.5})).gradient_weight == 0.5
     model = build_model(tiny_cfg())
     with pytest.raises(ValueError, match="multiple of"):
         model(torch.rand(1, 3, 30, 32))
@@ -229,6 +234,12 @@ def test_cli_finetune_then_predict(tmp_path):
     assert main(args) == 2  # a non-empty run folder without --resume is refused
     assert main(args[:-2] + ["--backbone-kwargs", "{bad"]) == 2
     assert main(args + ["--head-kwargs", "[4]"]) == 2  # must be a JSON object
+    run_g = tmp_path / "run_g"
+    with_g = [a if a != str(run) else str(run_g) for a in args]
+    assert main(with_g + ["--task-kwargs", '{"gradient_weight": 0.5}']) == 0
+    assert json.loads((run_g / "config.json").read_text())["task_kwargs"] == {"gradient_weight": 0.5}
+    assert main([a if a != str(run) else str(tmp_path / "run_bad") for a in args]
+                + ["--task-kwargs", '{"gradient_wieght": 0.5}']) == 2  # a typo is an error, not ignored
     out = tmp_path / "pred"
     assert main(["predict", str(run), str(data / "images" / "*.png"), "-o", str(out), "--format", "npy"]) == 0
     names = sorted(p.name for p in out.iterdir())

@@ -156,6 +156,30 @@ def gradient_pair_masks(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     return mx, my
 
 
+def gradient_matching_loss(residual: torch.Tensor, valid=None, scales: int = 4) -> torch.Tensor:
+    r"""Multi-scale gradient matching of a residual (MiDaS, Ranftl et al., TPAMI 2022; Li and Snavely,
+    CVPR 2018): at scales ``k = 0..scales-1`` the residual is taken at every ``2**k``-th pixel and the
+    loss is ``mean|dx R_k| + mean|dy R_k|`` over the forward differences joining two valid pixels,
+    averaged over the scales. It penalises wrong *changes* of the prediction (edges put in the wrong
+    place or blurred), not offsets: for log-depth, ``R = pred_log - log(target)``, it is invariant to
+    the global scale that SILog also forgives.
+
+    Args: residual (B, C, H, W); valid (B, 1, H, W) bool, None = all; scales >= 1.
+    """
+    if isinstance(scales, bool) or not isinstance(scales, int) or scales < 1:
+        raise ValueError(f"scales must be a positive integer, got {scales!r}")
+    mask = as_mask(valid, residual)
+    r = work(residual)
+    total = r.new_zeros(())
+    for k in range(scales):
+        step = 2 ** k
+        rk, mk = r[..., ::step, ::step], mask[..., ::step, ::step]
+        gx, gy = image_gradients(rk)
+        mx, my = gradient_pair_masks(mk)
+        total = total + masked_mean(gx.abs(), mx) + masked_mean(gy.abs(), my)
+    return total / scales
+
+
 def alpha_loss(alpha: torch.Tensor, target: torch.Tensor, valid=None, gradient_weight: float = 1.0) -> torch.Tensor:
     r"""Matting loss: ``mean|alpha - target| + gradient_weight * (mean|dx alpha - dx target| + mean|dy alpha -
     dy target|)``, the gradient means over the forward differences joining two valid pixels.

@@ -106,12 +106,18 @@ class DepthTask(Task):
     primary_metric: str = "abs_rel"
     lower_is_better: bool = True
     variance_focus: float = 0.85
+    gradient_weight: float = 0.0  # weight of the multi-scale gradient matching of the log-depth residual
 
     def valid_mask(self, target):
         return torch.isfinite(target) & (target > 0)
 
     def loss(self, pred_raw, target, valid=None):
-        return losses.silog_loss(pred_raw, target, self._mask(target, valid), self.variance_focus)
+        mask = self._mask(target, valid)
+        loss = losses.silog_loss(pred_raw, target, mask, self.variance_focus)
+        if self.gradient_weight:
+            log_t = torch.log(torch.where(mask, work(target), torch.ones((), dtype=work(target).dtype)))
+            loss = loss + self.gradient_weight * losses.gradient_matching_loss(work(pred_raw) - log_t, mask)
+        return loss
 
     def decode(self, pred_raw):
         return torch.exp(work(pred_raw).clamp(-20, 20))
@@ -174,12 +180,18 @@ class NormalsTask(Task):
     lower_is_better: bool = True
     flip_negate: tuple = (0,)
     angular_weight: float = 1.0
+    gradient_weight: float = 0.0  # weight of the multi-scale gradient matching of the unit-normal residual
 
     def valid_mask(self, target):
         return torch.isfinite(target).all(1, keepdim=True) & (target.norm(dim=1, keepdim=True) > 0.5)
 
     def loss(self, pred_raw, target, valid=None):
-        return losses.normal_loss(pred_raw, target, self._mask(target, valid), self.angular_weight)
+        mask = self._mask(target, valid)
+        loss = losses.normal_loss(pred_raw, target, mask, self.angular_weight)
+        if self.gradient_weight:
+            residual = F.normalize(work(pred_raw), dim=1, eps=1e-8) - torch.where(mask, work(target), 0.0)
+            loss = loss + self.gradient_weight * losses.gradient_matching_loss(residual, mask)
+        return loss
 
     def decode(self, pred_raw):
         return F.normalize(work(pred_raw), dim=1, eps=1e-8)
