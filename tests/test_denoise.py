@@ -426,6 +426,27 @@ def test_temporal_rejects_pixels_whose_guides_change(frames):
         TemporalFLR(alpha=0)
 
 
+def test_bench_timing_interleaves_the_methods(frames, capsys):
+    """--time-size: one warm-up call per method, then rounds that call every method once in turn (so load
+    changes on a shared machine fall on all of them); medians per method; frames enlarged to the size."""
+    import argparse
+
+    from vision.pipelines.bench.denoise import time_large
+
+    calls = []
+    ms = {name: (lambda d, name=name: calls.append((name, d["color"].shape))) for name in
+          ("flr", "flnr", "oidn fast aux", "box")}
+    frame = [("s", 0, {k: frames[(0, 0)][k] for k in ("color", "reference", *GUIDES)})]
+    res = time_large(argparse.Namespace(time_size="40x24", repeat=3), frame, ms)
+    order = ["flr", "flnr", "oidn fast aux"]
+    assert [c[0] for c in calls] == order * 4  # warm-up round + 3 timed rounds; "box" is not timed
+    assert {c[1] for c in calls} == {(24, 40, 3)}
+    assert set(res) == set(order)
+    assert "ratio (ours / oidn fast aux)" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="1280x720"):
+        time_large(argparse.Namespace(time_size="40by24", repeat=1), frame, ms)
+
+
 def test_bench_denoise_rows_and_acceptance_lines(frames, tmp_path, capsys):
     """`vision bench denoise` on the bundled scenes: every row, the acceptance lines, and the joint-upsampling
     rows are FLR on the 2 x 2 means / the top-left samples of the 1-spp frame."""

@@ -25,9 +25,9 @@ Metrics (see :mod:`vision.denoise.metrics`): PSNR and SSIM on tonemapped images 
 gamma 1/2.2), relMSE (eps 0.01, no 0.5 factor) on linear HDR values, HDR-FLIP (``flip-evaluator``,
 default parameters; column omitted when it is not installed), and the median wall time per frame.
 
-``--time-size 1280x720`` adds a timing table at that size: each bundled frame's buffers are enlarged
+``--time-size 1280x720`` adds a timing table at that size: the first frame's buffers are enlarged
 (nearest neighbour) to it, and FLR, FLNR and OIDN fast (albedo + normal) are timed on it in this process
-(median of ``--repeat`` calls), reported as ratios to OIDN fast.
+(median of ``--repeat`` rounds that call each method once in turn), reported as ratios to OIDN fast.
 """
 from __future__ import annotations
 
@@ -74,7 +74,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", type=Path, default=None, help="FLNR weights (default: the bundled ones)")
     p.add_argument("--no-flnr", action="store_true", help="skip the FLNR row")
     p.add_argument("--time-size", default=None, metavar="WxH",
-                   help="also time FLR, FLNR and OIDN fast on frames enlarged to this size, e.g. 1280x720")
+                   help="also time FLR, FLNR and OIDN fast on the first frame enlarged to this size, e.g. "
+                        "1280x720 (--repeat rounds, methods interleaved)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save every row as JSON here")
     p.add_argument("--strict", action="store_true", help="exit with status 1 when an acceptance check FAILs")
@@ -182,7 +183,11 @@ def enlarge(d: dict, size: tuple[int, int]) -> dict:
 
 
 def time_large(args, frames, ms) -> dict:
-    """Median time per frame of FLR, FLNR and OIDN fast (aux) on the first frame enlarged to --time-size."""
+    """Median time per frame of FLR, FLNR and OIDN fast (aux) on the first frame enlarged to --time-size.
+
+    One warm-up call each (weights, thread pools), then ``--repeat`` rounds that call every method once in
+    turn: on a shared machine a change of load then falls on all methods alike instead of on whichever
+    was being timed, so the ratios stay comparable."""
     import torch
 
     try:
@@ -191,15 +196,16 @@ def time_large(args, frames, ms) -> dict:
         raise ValueError(f"--time-size must look like 1280x720, got {args.time_size!r}") from None
     d = enlarge(frames[0][2], (h, w))
     names = [n for n in ("flr", "flr s=2", "flnr", "oidn fast aux") if n in ms]
-    res = {}
-    for name in names:
-        times = []
-        for _ in range(max(1, args.repeat) + 1):  # first call warms up (weights, thread pools)
-            t0 = time.perf_counter()
-            with torch.no_grad():
+    times = {name: [] for name in names}
+    with torch.no_grad():
+        for name in names:
+            ms[name](d)
+        for _ in range(max(1, args.repeat)):
+            for name in names:
+                t0 = time.perf_counter()
                 ms[name](d)
-            times.append(time.perf_counter() - t0)
-        res[name] = statistics.median(times[1:])
+                times[name].append(time.perf_counter() - t0)
+    res = {name: statistics.median(t) for name, t in times.items()}
     ref = res.get("oidn fast aux")
     rows = [{"method": n, "time/frame": f"{t * 1e3:.0f} ms",
              "ratio (ours / oidn fast aux)": "-" if ref is None else f"{t / ref:.2f}"} for n, t in res.items()]
