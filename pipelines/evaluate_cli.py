@@ -10,11 +10,15 @@ EPILOG = """\
 examples:
   vision evaluate runs/depth --data data/scenes
   vision evaluate runs/depth_tl runs/depth_llr runs/depth_dpt --data data/scenes --split test --json scores.json
+  vision evaluate runs/depth_tl runs/depth_llr --data data/scenes --split test --median-scale
 
 Rows: each run, alone and with guided_refine (the guided filter with the image as guide applied to
 the head's raw output; --refine-radius, --refine-eps), and the training-mean baseline. Columns: the
 task's metrics over all valid pixels, and (rendered scenes) the same metrics over the edge band: valid
 pixels within --band pixels of an instance or depth discontinuity (vision.dense.edges.edge_band).
+Depth with --median-scale: every prediction (the baseline's too) is first scaled per image by
+median(target) / median(prediction) over its valid pixels, so the table scores the shape without the
+global scale (vision.dense.median_scale).
 """
 
 
@@ -30,23 +34,29 @@ def add_parser(sub) -> None:
     p.add_argument("--refine-radius", type=int, default=4, help="guided_refine radius (default 4)")
     p.add_argument("--refine-eps", type=float, default=1e-3, help="guided_refine eps (default 1e-3)")
     p.add_argument("--no-tta", action="store_true", help="no horizontal-flip test-time augmentation")
+    p.add_argument("--median-scale", action="store_true",
+                   help="depth: scale each prediction by median(target) / median(prediction) first")
     p.add_argument("--json", type=Path, default=None, help="also write the table as JSON")
     p.add_argument("--threads", type=int, default=None)
     p.set_defaults(func=run)
 
 
-def score(model, task, samples, band=None, refine=None, tta=True, batch_size=16) -> dict:
-    """Metrics (and ``edge_``-prefixed metrics over ``band``) of a model, optionally refined."""
+def score(model, task, samples, band=None, refine=None, tta=True, batch_size=16, median: bool = False) -> dict:
+    """Metrics (and ``edge_``-prefixed metrics over ``band``) of a model, optionally refined and (depth)
+    median-scaled."""
     from vision.pipelines.finetune import predict_samples
 
-    return _metrics(task, predict_samples(model, task, samples, tta, refine, batch_size), samples, band)
+    return _metrics(task, predict_samples(model, task, samples, tta, refine, batch_size), samples, band, median)
 
 
-def _metrics(task, pred, samples, band) -> dict:
+def _metrics(task, pred, samples, band, median: bool = False) -> dict:
+    from vision.dense import median_scale
     from vision.pipelines.finetune import stacked_targets
 
     target = stacked_targets(task, samples)
     valid = task.valid_mask(target)
+    if median:
+        pred = median_scale(pred, target, valid).to(pred.dtype)
     out = dict(task.metrics(pred, target, valid))
     if band is not None:
         out.update({f"edge_{k}": v for k, v in task.metrics(pred, target, valid & band).items()})
@@ -70,6 +80,8 @@ def run(args) -> int:
     if len(tasks) != 1:
         raise ValueError(f"runs must share one task, got {sorted(tasks)}")
     task = TASKS[tasks.pop()]
+    if args.median_scale and task.name != "depth":
+        raise ValueError(f"--median-scale is for depth runs, not {task.name}")
     rendered = not (args.data / "images").is_dir()
     samples = DenseSamples(args.data, task.target_field, args.split, extras=("segment", "depth") if rendered else ())
     train = DenseSamples(args.data, task.target_field, "train")
@@ -77,15 +89,18 @@ def run(args) -> int:
     if rendered:
         band = edge_band(torch.stack([s["extras"]["segment"] for s in samples]),
                          torch.stack([s["extras"]["depth"] for s in samples]), width=args.band)
-    rows = [{"model": "training mean", **_metrics(task, mean_prediction(task, train, samples), samples, band)}]
+    median = args.median_scale
+    rows = [{"model": "training mean", **_metrics(task, mean_prediction(task, train, samples), samples, band, median)}]
     for (model, cfg), path in zip(loaded, args.runs):
         name = f"{path.name} ({cfg.head}{', LoRA %d' % cfg.lora_rank if cfg.lora_rank else ''})"
-        rows.append({"model": name, **score(model, task, samples, band, None, not args.no_tta)})
+        rows.append({"model": name, **score(model, task, samples, band, None, not args.no_tta, median=median)})
         rows.append({"model": name + " + guided_refine",
-                     **score(model, task, samples, band, (args.refine_radius, args.refine_eps), not args.no_tta)})
+                     **score(model, task, samples, band, (args.refine_radius, args.refine_eps), not args.no_tta,
+                             median=median)})
     columns = ["model"] + [k for k in rows[0] if k != "model"]
     table = [{k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
-    print_table(table, columns, title=f"{task.name} on {len(samples)} {args.split} images of {args.data}"
+    print_table(table, columns, title=f"{task.name}{' (median-scaled)' if median else ''} on {len(samples)} "
+                                      f"{args.split} images of {args.data}"
                 + (f"; edge_ = within {args.band} px of an instance / depth edge ({float(band.float().mean()):.1%} "
                    "of pixels)" if band is not None else ""))
     if args.json:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from vision.dense import (TASKS, alpha_loss, alpha_metrics, albedo_metrics, binary_loss, binary_metrics,
-                          depth_metrics, get_task, gradient_matching_loss, l1_loss, normal_loss, normal_metrics, predict_with_flip,
+                          depth_metrics, get_task, gradient_matching_loss, median_scale, l1_loss, normal_loss, normal_metrics, predict_with_flip,
                           scale_shift_invariant_loss, semantic_loss, semantic_metrics, silog_loss)
 
 LN2, LN3 = math.log(2), math.log(3)
@@ -80,6 +80,19 @@ def test_relative_depth_task_aligns_disparity():
     assert float(task.loss(pred, target)) == pytest.approx(0, abs=1e-12)
     m = task.metrics(task.decode(pred), target)
     assert m["abs_rel"] == pytest.approx(0, abs=1e-6) and m["delta1"] == 1.0
+
+
+def test_median_scale_by_hand():
+    # image 0: target medians over valid pixels (2, 4, 8, 100-invalid) -> 4; prediction (1, 2, 3, 9) -> 2: x2
+    # image 1: even count (valid 3, 5): target median (6 + 10) / 2 = 8, prediction (3 + 5) / 2 = 4: x2
+    pred = rows((1, 2, 3, 9), (3, 5, 7, 7))
+    target = rows((2, 4, 8, 0), (6, 10, 0, 0))
+    got = median_scale(pred, target, target > 0)
+    torch.testing.assert_close(got, rows((2, 4, 6, 18), (6, 10, 14, 14)), rtol=0, atol=1e-12)
+    assert depth_metrics(got, target, target > 0)["abs_rel"] == pytest.approx((0 + 0 + 2 / 8) / 3 / 2, abs=1e-12)
+    # no valid pixel, or a zero median prediction: unscaled
+    torch.testing.assert_close(median_scale(pred, target, torch.zeros_like(target, dtype=torch.bool)), pred)
+    torch.testing.assert_close(median_scale(row(0, 0, 1), row(1, 2, 3)), row(0, 0, 1))
 
 
 # ------------------------------------------------------------------------------------------- normals

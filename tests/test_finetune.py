@@ -348,6 +348,27 @@ def test_cli_evaluate_reports_edge_band_and_refinement(tmp_path, capsys, one_thr
     assert rows[2]["model"].endswith("+ guided_refine")
     assert {"abs_rel", "edge_abs_rel", "delta1", "edge_delta1"} <= set(rows[1])
     assert "within 4 px of an instance / depth edge" in capsys.readouterr().out
+    # --median-scale: the same predictions, each scaled by median(target) / median(prediction) before scoring
+    from vision.data.dense import DenseSamples
+    from vision.dense import TASKS, depth_metrics, median_scale
+    from vision.dense.edges import edge_band
+    from vision.pipelines.dense_model import load_run
+    from vision.pipelines.finetune import predict_samples, stacked_targets
+
+    assert main(["evaluate", str(tmp_path / "run"), "--data", str(asset_path("scenes")), "--split", "all",
+                 "--median-scale", "--json", str(out)]) == 0
+    scaled = json.loads(out.read_text())
+    assert "depth (median-scaled)" in capsys.readouterr().out
+    task, (model, cfg) = TASKS["depth"], load_run(tmp_path / "run")
+    samples = DenseSamples(asset_path("scenes"), "depth", "all", extras=("segment", "depth"))
+    target = stacked_targets(task, samples)
+    valid = task.valid_mask(target)
+    pred = median_scale(predict_samples(model, task, samples, tta=cfg.tta), target, valid)
+    band = edge_band(torch.stack([s["extras"]["segment"] for s in samples]),
+                     torch.stack([s["extras"]["depth"] for s in samples]), width=4)
+    assert scaled[1]["abs_rel"] == pytest.approx(depth_metrics(pred, target, valid)["abs_rel"], rel=1e-5)
+    assert scaled[1]["edge_abs_rel"] == pytest.approx(depth_metrics(pred, target, valid & band)["abs_rel"], rel=1e-5)
+    assert scaled[1]["abs_rel"] != pytest.approx(rows[1]["abs_rel"], rel=1e-3)
 
 
 def test_demo_dense_section_beats_the_training_mean(tmp_path):

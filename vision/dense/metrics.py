@@ -49,6 +49,23 @@ def depth_metrics(pred: torch.Tensor, target: torch.Tensor, valid=None) -> dict[
     return {"abs_rel": _mean_over_images(absrel), "rmse": _mean_over_images(rmse), "delta1": _mean_over_images(delta1)}
 
 
+def median_scale(pred: torch.Tensor, target: torch.Tensor, valid=None) -> torch.Tensor:
+    """``pred`` (B, 1, H, W) depth times ``median(target) / median(pred)`` of each image over its valid pixels:
+    the per-image scale alignment of monocular depth evaluation (Zhou et al., CVPR 2017), which scores the
+    shape of the prediction without its global scale. Medians average the two middle values for even
+    counts; images without valid pixels, or with a zero median prediction, are returned unscaled."""
+    mask = check_pair(pred, target, valid, 1)
+    p, t = _f64(pred), _f64(target)
+    out = p.clone()
+    for i in range(p.shape[0]):
+        m = mask[i]
+        if m.any():
+            mp = torch.quantile(p[i][m], 0.5)
+            if mp != 0:
+                out[i] = p[i] * (torch.quantile(t[i][m], 0.5) / mp)
+    return out
+
+
 def normal_metrics(pred: torch.Tensor, target: torch.Tensor, valid=None) -> dict[str, float]:
     """Angular error in degrees over all valid pixels of the batch: mean, median (the mean of the two middle
     values for an even count, as ``np.median``) and the percentages below 11.25, 22.5 and 30 degrees.
