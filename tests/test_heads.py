@@ -386,8 +386,10 @@ def test_bench_dense_head_runs_end_to_end(tmp_path, capsys):
     assert "token-local" in text and "local-linear" in text and "x DPT" in text
     payload = json.loads(out.read_text())
     rows = {r["head"]: r for r in payload["rows"]}
-    assert set(rows) == {"token-local", "local-linear", "dpt"}
+    assert set(rows) == {"token-local", "local-linear", "local-linear +5 guides", "dpt"}
     assert rows["token-local"]["params"] == 192 * 256 + 256
+    # coefficients (192 + 1) * (3 + 5 + 1), the token-local detail term, convolutions 3->16 and 16->5 (3 x 3)
+    assert rows["local-linear +5 guides"]["params"] == 193 * 9 + 192 * 256 + 256 + (3 * 16 * 9 + 16) + (16 * 5 * 9 + 5)
     for r in rows.values():
         assert r["forward_seconds"] > 0 and r["fwd+bwd_seconds"] > 0 and r["forward_images_per_s"] > 0
     assert rows["dpt"]["params_x_dpt"] == 1.0

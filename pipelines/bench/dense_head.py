@@ -2,7 +2,8 @@
 
 All heads read features of one backbone (ViG-T by default, random weights), computed once per size
 with no gradient; the heads are timed round-robin on those same features (``time_interleaved``), so
-the ratios hold on a noisy machine. "forward" runs in inference mode; "fwd+bwd" is a training step
+the ratios hold on a noisy machine. The "local-linear +5 guides" row is the readout with five learned guide
+channels beside RGB (``learned_guides=5``), the setting with the lowest errors near edges in BENCHMARKS.md. "forward" runs in inference mode; "fwd+bwd" is a training step
 of the head alone (a mean-square loss backpropagated to the head's parameters; the frozen
 backbone's features need no gradient). The token heads read the stride-16 map (the last of the four
 feature maps), the DPT head all four. Images/s = batch / seconds per call.
@@ -36,7 +37,8 @@ faster). Acceptance (issue 9): the token-local head has <= 1/10 of the DPT head'
 >= 3x its throughput (forward and fwd+bwd, at every size).
 """
 
-HEAD_NAMES = ("token-local", "local-linear", "dpt")
+HEAD_NAMES = ("token-local", "local-linear", "local-linear +5 guides", "dpt")
+LEARNED_GUIDES = 5  # the "+5 guides" row: LocalLinearReadout(..., learned_guides=5), RGB + 5 learned channels
 BASELINE = "dpt"
 
 
@@ -65,6 +67,7 @@ def build_heads(dims: list[int], strides: list[int], out_channels: int, dpt_feat
     dim, stride = dims[-1], strides[-1]
     return {"token-local": TokenLocalHead(dim, stride, out_channels),
             "local-linear": LocalLinearReadout(dim, stride, out_channels),
+            "local-linear +5 guides": LocalLinearReadout(dim, stride, out_channels, learned_guides=LEARNED_GUIDES),
             "dpt": DPTHead(dims, out_channels, features=dpt_features, patch_size=stride, in_strides=strides)}
 
 
@@ -78,6 +81,7 @@ def bench_size(size: int, backbone, heads: dict, args, device, dtype, clock) -> 
     last = feats[-1]
     forward = {"token-local": lambda: heads["token-local"](last),
                "local-linear": lambda: heads["local-linear"](last, image),
+               "local-linear +5 guides": lambda: heads["local-linear +5 guides"](last, image),
                "dpt": lambda: heads["dpt"](feats, (size, size))}
 
     def train_step(name):
