@@ -81,11 +81,9 @@ def task_of(cfg):
     """``cfg.task`` with ``cfg.task_kwargs`` (``--task-kwargs``) applied; unknown fields are a ValueError."""
     import dataclasses
 
-    from vision.dense import TASKS
+    from vision.dense import get_task
 
-    if cfg.task not in TASKS:
-        raise ValueError(f"unknown task {cfg.task!r}; choose from {', '.join(TASKS)}")
-    task = TASKS[cfg.task]
+    task = get_task(cfg.task)  # unknown names are its ValueError
     known = {f.name for f in dataclasses.fields(task)} - {"name", "target_field", "primary_metric", "lower_is_better",
                                                           "flip_negate", "out_channels"}
     wrong = sorted(set(cfg.task_kwargs) - known)

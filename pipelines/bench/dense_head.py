@@ -2,11 +2,12 @@
 
 All heads read features of one backbone (ViG-T by default, random weights), computed once per size
 with no gradient; the heads are timed round-robin on those same features (``time_interleaved``), so
-the ratios hold on a noisy machine. The "local-linear +5 guides" row is the readout with five learned guide
-channels beside RGB (``learned_guides=5``), the setting with the lowest errors near edges in BENCHMARKS.md. "forward" runs in inference mode; "fwd+bwd" is a training step
-of the head alone (a mean-square loss backpropagated to the head's parameters; the frozen
-backbone's features need no gradient). The token heads read the stride-16 map (the last of the four
-feature maps), the DPT head all four. Images/s = batch / seconds per call.
+the ratios hold on a noisy machine. The "local-linear +5 guides" row is the readout with five learned
+guide channels beside RGB (``learned_guides=5``), the setting with the lowest errors near edges in
+BENCHMARKS.md. "forward" runs in inference mode; "fwd+bwd" is a training step of the head alone (a
+mean-square loss backpropagated to the head's parameters; the frozen backbone's features need no
+gradient). The token heads read the stride-16 map (the last of the four feature maps), the DPT head
+all four. Images/s = batch / seconds per call.
 """
 from __future__ import annotations
 

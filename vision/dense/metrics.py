@@ -49,6 +49,12 @@ def depth_metrics(pred: torch.Tensor, target: torch.Tensor, valid=None) -> dict[
     return {"abs_rel": _mean_over_images(absrel), "rmse": _mean_over_images(rmse), "delta1": _mean_over_images(delta1)}
 
 
+def _median(x: torch.Tensor) -> torch.Tensor:
+    """Median of a non-empty 1-D tensor: the mean of the two middle values for an even count (as ``np.median``)."""
+    s = x.sort().values
+    return (s[(s.numel() - 1) // 2] + s[s.numel() // 2]) / 2
+
+
 def median_scale(pred: torch.Tensor, target: torch.Tensor, valid=None) -> torch.Tensor:
     """``pred`` (B, 1, H, W) depth times ``median(target) / median(pred)`` of each image over its valid pixels:
     the per-image scale alignment of monocular depth evaluation (Zhou et al., CVPR 2017), which scores the
@@ -60,9 +66,9 @@ def median_scale(pred: torch.Tensor, target: torch.Tensor, valid=None) -> torch.
     for i in range(p.shape[0]):
         m = mask[i]
         if m.any():
-            mp = torch.quantile(p[i][m], 0.5)
+            mp = _median(p[i][m])
             if mp != 0:
-                out[i] = p[i] * (torch.quantile(t[i][m], 0.5) / mp)
+                out[i] = p[i] * (_median(t[i][m]) / mp)
     return out
 
 
@@ -77,9 +83,7 @@ def normal_metrics(pred: torch.Tensor, target: torch.Tensor, valid=None) -> dict
     err = angle[mask] * DEGREES
     if err.numel() == 0:
         return {k: NAN for k in ("mean_angle", "median_angle", "within_11.25", "within_22.5", "within_30")}
-    s = err.sort().values
-    median = (s[(s.numel() - 1) // 2] + s[s.numel() // 2]) / 2
-    return {"mean_angle": float(err.mean()), "median_angle": float(median),
+    return {"mean_angle": float(err.mean()), "median_angle": float(_median(err)),
             "within_11.25": 100 * float((err < 11.25).double().mean()),
             "within_22.5": 100 * float((err < 22.5).double().mean()),
             "within_30": 100 * float((err < 30).double().mean())}

@@ -115,7 +115,8 @@ class DepthTask(Task):
         mask = self._mask(target, valid)
         loss = losses.silog_loss(pred_raw, target, mask, self.variance_focus)
         if self.gradient_weight:
-            log_t = torch.log(torch.where(mask, work(target), torch.ones((), dtype=work(target).dtype)))
+            t = work(target)
+            log_t = torch.log(torch.where(mask, t, torch.ones_like(t)))
             loss = loss + self.gradient_weight * losses.gradient_matching_loss(work(pred_raw) - log_t, mask)
         return loss
 
