@@ -72,15 +72,15 @@ def test_linear_head_is_the_regression_on_standardised_guides(frame, radius, gra
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-8 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("hidden", [16, 0])
+@pytest.mark.parametrize("hidden,antialias", [(16, False), (0, False), (16, True), (0, True)])
 @pytest.mark.parametrize("hw", [(64, 96), (37, 50)])
-def test_banded_guide_head_matches_a_float64_oracle(frame, hw, hidden):
+def test_banded_guide_head_matches_a_float64_oracle(frame, hw, hidden, antialias):
     """The guide head without autograd (band by band, strided lerps for the code's upsampling) against
     float64: g = W2 leaky(up(code) + W1 (f - mean) / std + b1) + b2 with up = F.interpolate (bilinear, x4),
     for a batch of two frames (each standardised by its own statistics), HWC-layout buffers, AO missing."""
     from vision.denoise import flnr as FL
 
-    model = _random_model(3, hidden=hidden, guides=4)
+    model = _random_model(3, hidden=hidden, guides=4, antialias=antialias)
     h, w = hw
     crops = [{k: np.ascontiguousarray(frame[k][y:y + h, x:x + w]) for k in GUIDES + ("color",)}
              for y, x in ((0, 0), (40, 20))]
@@ -94,7 +94,7 @@ def test_banded_guide_head_matches_a_float64_oracle(frame, hw, hidden):
         assert FL._banded(target, model)
         g, _ = model.learned_guides(buffers, target, mask)
     # the oracle, in float64 from the same network code
-    m64 = _random_model(3, hidden=hidden, guides=4).double()
+    m64 = _random_model(3, hidden=hidden, guides=4, antialias=antialias).double()
     b64 = [None if v is None else v.double() for v in buffers]
     cells = FL.cell_guides(b64, color.double(), (h, w))
     mean, std = FL.guide_stats(cells)
@@ -110,8 +110,8 @@ def test_banded_guide_head_matches_a_float64_oracle(frame, hw, hidden):
     if hidden:
         hid = torch.einsum("qk,bkhw->bqhw", m64.head_out.weight, torch.nn.functional.leaky_relu(hid, 0.1)) \
             + m64.head_out.bias[None, :, None, None]
-    assert hid.abs().max() > 0.1 and not torch.equal(g[0], g[1])
-    torch.testing.assert_close(g.double(), hid.detach(), rtol=0, atol=1e-4 * float(hid.abs().max()))  # float32 network
+    assert hid.abs().max() > 0.1 and not torch.equal(g[0], g[1]) and g.shape[1] == 4 + antialias
+    torch.testing.assert_close(g.double(), hid.detach(), rtol=0, atol=1e-4 * float(hid.detach().abs().max()))  # float32 network
 
 
 @pytest.mark.parametrize("hw", [(64, 96), (37, 50)])
@@ -182,10 +182,11 @@ def test_layouts_hwc_numpy_and_bchw_torch(frame):
     torch.testing.assert_close(two[1:], one, rtol=1e-5, atol=1e-6)
 
 
-def test_tiles_match_the_whole_frame(frame, radii=(4, 8, 16)):
+@pytest.mark.parametrize("antialias", [False, True])
+def test_tiles_match_the_whole_frame(frame, antialias, radii=(4, 8, 16)):
     """On a 384 x 384 frame (the bundled frame mirrored 3 x 3) tiles of 96 really are smaller than the frame
     even with the overlap that covers the regression's reach and the network's receptive field."""
-    model = _random_model(radii=radii)
+    model = _random_model(radii=radii, antialias=antialias)
 
     def big(a):
         row = np.concatenate([a, a[:, ::-1], a], 1)
@@ -227,8 +228,9 @@ def test_gradients_flow_end_to_end_through_the_regression(frame):
     assert c.grad is not None and torch.isfinite(c.grad).all() and c.grad.abs().sum() > 0
 
 
-def test_safetensors_round_trip_bit_for_bit(tmp_path):
-    model = _random_model(seed=3, widths=(8, 12, 16), radii=(6,), scale=2, hidden=0)
+@pytest.mark.parametrize("antialias", [False, True])
+def test_safetensors_round_trip_bit_for_bit(tmp_path, antialias):
+    model = _random_model(seed=3, widths=(8, 12, 16), radii=(6,), scale=2, hidden=0, antialias=antialias)
     path = model.save(tmp_path / "m.safetensors", note="hello")
     back = FLNR.from_file(path)
     assert back.config == model.config
@@ -254,6 +256,99 @@ def test_weights_errors(tmp_path):
         FLNR(guides=9)
     with pytest.raises(ValueError, match="fit_down >= 1 dividing scale"):
         FLNR(scale=4, fit_down=3)
+
+
+def _mean3(x):
+    """float64 oracle: the mean of each pixel's 3 x 3 neighbourhood inside the frame, (..., H, W)."""
+    h, w = x.shape[-2:]
+    out = np.empty_like(x)
+    for i in range(h):
+        for j in range(w):
+            out[..., i, j] = x[..., max(i - 1, 0):i + 2, max(j - 1, 0):j + 2].mean((-2, -1))
+    return out
+
+
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def test_antialias_and_local_contrast_against_float64_loops():
+    from vision.denoise.flnr import antialias, local_contrast
+
+    rng = np.random.default_rng(4)
+    x, logit = rng.normal(size=(2, 3, 7, 9)), rng.normal(size=(2, 1, 7, 9)) * 3
+    got = antialias(torch.from_numpy(x), torch.from_numpy(logit), 0.7).numpy()
+    w = _sigmoid(0.7) * _sigmoid(logit)
+    np.testing.assert_allclose(got, x + w * (_mean3(x) - x), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(local_contrast(torch.from_numpy(x)).numpy(),
+                               np.abs(x - _mean3(x)).sum(1, keepdims=True), rtol=0, atol=1e-12)
+    # the float32 inference path (OpenCV on interleaved pixels), planar and channels-last, 1 or 3 channels
+    from vision.denoise.flnr import _mean3 as fast_mean3
+    for c in (1, 3):
+        x32 = torch.from_numpy(rng.random((2, c, 6, 9), np.float32))
+        for t in (x32, x32.contiguous(memory_format=torch.channels_last)):
+            np.testing.assert_allclose(fast_mean3(t).numpy(), _mean3(x32.double().numpy()), rtol=0, atol=1e-6)
+        got32 = antialias(x32, torch.from_numpy(logit[:, :, :6]).float(), 0.7).numpy()
+        xd = x32.double().numpy()
+        np.testing.assert_allclose(got32, xd + _sigmoid(0.7) * _sigmoid(logit[:, :, :6]) * (_mean3(xd) - xd),
+                                   rtol=0, atol=1e-6)
+    # flat and linear ramps have no contrast inside the frame; a step has it on both sides only
+    ramp = np.add.outer(np.arange(6.0), 2 * np.arange(8.0))[None, None]
+    assert np.abs(local_contrast(torch.from_numpy(ramp)).numpy()[..., 1:-1, 1:-1]).max() < 1e-12
+    step = np.zeros((1, 1, 5, 8))
+    step[..., 4:] = 1
+    c = local_contrast(torch.from_numpy(step)).numpy()[0, 0]
+    np.testing.assert_allclose(c[2], [0, 0, 0, 1 / 3, 1 / 3, 0, 0, 0], atol=1e-12)
+
+
+@pytest.mark.parametrize("grad", [True, False], ids=["autograd", "banded"])
+def test_antialias_model_blends_the_light_where_the_buffers_have_edges(frame, grad):
+    """FLNR(antialias=True) = the same network without it, its light (result minus emission) blended towards
+    the 3 x 3 mean with weight sigmoid(m) sigmoid(l + v c(albedo)), l the guide head's extra output; the
+    emission is added back unblended."""
+    from vision.denoise import flnr as FL
+
+    aa = _random_model(7, antialias=True)
+    with torch.no_grad():
+        aa.edge_gain.fill_(30.0)
+        aa.blend_max.fill_(0.4)
+    plain = FLNR(**dict(aa.config, antialias=False)).eval()
+    state = {k: (v[:4] if k.startswith("head_out.") else v) for k, v in aa.state_dict().items()
+             if k not in ("edge_gain", "blend_max")}
+    plain.load_state_dict(state)
+    crop = {k: torch.from_numpy(np.ascontiguousarray(frame[k][20:84, 30:94])).permute(2, 0, 1)[None]
+            for k in (*GUIDES, "color")}
+    g = {k: crop[k] for k in GUIDES}
+    with torch.set_grad_enabled(grad):
+        got = aa(crop["color"], g).detach().double().numpy()
+        base = plain(crop["color"], g).detach().double().numpy()
+        target = crop["color"].clone()
+        head, _ = aa.learned_guides(FL.guide_buffers(g, crop["color"]), target, torch.zeros_like(target[:, :1]))
+    em = crop["emission"].double().numpy()
+    light = base - em
+    a = crop["albedo"].double().numpy()
+    logit = head[:, 4:].detach().double().numpy() + 30 * np.abs(a - _mean3(a)).sum(1, keepdims=True)
+    w = _sigmoid(0.4) * _sigmoid(logit)
+    assert w.max() > 0.3 and w.min() < 0.05  # the weight really varies across the crop
+    want = light + w * (_mean3(light) - light) + em
+    assert np.abs(want - base).max() > 0.01
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max())
+
+
+def test_with_antialias_starts_from_the_weights_it_is_given(frame):
+    """with_antialias keeps every weight; with the blend's bias far down it is the old model."""
+    old = _random_model(9)
+    new = old.with_antialias()
+    assert new.config == dict(old.config, antialias=True) and old.config["antialias"] is False
+    assert parameter_count(new) == parameter_count(old) + 16 + 1 + 1 + 1  # logit row, its bias, gain, top
+    with torch.no_grad():
+        new.head_out.bias[-1] = -60.0
+    t = {k: torch.from_numpy(np.ascontiguousarray(frame[k][:48, :48])).permute(2, 0, 1)[None]
+         for k in (*GUIDES, "color")}
+    torch.testing.assert_close(new(t["color"], {k: t[k] for k in GUIDES}),
+                               old(t["color"], {k: t[k] for k in GUIDES}), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="hidden layer"):
+        FLNR(hidden=0).with_antialias()
 
 
 def test_bundled_weights_beat_flr_on_a_held_out_scene():
@@ -287,6 +382,24 @@ def test_train_denoiser_one_tiny_epoch(tmp_path, capsys):
     assert meta["vision.train.command"].startswith("vision train-denoiser --data")
     err = capsys.readouterr().err
     assert "val PSNR" in err
+
+
+def test_train_denoiser_antialias_from_scratch_and_added_to_init_weights(tmp_path):
+    from vision.pipelines.cli import main
+
+    data = tmp_path / "scenes"
+    shutil.copytree(asset_path("scenes"), data)
+    tiny = ["--data", str(data), "--epochs", "1", "--steps", "1", "--batch", "1", "--crop", "32", "--quiet"]
+    plain, added, scratch = (tmp_path / f"{n}.safetensors" for n in ("plain", "added", "scratch"))
+    assert main(["train-denoiser", *tiny, "--widths", "4,6,8", "-o", str(plain)]) == 0
+    assert main(["train-denoiser", *tiny, "--init", str(plain), "--antialias", "-o", str(added)]) == 0
+    assert main(["train-denoiser", *tiny, "--widths", "4,6,8", "--antialias", "-o", str(scratch)]) == 0
+    assert load_flnr(plain).config["antialias"] is False
+    for path in (added, scratch):
+        model = load_flnr(path)
+        assert model.config["antialias"] is True and model.config["widths"] == [4, 6, 8]
+        assert model.head_out.out_features == 5 and model.edge_gain.shape == ()
+        assert read_metadata(path)["vision.train.command"].endswith(f"--antialias -o {path}")
 
 
 def test_train_denoiser_help(capsys):

@@ -20,10 +20,14 @@ guides. FLNR keeps the regression and lets a network write *few, better* guides:
    4 x 4 cells, a learned ridge weight per guide) at radii 4, 8 and 16 at once, blends the fits per cell
    with the network's softmax weights (small windows where the guides explain the light, large ones
    where noise dominates; a blend of local linear models is a local linear model), applies them at full
-   resolution (:func:`vision.kernels.local_linear_apply`), clamps, remodulates and adds the emission.
+   resolution (:func:`vision.kernels.local_linear_apply`), clamps, remodulates and adds the emission;
+6. with ``antialias`` (the bundled weights have it) the light is blended towards its 3 x 3 mean where the
+   albedo has an edge, with a weight the guide head writes (:func:`antialias`): the buffers are one ray
+   through each pixel centre, the reference a mean over the pixel, and at an edge no regression on the
+   centre's buffers can mix the two surfaces' light.
 
-So the network never outputs radiance: every output pixel is still a local affine function of guides,
-fitted to this frame's samples, which is what keeps the result faithful where the network is unsure.
+So the network never outputs radiance: every output pixel is still a local affine function of guides
+(with ``antialias``, a blend of its own and its neighbours' ones), fitted to this frame's samples, which is what keeps the result faithful where the network is unsure.
 With Q = 4 guides each window fits 5 coefficients instead of FLR's 9, and the guides are better, so
 the fit is both less noisy and less biased. The chain is differentiable end to end (the regression has
 closed-form backwards) and is trained on the denoised result (``vision train-denoiser``).
@@ -59,12 +63,14 @@ FEATURES = 8
 CELL = 4  # the network's cells, in full-resolution pixels
 NET_IN = FEATURES + 3 + 1 + 1  # cell means of the guides, log1p(colour), emitter mask; spread of log-luminance
 DEFAULT_CONFIG = {"widths": [16, 24, 32, 48], "hidden": 16, "guides": 4, "radii": [4, 8, 16], "scale": 4,
-                  "fit_down": 1, "eps": 1e-2}
+                  "fit_down": 1, "eps": 1e-2, "antialias": False}
 FILL_RADIUS = 8  # emitter pixels take the mean signal of the emitter-free pixels within this radius
 BUNDLED = ("weights", "flnr.safetensors")
 # trained on 1/2- and 1/4-resolution colour (one sample of every 2 x 2 / 4 x 4 block, phase known)
 BUNDLED_UPSAMPLE = {2: ("weights", "flnr_up2.safetensors"), 4: ("weights", "flnr_up4.safetensors")}
 CONFIG_KEY = "vision.flnr.config"
+# FLNR's antialias at the start of training: logit = BLEND_BIAS + EDGE_GAIN c(albedo), the weight 0.5 sigmoid(logit)
+EDGE_GAIN, BLEND_BIAS = 200.0, -5.0
 
 
 def _conv(cin, cout, k=3):
@@ -187,6 +193,52 @@ def _head_bands(model, code: torch.Tensor, buffers: list, weight: torch.Tensor, 
     return g
 
 
+def antialias(x: torch.Tensor, logit: torch.Tensor, top=0.0) -> torch.Tensor:
+    """``x + sigmoid(top) sigmoid(logit) (mean3(x) - x)``: (B, C, H, W) blended per pixel towards its 3 x 3 mean
+    (the mean of the pixels inside the frame at its borders) with the weight of the (B, 1, H, W) ``logit``,
+    at most ``sigmoid(top)`` (a scalar; 0 gives at most 0.5).
+
+    FLNR's last step when it has ``antialias``: a 1-spp frame's colour sample falls anywhere in its pixel,
+    and the reference averages the whole pixel, but the guide buffers are one ray through the centre, so
+    at an edge they describe one surface (one albedo) only and the regression and the remodulation paint
+    the pixel with that surface's light. Mixing in the neighbours at edges restores the partial coverage
+    (on the bundled frames, FLNR's light blended with a fixed weight of 0.5 wherever the albedo differs
+    from a neighbour's by more than 0.05 gains 0.38 dB; the learned weight does the same job)."""
+    top = torch.as_tensor(top, dtype=x.dtype, device=x.device)
+    w = torch.sigmoid(logit.to(x.dtype)) * torch.sigmoid(top)
+    return torch.lerp(x, _mean3(x), w)
+
+
+def local_contrast(x: torch.Tensor) -> torch.Tensor:
+    """``sum over channels |x - mean3(x)|``, (B, C, H, W) -> (B, 1, H, W): how far each pixel is from the mean
+    of its 3 x 3 neighbourhood (inside the frame); zero on flat and linear regions, large at edges."""
+    d = x - _mean3(x)
+    return (d.abs_() if not d.requires_grad else d.abs()).sum(1, keepdim=True)
+
+
+def _mean3(x: torch.Tensor) -> torch.Tensor:
+    """3 x 3 window means over the pixels inside the frame, (B, C, H, W). Without autograd on CPU (float32,
+    C <= 4) OpenCV filters each image's interleaved (H, W, C) pixels in place and the result is
+    channels-last, so the per-pixel arithmetic around it reads every buffer in memory order; otherwise
+    :func:`vision.kernels.box_filter`."""
+    from vision.kernels import box_filter
+
+    b, c, h, w = x.shape
+    if x.requires_grad or x.device.type != "cpu" or x.dtype != torch.float32 or c > 4 or min(h, w) < 2:
+        return box_filter(x, 1)
+    import cv2
+
+    out = torch.empty_like(x, memory_format=torch.channels_last)
+    for i in range(b):
+        src = x[i].permute(1, 2, 0).contiguous().numpy()  # a view when x is channels-last (HWC arrays are)
+        cv2.boxFilter(src, -1, (3, 3), dst=out[i].permute(1, 2, 0).numpy(), normalize=False,
+                      borderType=cv2.BORDER_CONSTANT)
+    out.mul_(1 / 9)
+    for edge in (out[..., 0, :], out[..., -1, :], out[..., :, 0], out[..., :, -1]):
+        edge.mul_(1.5)  # 6 pixels inside the frame on a border, 4 (= 9 / 1.5 / 1.5) at a corner
+    return out
+
+
 def _pointwise(conv: nn.Conv2d, x: torch.Tensor, channels: slice = slice(None), bias: bool = True) -> torch.Tensor:
     """A 1 x 1 ``conv`` (or its input ``channels`` only) as one matrix product over the pixels: the same
     function, but PyTorch's CPU convolution takes its slow path for 1 x 1 kernels on these shapes (3x slower).
@@ -272,6 +324,12 @@ class FLNR(nn.Module):
             ``fit_down x fit_down`` pixels (1 = every pixel; must divide ``scale``); the fit is still
             applied to the full-resolution guides.
         eps: initial ridge weight of every learned guide.
+        antialias: blend the light (the result without the emission) per pixel towards its 3 x 3 mean
+            (:func:`antialias`) with the weight ``sigmoid(m) sigmoid(l + v c)``: ``l`` one more output of the
+            guide head, ``c`` the albedo's :func:`local_contrast` (the head is per pixel; the contrast is what
+            tells it where an edge is), ``v`` and ``m`` learned scalars. The buffers are one ray through each
+            pixel centre, so at an edge they name one surface (one albedo) where the pixel, and the
+            reference, average two; the regression and the remodulation cannot mix them, the blend can.
 
     The guide head, per pixel, with f the 8 guides standardised per frame and ``up`` the bilinear
     upsampling from the 4 x 4 cells: ``g = W2 leaky(W1 f + up(code)) + b2`` (``hidden > 0``) or
@@ -291,7 +349,7 @@ class FLNR(nn.Module):
     """
 
     def __init__(self, widths=(16, 24, 32, 48), hidden: int = 16, guides: int = 4, radii=(4, 8, 16),
-                 scale: int = 4, fit_down: int = 1, eps: float = 1e-2):
+                 scale: int = 4, fit_down: int = 1, eps: float = 1e-2, antialias: bool = False):
         super().__init__()
         radii = [int(r) for r in radii]
         if not radii or min(radii) < 1:
@@ -302,12 +360,20 @@ class FLNR(nn.Module):
             raise ValueError(f"need scale >= 1, fit_down >= 1 dividing scale, hidden >= 0 and eps > 0, got "
                              f"scale={scale}, fit_down={fit_down}, hidden={hidden}, eps={eps}")
         self.config = {"widths": [int(w) for w in widths], "hidden": int(hidden), "guides": int(guides),
-                       "radii": radii, "scale": int(scale), "fit_down": int(fit_down), "eps": float(eps)}
-        width = int(hidden) or int(guides)  # what the network's code adds to, per pixel
+                       "radii": radii, "scale": int(scale), "fit_down": int(fit_down), "eps": float(eps),
+                       "antialias": bool(antialias)}
+        outputs = int(guides) + bool(antialias)  # the learned guides, then the blend's logit
+        width = int(hidden) or outputs  # what the network's code adds to, per pixel
         self.net = FLNRNet(widths, width, len(radii))
         self.head_in = nn.Linear(FEATURES, width)
-        self.head_out = nn.Linear(int(hidden), int(guides)) if hidden else None
+        self.head_out = nn.Linear(int(hidden), outputs) if hidden else None
         self.log_eps = nn.Parameter(torch.full((int(guides),), math.log(eps)))
+        if antialias:
+            self.edge_gain = nn.Parameter(torch.tensor(EDGE_GAIN))
+            self.blend_max = nn.Parameter(torch.zeros(()))
+            with torch.no_grad():  # start with no blend except where the albedo has an edge
+                last = self.head_out if self.head_out is not None else self.head_in
+                last.bias[-1] = BLEND_BIAS
 
     @property
     def radius(self) -> int:
@@ -319,7 +385,8 @@ class FLNR(nn.Module):
         return self.config["scale"]
 
     def learned_guides(self, buffers: list, target_full: torch.Tensor, mask_full: torch.Tensor, stats=None):
-        """The Q learned guides (B, Q, H, W) and the radius logits on the 4 x 4 cell grid (B, R, h, w)."""
+        """The Q learned guides (B, Q, H, W), with the :func:`antialias` logit as channel Q+1 when the model has
+        one, and the radius logits on the 4 x 4 cell grid (B, R, h, w)."""
         dt = self.log_eps.dtype
         b, _, h, w = target_full.shape
         cells = cell_guides(buffers, target_full, (h, w))
@@ -374,6 +441,8 @@ class FLNR(nn.Module):
         else:
             t_full, m_full = target, mask
         g, logits = self.learned_guides(guide_buffers(guides, color), t_full, m_full, stats)
+        q = self.config["guides"]
+        g, blend = (g[:, :q].contiguous(), g[:, q:]) if self.config["antialias"] else (g, None)
         eps_t = self.log_eps.exp().to(color.dtype) if eps is None else eps
         # the fit's samples: colour resolution, then averaged over fit_down x fit_down when the cells allow it
         fd = self.config["fit_down"] if scale % self.config["fit_down"] == 0 else 1
@@ -394,12 +463,39 @@ class FLNR(nn.Module):
         else:
             fitted = local_linear_apply(g, coeffs)
         fitted = fitted.clamp_min_(0) if not fitted.requires_grad else fitted.clamp_min(0)
-        if u == 1:
+        if u > 1:
+            _, factor, add = B.demodulate(torch.zeros(color.shape[0], color.shape[1], hf, wf, dtype=color.dtype,
+                                                      device=color.device), albedo, emission, 0)
+        if blend is None:
             return torch.addcmul(add, fitted, factor)
-        _, factor_full, add_full = B.demodulate(torch.zeros(color.shape[0], color.shape[1], hf, wf,
-                                                            dtype=color.dtype, device=color.device),
-                                                albedo, emission, 0)
-        return torch.addcmul(add_full, fitted, factor_full)
+        # the emission buffer is a pixel mean already: only the light is blended (channels-last: see _mean3)
+        out = fitted.mul(factor) if fitted.requires_grad else torch.mul(fitted, factor).contiguous(
+            memory_format=torch.channels_last)
+        logit = blend.to(out.dtype)
+        if albedo is not None:
+            logit = logit + self.edge_gain.to(out.dtype) * local_contrast(albedo.to(out.dtype))
+        return antialias(out, logit, self.blend_max).add_(add)
+
+    def with_antialias(self) -> "FLNR":
+        """A copy of this model with the antialias blend added (a model that has it comes back as a copy): every
+        weight kept, the guide head's new logit row zero with bias :data:`BLEND_BIAS`, the gains
+        :data:`EDGE_GAIN`, so it starts as this model plus a blend at albedo edges, for fine-tuning
+        (``vision train-denoiser --init OLD --antialias``). Needs a guide head with a hidden layer (the logit is
+        one more row of its last layer; a linear head's rows are the network's code)."""
+        if self.head_out is None:
+            raise ValueError("with_antialias needs a guide head with a hidden layer (hidden > 0); train a linear-head "
+                             "model with antialias from the start instead")
+        model = FLNR(**dict(self.config, antialias=True)).to(self.log_eps)
+        state = model.state_dict()
+        for k, v in self.state_dict().items():
+            if v.shape == state[k].shape:
+                state[k] = v.clone()
+            else:  # the last layer of the guide head: one more output, the blend's logit (zero weights)
+                state[k][: v.shape[0]] = v
+                if k.endswith("weight"):
+                    state[k][v.shape[0]:] = 0
+        model.load_state_dict(state)
+        return model.train(self.training)
 
     # ------------------------------------------------------------------ weights
 
@@ -529,4 +625,4 @@ def parameter_count(model: nn.Module) -> int:
 
 
 __all__ = ["FLNR", "FLNRNet", "flnr", "flnr_tiled", "load_flnr", "read_metadata", "parameter_count", "GUIDES",
-           "cell_inputs", "frame_stats"]
+           "cell_inputs", "frame_stats", "antialias"]
