@@ -288,6 +288,8 @@ def test_antialias_and_local_contrast_against_float64_loops():
         x32 = torch.from_numpy(rng.random((2, c, 6, 9), np.float32))
         for t in (x32, x32.contiguous(memory_format=torch.channels_last)):
             np.testing.assert_allclose(fast_mean3(t).numpy(), _mean3(x32.double().numpy()), rtol=0, atol=1e-6)
+            want = np.abs(x32.double().numpy() - _mean3(x32.double().numpy())).sum(1, keepdims=True)
+            np.testing.assert_allclose(local_contrast(t).numpy(), want, rtol=0, atol=1e-5)
         got32 = antialias(x32, torch.from_numpy(logit[:, :, :6]).float(), 0.7).numpy()
         xd = x32.double().numpy()
         np.testing.assert_allclose(got32, xd + _sigmoid(0.7) * _sigmoid(logit[:, :, :6]) * (_mean3(xd) - xd),

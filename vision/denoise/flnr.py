@@ -51,6 +51,7 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -212,28 +213,43 @@ def antialias(x: torch.Tensor, logit: torch.Tensor, top=0.0) -> torch.Tensor:
 def local_contrast(x: torch.Tensor) -> torch.Tensor:
     """``sum over channels |x - mean3(x)|``, (B, C, H, W) -> (B, 1, H, W): how far each pixel is from the mean
     of its 3 x 3 neighbourhood (inside the frame); zero on flat and linear regions, large at edges."""
+    if _fast(x) and x.is_contiguous(memory_format=torch.channels_last) and 1 < x.shape[1] <= 4:
+        import cv2  # interleaved pixels (HWC arrays): OpenCV's difference and channel sum, no reordering
+
+        mean = _mean3(x)
+        out = x.new_empty(x.shape[0], 1, *x.shape[2:])
+        ones = np.ones((1, x.shape[1]), np.float32)
+        for i in range(x.shape[0]):
+            d = cv2.absdiff(x[i].permute(1, 2, 0).numpy(), mean[i].permute(1, 2, 0).numpy())
+            cv2.transform(d.reshape(*d.shape[:2], -1), ones, dst=out[i, 0].numpy())
+        return out
     d = x - _mean3(x)
-    return (d.abs_() if not d.requires_grad else d.abs()).sum(1, keepdim=True)
+    return d.abs().sum(1, keepdim=True)
+
+
+def _fast(x: torch.Tensor) -> bool:
+    """Whether :func:`_mean3` and :func:`local_contrast` may take OpenCV (CPU float32 inference)."""
+    return not x.requires_grad and x.device.type == "cpu" and x.dtype == torch.float32 and min(x.shape[-2:]) >= 2
 
 
 def _mean3(x: torch.Tensor) -> torch.Tensor:
-    """3 x 3 window means over the pixels inside the frame, (B, C, H, W). Without autograd on CPU (float32,
-    C <= 4) OpenCV filters each image's interleaved (H, W, C) pixels in place and the result is
-    channels-last, so the per-pixel arithmetic around it reads every buffer in memory order; otherwise
+    """3 x 3 window means over the pixels inside the frame, (B, C, H, W), in ``x``'s memory layout. Without
+    autograd on CPU (float32) OpenCV filters each image's interleaved (H, W, C) pixels (C <= 4,
+    channels-last tensors: what HWC arrays become) or each plane in place; otherwise
     :func:`vision.kernels.box_filter`."""
     from vision.kernels import box_filter
 
     b, c, h, w = x.shape
-    if x.requires_grad or x.device.type != "cpu" or x.dtype != torch.float32 or c > 4 or min(h, w) < 2:
+    cl = x.is_contiguous(memory_format=torch.channels_last) and 1 < c <= 4
+    if not _fast(x) or not (cl or x.is_contiguous()):
         return box_filter(x, 1)
     import cv2
 
-    out = torch.empty_like(x, memory_format=torch.channels_last)
-    for i in range(b):
-        src = x[i].permute(1, 2, 0).contiguous().numpy()  # a view when x is channels-last (HWC arrays are)
-        cv2.boxFilter(src, -1, (3, 3), dst=out[i].permute(1, 2, 0).numpy(), normalize=False,
-                      borderType=cv2.BORDER_CONSTANT)
-    out.mul_(1 / 9)
+    out = torch.empty_like(x, memory_format=torch.channels_last if cl else torch.contiguous_format)
+    planes = [(x[i].permute(1, 2, 0), out[i].permute(1, 2, 0)) for i in range(b)] if cl else \
+        [(x[i, j], out[i, j]) for i in range(b) for j in range(c)]
+    for src, dst in planes:  # the sum over the window / 9, zeros outside
+        cv2.boxFilter(src.numpy(), -1, (3, 3), dst=dst.numpy(), normalize=True, borderType=cv2.BORDER_CONSTANT)
     for edge in (out[..., 0, :], out[..., -1, :], out[..., :, 0], out[..., :, -1]):
         edge.mul_(1.5)  # 6 pixels inside the frame on a border, 4 (= 9 / 1.5 / 1.5) at a corner
     return out
@@ -468,9 +484,7 @@ class FLNR(nn.Module):
                                                       device=color.device), albedo, emission, 0)
         if blend is None:
             return torch.addcmul(add, fitted, factor)
-        # the emission buffer is a pixel mean already: only the light is blended (channels-last: see _mean3)
-        out = fitted.mul(factor) if fitted.requires_grad else torch.mul(fitted, factor).contiguous(
-            memory_format=torch.channels_last)
+        out = fitted * factor  # the emission buffer is a pixel mean already: only the light is blended
         logit = blend.to(out.dtype)
         if albedo is not None:
             logit = logit + self.edge_gain.to(out.dtype) * local_contrast(albedo.to(out.dtype))
