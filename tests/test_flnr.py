@@ -303,6 +303,33 @@ def test_antialias_and_local_contrast_against_float64_loops():
     np.testing.assert_allclose(c[2], [0, 0, 0, 1 / 3, 1 / 3, 0, 0, 0], atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_antialias_half_precision_and_degenerate_frames(dtype):
+    from vision.denoise.flnr import antialias, local_contrast
+
+    rng = np.random.default_rng(8)
+    x, logit = rng.random((1, 3, 9, 12)), rng.normal(size=(1, 1, 9, 12))
+    got = antialias(torch.from_numpy(x).to(dtype), torch.from_numpy(logit).to(dtype)).double().numpy()
+    want = x + 0.5 * _sigmoid(logit) * (_mean3(x) - x)
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-2 if dtype == torch.bfloat16 else 3e-3)
+    # one-pixel-high and one-pixel-wide frames, and flat frames (no contrast, the blend changes nothing)
+    for shape in ((1, 3, 1, 7), (1, 3, 5, 1), (2, 3, 4, 4)):
+        x = torch.from_numpy(rng.random(shape, np.float32))
+        np.testing.assert_allclose(antialias(x, torch.full((shape[0], 1, *shape[2:]), 30.0), 30.0).numpy(),
+                                   _mean3(x.double().numpy()), rtol=0, atol=1e-6)
+    flat = torch.full((1, 3, 6, 6), 0.3).contiguous(memory_format=torch.channels_last)
+    assert local_contrast(flat).abs().max() < 1e-6
+    torch.testing.assert_close(antialias(flat, torch.full((1, 1, 6, 6), 5.0)), flat)
+
+
+def test_antialias_model_without_albedo_or_emission(frame):
+    """No albedo: the blend's weight is the guide head's alone; no emission: nothing is added back."""
+    model = _random_model(11, antialias=True)
+    g = {k: frame[k][:40, :40] for k in ("normal", "depth", "ao")}
+    out = denoise(np.ascontiguousarray(frame["color"][:40, :40]), **g, model="flnr", weights=model)
+    assert out.shape == (40, 40, 3) and np.isfinite(out).all() and out.min() >= 0
+
+
 @pytest.mark.parametrize("grad", [True, False], ids=["autograd", "banded"])
 def test_antialias_model_blends_the_light_where_the_buffers_have_edges(frame, grad):
     """FLNR(antialias=True) = the same network without it, its light (result minus emission) blended towards
