@@ -111,7 +111,8 @@ def test_banded_guide_head_matches_a_float64_oracle(frame, hw, hidden, antialias
         hid = torch.einsum("qk,bkhw->bqhw", m64.head_out.weight, torch.nn.functional.leaky_relu(hid, 0.1)) \
             + m64.head_out.bias[None, :, None, None]
     assert hid.abs().max() > 0.1 and not torch.equal(g[0], g[1]) and g.shape[1] == 4 + antialias
-    torch.testing.assert_close(g.double(), hid.detach(), rtol=0, atol=1e-4 * float(hid.detach().abs().max()))  # float32 network
+    # float32 network
+    torch.testing.assert_close(g.double(), hid.detach(), rtol=0, atol=1e-4 * float(hid.detach().abs().max()))
 
 
 @pytest.mark.parametrize("hw", [(64, 96), (37, 50)])
@@ -282,12 +283,12 @@ def test_antialias_and_local_contrast_against_float64_loops():
     np.testing.assert_allclose(got, x + w * (_mean3(x) - x), rtol=0, atol=1e-12)
     np.testing.assert_allclose(local_contrast(torch.from_numpy(x)).numpy(),
                                np.abs(x - _mean3(x)).sum(1, keepdims=True), rtol=0, atol=1e-12)
-    # the float32 inference path (OpenCV on interleaved pixels), planar and channels-last, 1 or 3 channels
-    from vision.denoise.flnr import _mean3 as fast_mean3
+    # the float32 inference path (OpenCV, on interleaved pixels for channels-last), 1 or 3 channels
+    from vision.kernels import box_filter
     for c in (1, 3):
         x32 = torch.from_numpy(rng.random((2, c, 6, 9), np.float32))
         for t in (x32, x32.contiguous(memory_format=torch.channels_last)):
-            np.testing.assert_allclose(fast_mean3(t).numpy(), _mean3(x32.double().numpy()), rtol=0, atol=1e-6)
+            np.testing.assert_allclose(box_filter(t, 1).numpy(), _mean3(x32.double().numpy()), rtol=0, atol=1e-6)
             want = np.abs(x32.double().numpy() - _mean3(x32.double().numpy())).sum(1, keepdims=True)
             np.testing.assert_allclose(local_contrast(t).numpy(), want, rtol=0, atol=1e-5)
         got32 = antialias(x32, torch.from_numpy(logit[:, :, :6]).float(), 0.7).numpy()

@@ -2,7 +2,8 @@
 
 Window sums are direct (separable, one add per window pixel per axis), never long prefix sums, so
 nearly flat images keep their variance. On CPU float32 OpenCV's ``boxFilter`` does the sums (it
-accumulates in float64 and runs O(1) per pixel); elsewhere separable ``avg_pool2d`` does.
+accumulates in float64 and runs O(1) per pixel), on channels-last images (up to 4 channels) in their
+interleaved layout; elsewhere separable ``avg_pool2d`` does.
 """
 from __future__ import annotations
 
@@ -35,6 +36,15 @@ def window_sum(x: torch.Tensor, r: int, mode: str) -> torch.Tensor:
     if r == 0:
         return x.clone()
     h, w = x.shape[-2:]
+    if _use_cv2(x, r, mode) and x.dim() == 4 and 1 < x.shape[1] <= 4 and \
+            x.is_contiguous(memory_format=torch.channels_last):
+        # interleaved pixels (HWC arrays seen as BCHW): OpenCV filters them as they lie, no reordering copy
+        out = torch.empty_like(x, memory_format=torch.channels_last)
+        k = 2 * r + 1
+        for i in range(x.shape[0]):
+            cv2.boxFilter(x[i].permute(1, 2, 0).numpy(), -1, (k, k), dst=out[i].permute(1, 2, 0).numpy(),
+                          normalize=False, borderType=_CV2_BORDER[mode])
+        return out
     if _use_cv2(x, r, mode):
         planes = x.reshape(-1, h, w).contiguous()
         out = torch.empty_like(planes)

@@ -27,7 +27,8 @@ guides. FLNR keeps the regression and lets a network write *few, better* guides:
    centre's buffers can mix the two surfaces' light.
 
 So the network never outputs radiance: every output pixel is still a local affine function of guides
-(with ``antialias``, a blend of its own and its neighbours' ones), fitted to this frame's samples, which is what keeps the result faithful where the network is unsure.
+(with ``antialias``, a blend of its own and its neighbours' ones), fitted to this frame's samples, which
+is what keeps the result faithful where the network is unsure.
 With Q = 4 guides each window fits 5 coefficients instead of FLR's 9, and the guides are better, so
 the fit is both less noisy and less biased. The chain is differentiable end to end (the regression has
 closed-form backwards) and is trained on the denoised result (``vision train-denoiser``).
@@ -205,53 +206,30 @@ def antialias(x: torch.Tensor, logit: torch.Tensor, top=0.0) -> torch.Tensor:
     the pixel with that surface's light. Mixing in the neighbours at edges restores the partial coverage
     (on the bundled frames, FLNR's light blended with a fixed weight of 0.5 wherever the albedo differs
     from a neighbour's by more than 0.05 gains 0.38 dB; the learned weight does the same job)."""
+    from vision.kernels import box_filter
+
     top = torch.as_tensor(top, dtype=x.dtype, device=x.device)
     w = torch.sigmoid(logit.to(x.dtype)) * torch.sigmoid(top)
-    return torch.lerp(x, _mean3(x), w)
+    return torch.lerp(x, box_filter(x, 1), w)
 
 
 def local_contrast(x: torch.Tensor) -> torch.Tensor:
     """``sum over channels |x - mean3(x)|``, (B, C, H, W) -> (B, 1, H, W): how far each pixel is from the mean
     of its 3 x 3 neighbourhood (inside the frame); zero on flat and linear regions, large at edges."""
-    if _fast(x) and x.is_contiguous(memory_format=torch.channels_last) and 1 < x.shape[1] <= 4:
-        import cv2  # interleaved pixels (HWC arrays): OpenCV's difference and channel sum, no reordering
-
-        mean = _mean3(x)
-        out = x.new_empty(x.shape[0], 1, *x.shape[2:])
-        ones = np.ones((1, x.shape[1]), np.float32)
-        for i in range(x.shape[0]):
-            d = cv2.absdiff(x[i].permute(1, 2, 0).numpy(), mean[i].permute(1, 2, 0).numpy())
-            cv2.transform(d.reshape(*d.shape[:2], -1), ones, dst=out[i, 0].numpy())
-        return out
-    d = x - _mean3(x)
-    return d.abs().sum(1, keepdim=True)
-
-
-def _fast(x: torch.Tensor) -> bool:
-    """Whether :func:`_mean3` and :func:`local_contrast` may take OpenCV (CPU float32 inference)."""
-    return not x.requires_grad and x.device.type == "cpu" and x.dtype == torch.float32 and min(x.shape[-2:]) >= 2
-
-
-def _mean3(x: torch.Tensor) -> torch.Tensor:
-    """3 x 3 window means over the pixels inside the frame, (B, C, H, W), in ``x``'s memory layout. Without
-    autograd on CPU (float32) OpenCV filters each image's interleaved (H, W, C) pixels (C <= 4,
-    channels-last tensors: what HWC arrays become) or each plane in place; otherwise
-    :func:`vision.kernels.box_filter`."""
     from vision.kernels import box_filter
 
-    b, c, h, w = x.shape
-    cl = x.is_contiguous(memory_format=torch.channels_last) and 1 < c <= 4
-    if not _fast(x) or not (cl or x.is_contiguous()):
-        return box_filter(x, 1)
-    import cv2
+    mean = box_filter(x, 1)
+    interleaved = x.is_contiguous(memory_format=torch.channels_last) and 1 < x.shape[1] <= 4
+    if x.requires_grad or x.device.type != "cpu" or x.dtype != torch.float32 or not interleaved:
+        return (x - mean).abs().sum(1, keepdim=True)
+    import cv2  # HWC arrays: OpenCV's difference and channel sum in their layout (a reduction over 3
+    # interleaved elements is several times slower in torch)
 
-    out = torch.empty_like(x, memory_format=torch.channels_last if cl else torch.contiguous_format)
-    planes = [(x[i].permute(1, 2, 0), out[i].permute(1, 2, 0)) for i in range(b)] if cl else \
-        [(x[i, j], out[i, j]) for i in range(b) for j in range(c)]
-    for src, dst in planes:  # the sum over the window / 9, zeros outside
-        cv2.boxFilter(src.numpy(), -1, (3, 3), dst=dst.numpy(), normalize=True, borderType=cv2.BORDER_CONSTANT)
-    for edge in (out[..., 0, :], out[..., -1, :], out[..., :, 0], out[..., :, -1]):
-        edge.mul_(1.5)  # 6 pixels inside the frame on a border, 4 (= 9 / 1.5 / 1.5) at a corner
+    out = x.new_empty(x.shape[0], 1, *x.shape[2:])
+    ones = np.ones((1, x.shape[1]), np.float32)
+    for i in range(x.shape[0]):
+        d = cv2.absdiff(x[i].permute(1, 2, 0).numpy(), mean[i].permute(1, 2, 0).contiguous().numpy())
+        cv2.transform(d.reshape(*d.shape[:2], -1), ones, dst=out[i, 0].numpy())
     return out
 
 
