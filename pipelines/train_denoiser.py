@@ -27,7 +27,7 @@ EPILOG = """examples:
   vision render-scenes --out data/flnr --count 300 --size 128 --spp-ref 512 --seed 11
   vision train-denoiser --data data/flnr -o flnr.safetensors
   vision train-denoiser --data data/flnr --init flnr.safetensors --lr 5e-4 -o flnr_ft.safetensors   # fine-tune
-  vision train-denoiser --data data/flnr --init flnr.safetensors --antialias --lr 5e-4 -o flnr_aa.safetensors   # add the edge blend
+  vision train-denoiser --data data/flnr --init flnr.safetensors --antialias --lr 5e-4 -o flnr_aa.safetensors  # + blend
   vision train-denoiser --data data/flnr --init flnr.safetensors --tonemapped rmse --smape 0.05 -o flnr_psnr.safetensors
   vision train-denoiser --data data/flnr --init flnr.safetensors --upsample-prob 0.5 -o flnr_up.safetensors
   vision train-denoiser --data data/flnr --init flnr.safetensors --upsample-prob 1 --upsample-factor 4 -o flnr_up4.safetensors
@@ -77,9 +77,9 @@ def add_parser(sub) -> None:
     p.add_argument("--widths", default="16,24,32,48",
                    help="network widths at 1/4 (1x1 stem), 1/8, 1/16, 1/32 resolution (default 16,24,32,48)")
     p.add_argument("--antialias", action="store_true",
-                   help="blend the result towards its 3 x 3 mean where the albedo, normal or depth has an edge, with a "
-                        "learned weight (the buffers are one ray per pixel centre, the reference a pixel mean); with "
-                        "--init weights that lack it, it is added to them")
+                   help="blend the light towards its 3 x 3 mean where the albedo has an edge, with a learned weight "
+                        "(the buffers are one ray per pixel centre, the reference a pixel mean); with --init weights "
+                        "that lack it, it is added to them")
     p.add_argument("--minutes", type=float, default=None,
                    help="stop after this many minutes (after an epoch); the cosine learning-rate decay then "
                         "follows the time spent when that is further along than the steps")
