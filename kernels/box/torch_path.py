@@ -31,8 +31,11 @@ def _use_cv2(x: torch.Tensor, r: int, mode: str) -> bool:
     return mode in ("zero", "replicate") or r < min(x.shape[-2:])
 
 
-def window_sum(x: torch.Tensor, r: int, mode: str) -> torch.Tensor:
-    """Sum over the (2r+1)^2 window of every pixel of ``x`` (..., H, W); ``mode`` "zero" or a padded border."""
+def window_sum(x: torch.Tensor, r: int, mode: str, normalize: bool = False) -> torch.Tensor:
+    """Sum over the (2r+1)^2 window of every pixel of ``x`` (..., H, W); ``mode`` "zero" or a padded border.
+
+    ``normalize``: the sum divided by (2r+1)^2 instead (OpenCV and the pooling path scale while they sum,
+    which saves a pass over the result)."""
     if r == 0:
         return x.clone()
     h, w = x.shape[-2:]
@@ -43,7 +46,7 @@ def window_sum(x: torch.Tensor, r: int, mode: str) -> torch.Tensor:
         k = 2 * r + 1
         for i in range(x.shape[0]):
             cv2.boxFilter(x[i].permute(1, 2, 0).numpy(), -1, (k, k), dst=out[i].permute(1, 2, 0).numpy(),
-                          normalize=False, borderType=_CV2_BORDER[mode])
+                          normalize=normalize, borderType=_CV2_BORDER[mode])
         return out
     if _use_cv2(x, r, mode):
         planes = x.reshape(-1, h, w).contiguous()
@@ -51,7 +54,7 @@ def window_sum(x: torch.Tensor, r: int, mode: str) -> torch.Tensor:
         src, dst = planes.numpy(), out.numpy()
         k = 2 * r + 1
         for i in range(src.shape[0]):
-            cv2.boxFilter(src[i], -1, (k, k), dst=dst[i], normalize=False, borderType=_CV2_BORDER[mode])
+            cv2.boxFilter(src[i], -1, (k, k), dst=dst[i], normalize=normalize, borderType=_CV2_BORDER[mode])
         return out.reshape(x.shape)
     k = 2 * r + 1
     lead = x.shape[:-2]
@@ -59,7 +62,7 @@ def window_sum(x: torch.Tensor, r: int, mode: str) -> torch.Tensor:
     t = F.pad(t, (r, r, r, r)) if mode == "zero" else pad(t, r, mode)
     t = F.avg_pool2d(t, (1, k), stride=1)
     t = F.avg_pool2d(t, (k, 1), stride=1)
-    return (t * float(k * k)).reshape(*lead, h, w)
+    return (t if normalize else t * float(k * k)).reshape(*lead, h, w)
 
 
 @lru_cache(maxsize=64)
@@ -80,9 +83,29 @@ def inv_count(h: int, w: int, r: int, device, dtype=torch.float32) -> torch.Tens
 def box_mean(x: torch.Tensor, r: int, border: str) -> torch.Tensor:
     """The mean operator M of the guided filter: window mean of ``x`` (..., H, W) in float32."""
     h, w = x.shape[-2:]
-    if border == "valid":
+    if border != "valid":
+        return window_sum(x, r, border, normalize=True)
+    if x.requires_grad:
         return window_sum(x, r, "zero") * inv_count(h, w, r, x.device, x.dtype)
-    return window_sum(x, r, border) * (1.0 / (2 * r + 1) ** 2)
+    return valid_border_(window_sum(x, r, "zero", normalize=True), r)
+
+
+@lru_cache(maxsize=32)
+def _border_factor(h: int, w: int, r: int, device: str, dtype: torch.dtype) -> torch.Tensor:
+    return torch.from_numpy((2 * r + 1) ** 2 * _inv_count(h, w, r)).to(device=device, dtype=dtype)
+
+
+def valid_border_(m: torch.Tensor, r: int) -> torch.Tensor:
+    """Zero-padded window sums / (2r+1)^2 (..., H, W) -> "valid" window means, in place: only the pixels within
+    r of a border have fewer than (2r+1)^2 pixels in their window, so only those strips are rescaled."""
+    h, w = m.shape[-2:]
+    f = _border_factor(h, w, r, str(m.device), m.dtype)
+    if h <= 2 * r or w <= 2 * r:
+        return m.mul_(f)
+    for rows, cols in ((slice(0, r), slice(None)), (slice(h - r, h), slice(None)),
+                       (slice(r, h - r), slice(0, r)), (slice(r, h - r), slice(w - r, w))):
+        m[..., rows, cols].mul_(f[rows, cols])
+    return m
 
 
 def box_mean_adjoint(g: torch.Tensor, r: int, border: str) -> torch.Tensor:
