@@ -33,10 +33,10 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from ..box.torch_path import _CV2_BORDER, _use_cv2, box_mean, box_mean_adjoint, cv2, inv_count
+from ..box.torch_path import _CV2_BORDER, _use_cv2, box_mean, box_mean_adjoint, cv2, inv_count, valid_border_
 
 BAND_PIXELS = 1 << 16  # grid pixels per band of the per-pixel solve (~ a few MB of working set)
-MOMENT_BAND_PIXELS = 1 << 21  # pixel-channels per band of the cell moments (8 MB of float32; smaller bands
+MOMENT_BAND_PIXELS = 1 << 20  # pixel-channels per band of the cell moments (4 MB of float32; smaller bands
 # cost more in per-op overhead than they win in cache hits)
 UPSAMPLE_PIXELS = 1 << 17  # output pixels per band of the apply (1 << 15 was ~1.5x slower at 1280 x 720, K = 4)
 
@@ -161,6 +161,13 @@ def _rows_per_band(n_pixels: int, row_pixels: int, device) -> int:
 
 # ---------------------------------------------------------------------------------------------- boxes
 
+def _chunks(n: int, device) -> list[range]:
+    """``range(n)`` cut into one contiguous chunk per worker (one task each: small planes are too cheap to pay a
+    task's overhead each)."""
+    k = max(1, min(n, n_workers(device)))
+    return [range(n * i // k, n * (i + 1) // k) for i in range(k)]
+
+
 def box_mean_(x: torch.Tensor, r: int, border: str) -> torch.Tensor:
     """Window mean over the last two axes, in place where OpenCV does the sums (CPU float32)."""
     if r == 0:
@@ -170,14 +177,15 @@ def box_mean_(x: torch.Tensor, r: int, border: str) -> torch.Tensor:
     if x.is_contiguous() and _use_cv2(x, r, mode):
         k = 2 * r + 1
         planes = x.detach().view(-1, h, w)
-        norm = inv_count(h, w, r, x.device, x.dtype) if border == "valid" else 1.0 / (k * k)
         arrays = planes.numpy()
 
-        def one(i):
-            cv2.boxFilter(arrays[i], -1, (k, k), dst=arrays[i], normalize=False, borderType=_CV2_BORDER[mode])
-            planes[i].mul_(norm)
+        def some(chunk):  # OpenCV divides by k^2 as it sums
+            for i in chunk:
+                cv2.boxFilter(arrays[i], -1, (k, k), dst=arrays[i], normalize=True, borderType=_CV2_BORDER[mode])
 
-        parallel_for(one, range(planes.shape[0]), x.device)
+        parallel_for(some, _chunks(planes.shape[0], x.device), x.device)
+        if border == "valid":  # rescale the border strips, all planes at once
+            valid_border_(planes, r)
         return x
     return box_mean(x, r, border)
 
@@ -193,11 +201,12 @@ def box_mean_adjoint_(g: torch.Tensor, r: int, border: str) -> torch.Tensor:
         inv = inv_count(h, w, r, g.device, g.dtype)
         arrays = planes.numpy()
 
-        def one(i):
-            planes[i].mul_(inv)
-            cv2.boxFilter(arrays[i], -1, (k, k), dst=arrays[i], normalize=False, borderType=_CV2_BORDER["zero"])
+        def some(chunk):
+            for i in chunk:
+                planes[i].mul_(inv)
+                cv2.boxFilter(arrays[i], -1, (k, k), dst=arrays[i], normalize=False, borderType=_CV2_BORDER["zero"])
 
-        parallel_for(one, range(planes.shape[0]), g.device)
+        parallel_for(some, _chunks(planes.shape[0], g.device), g.device)
         return g
     return box_mean_adjoint(g, r, border)
 
@@ -226,25 +235,36 @@ def _centred_padded(x, c, s):
     return z
 
 
-def _cell_sum_(out, za, zb, s, acc):
-    """out (B, H', W') = sum over each s x s cell of za * zb (zb None: of za); acc a (B, H', W' s) buffer."""
-    B, Hs, Ws = za.shape
-    gh = Hs // s
-    ra = za.view(B, gh, s, Ws)
-    rb = None if zb is None else zb.view(B, gh, s, Ws)
-    # rows of a cell first (strided rows, contiguous inside), then its columns (a quarter of the data)
-    if rb is None:
-        acc.copy_(ra[:, :, 0])
-        for dy in range(1, s):
-            acc.add_(ra[:, :, dy])
-    else:
-        torch.mul(ra[:, :, 0], rb[:, :, 0], out=acc)
-        for dy in range(1, s):
-            acc.addcmul_(ra[:, :, dy], rb[:, :, dy])
-    cols = acc.view(B, gh, Ws // s, s)
+def _cell_moment_sums_(out, z, lay, acc):
+    """out (B, NM, n, W') = the sums over every s x s cell of the moment channels of z (B, K + C, n, s, W' s), the
+    centred features and targets of n cell rows, in :class:`Layout` order; acc a (B, NM, n, W' s) buffer.
+
+    The channels are formed in groups that broadcast (z_i times z_0..z_i, z_(K+c) times z_0..z_(K-1)), a cell's
+    rows are summed first and its columns last, each for all moments at once: a few dozen large ops per band
+    instead of several per moment (whose per-op overhead dominated)."""
+    K, C, s = lay.K, lay.C, z.shape[3]
+    rows = [z[:, :, :, dy] for dy in range(s)]  # (B, K + C, n, W' s) each
+    means = acc[:, :K + C]
+    means.copy_(rows[0])
+    for r in rows[1:]:
+        means.add_(r)
+    for i in range(K):  # f_i f_j, j <= i: channels ff + i (i + 1) / 2 + j
+        o = acc[:, lay.ff + i * (i + 1) // 2: lay.ff + (i + 1) * (i + 2) // 2]
+        torch.mul(rows[0][:, i:i + 1], rows[0][:, :i + 1], out=o)
+        for r in rows[1:]:
+            o.addcmul_(r[:, i:i + 1], r[:, :i + 1])
+    o = acc[:, lay.fp:].view(*acc.shape[:1], C, K, *acc.shape[2:])  # f_k p_c at fp + c K + k
+    torch.mul(rows[0][:, K:, None], rows[0][:, None, :K], out=o)
+    for r in rows[1:]:
+        o.addcmul_(r[:, K:, None], r[:, None, :K])
+    cols = acc.view(*acc.shape[:3], -1, s)
+    if s == 1:
+        out.copy_(cols[..., 0])
+        return out
     torch.add(cols[..., 0], cols[..., 1], out=out)
     for dx in range(2, s):
         out.add_(cols[..., dx])
+    return out
 
 
 @lru_cache(maxsize=None)
@@ -274,21 +294,18 @@ def cell_moments(f, p, cf, cp, s: int) -> torch.Tensor:
     gh, gw = grid_shape(H, W, s)
     X = f.new_empty(B, lay.NM, gh, gw)
     count = torch.as_tensor(_cell_count(H, W, s), device=f.device, dtype=f.dtype)
-    pairs = _moment_pairs(K, C)
     # bands of cell rows: a band's centred pixels stay in cache while all NM moments read them
     rows = max(1, MOMENT_BAND_PIXELS // (B * (K + C) * s * s * gw)) if f.device.type == "cpu" else gh
     rows = min(rows, -(-gh // n_workers(f.device)))  # at least one band per worker
 
     def band(i0):
         i1 = min(gh, i0 + rows)
-        y0, y1 = i0 * s, min(H, i1 * s)
-        pad = (y1 - y0, W) != ((i1 - i0) * s, gw * s)
-        z = (f.new_zeros if pad else f.new_empty)(B, K + C, (i1 - i0) * s, gw * s)  # zero past the image
+        n, y0, y1 = i1 - i0, i0 * s, min(H, i1 * s)
+        pad = (y1 - y0, W) != (n * s, gw * s)
+        z = (f.new_zeros if pad else f.new_empty)(B, K + C, n * s, gw * s)  # zero past the image
         torch.sub(f[:, :, y0:y1], cf[:, :, None, None], out=z[:, :K, :y1 - y0, :W])
         torch.sub(p[:, :, y0:y1], cp[:, :, None, None], out=z[:, K:, :y1 - y0, :W])
-        acc = f.new_empty(B, i1 - i0, gw * s)
-        for m, (a, b) in enumerate(pairs):
-            _cell_sum_(X[:, m, i0:i1], z[:, a], None if b is None else z[:, b], s, acc)
+        _cell_moment_sums_(X[:, :, i0:i1], z.view(B, K + C, n, s, gw * s), lay, f.new_empty(B, lay.NM, n, gw * s))
         X[:, :, i0:i1].div_(count[i0:i1])
 
     parallel_for(band, range(0, gh, rows), f.device)
