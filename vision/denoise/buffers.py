@@ -74,7 +74,8 @@ def like(out: torch.Tensor, template):
     elif nd == 2:
         out = out[0, 0]
     if isinstance(template, np.ndarray):
-        return np.ascontiguousarray(out.detach().cpu().numpy().astype(np.float32))
+        # one copy at most: none when ``out`` already lies in the template's layout (channels-last for HWC)
+        return np.ascontiguousarray(out.detach().cpu().numpy(), dtype=np.float32)
     return out.to(dtype=template.dtype if template.dtype.is_floating_point else torch.float32,
                   device=template.device)
 
