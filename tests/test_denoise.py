@@ -479,3 +479,26 @@ def test_bench_denoise_rows_and_acceptance_lines(frames, tmp_path, capsys):
     assert rows[("scene_00000", "flnr 1/4 pick+phase")]["psnr"] == pytest.approx(np.mean(want), abs=1e-3)
     assert "joint upsampling from 1/4-resolution colour" in text
     assert rows[("mean", "flr")]["psnr"] - rows[("mean", "flr 1/2 mean")]["psnr"] <= 1.5
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 12, 16), (1, 1, 8, 20), (1, 3, 10, 13), (2, 4, 8, 8)])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_block_means_against_float64_loops(shape, channels_last):
+    """_area_down (OpenCV's area resize where it can, avg_pool2d elsewhere): u x u block means, the last partial
+    blocks over their real pixels, in either memory layout, and differentiable."""
+    from vision.denoise.flr import _area_down
+
+    x64 = torch.rand(*shape, dtype=torch.float64)
+    x = x64.float().contiguous(memory_format=torch.channels_last) if channels_last else x64.float()
+    for u in (2, 4):
+        gh, gw = -(-shape[2] // u), -(-shape[3] // u)
+        want = torch.empty(shape[0], shape[1], gh, gw, dtype=torch.float64)
+        for i in range(gh):
+            for j in range(gw):
+                want[:, :, i, j] = x64[:, :, i * u:(i + 1) * u, j * u:(j + 1) * u].mean((2, 3))
+        got = _area_down(x, u)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got.double().numpy(), want.numpy(), rtol=0, atol=1e-6)
+        leaf = x.clone().requires_grad_(True)
+        _area_down(leaf, u).sum().backward()
+        np.testing.assert_allclose(leaf.grad.double().sum().item(), gh * gw * shape[0] * shape[1], rtol=1e-6)

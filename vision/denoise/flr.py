@@ -36,6 +36,26 @@ def _area_down(x: torch.Tensor | None, u: int) -> torch.Tensor | None:
     """Mean over u x u blocks (the last partial blocks average their real pixels)."""
     if x is None or u == 1:
         return x
+    h, w = x.shape[-2:]
+    if x.device.type == "cpu" and x.dtype == torch.float32 and not (x.requires_grad and torch.is_grad_enabled()) \
+            and h % u == 0 and w % u == 0 and x.dim() == 4:
+        # OpenCV's area resize by an integer factor is this block mean, 2-3x faster than avg_pool2d, and it
+        # reads HWC buffers (channels-last tensors) as they lie
+        import cv2
+
+        size = (w // u, h // u)
+        if 1 < x.shape[1] <= 4 and x.is_contiguous(memory_format=torch.channels_last):
+            out = x.new_empty(x.shape[0], x.shape[1], h // u, w // u).contiguous(memory_format=torch.channels_last)
+            for i in range(x.shape[0]):
+                cv2.resize(x[i].detach().permute(1, 2, 0).numpy(), size, dst=out[i].permute(1, 2, 0).numpy(),
+                           interpolation=cv2.INTER_AREA)
+            return out
+        if x.is_contiguous():
+            out = x.new_empty(*x.shape[:2], h // u, w // u)
+            planes, dst = x.detach().view(-1, h, w).numpy(), out.view(-1, h // u, w // u).numpy()
+            for i in range(planes.shape[0]):
+                cv2.resize(planes[i], size, dst=dst[i], interpolation=cv2.INTER_AREA)
+            return out
     return F.avg_pool2d(x, u, u, ceil_mode=True, count_include_pad=False)
 
 
