@@ -194,8 +194,6 @@ def local_linear_fit(features: torch.Tensor, target: torch.Tensor, radius, eps, 
         raise ValueError(f"features are on {features.device} but target on {target.device}")
     scale = check_scale(scale)
     border = check_border(border)
-    check_finite(features, "features")
-    check_finite(target, "target")
     work = _work_dtype(features, target)
     grid = (-(-features.shape[-2] // scale), -(-features.shape[-1] // scale))
     radii, weights = _check_radii(radius, weights, features.shape[0], grid, features.device, work)
@@ -206,6 +204,9 @@ def local_linear_fit(features: torch.Tensor, target: torch.Tensor, radius, eps, 
     # the intercept. Small centred moments keep Sigma = M(f f^T) - M(f) M(f)^T from cancelling in float32.
     cf = f.detach().mean((2, 3))
     cp = p.detach().mean((2, 3))
+    if not bool(torch.isfinite(cf.sum() + cp.sum())):  # the means are finite unless an input holds NaN/Inf (or
+        check_finite(features, "features")  # their float32 sum overflows, which the exact check settles)
+        check_finite(target, "target")
     backend = backend_for(f)
     r = tuple(low_res_radius(v, scale) for v in radii)
     coeffs = _Fit.apply(f.contiguous(), p.contiguous(), eps_t, weights, cf, cp, r, border, scale, backend)
