@@ -159,7 +159,6 @@ def _head_bands(model, code: torch.Tensor, buffers: list, weight: torch.Tensor, 
 
     h, w = size
     b, width, gh, gw = code.shape
-    dt = code.dtype
     q = model.head_out.out_features if model.head_out is not None else width
     rows = max(1, HEAD_BAND_PIXELS // (CELL * max(w, 1)))
     offsets = [sum(B.CHANNELS[n] for n in GUIDES[:i]) for i in range(len(GUIDES))]
@@ -177,10 +176,8 @@ def _head_bands(model, code: torch.Tensor, buffers: list, weight: torch.Tensor, 
             i1 = min(gh, i0 + rows)
             y0, y1 = i0 * CELL, min(h, i1 * CELL)
             n = (y1 - y0) * w
-            hid = hx.new_empty(b, width, i1 - i0, CELL, w)
-            for t, (o, wt) in enumerate(tp._phases(CELL)):
-                torch.lerp(hx[:, :, i0 + o:i1 + o], hx[:, :, i0 + o + 1:i1 + o + 1], wt, out=hid[:, :, :, t])
-            hid = hid.view(b, width, -1)[..., :n]
+            # the apply's second pass: the band's rows upsampled along y, (B, width, 1, y1 - y0, w) -> (B, width, n)
+            hid = tp._cells_band(hx, i0, i1, CELL, (b, width, 1, h, w)).view(b, width, n)
             feats = hx.new_empty(len(cols), y1 - y0, w)
             for j in range(b):
                 hj, wj, out = hid[j], wT[min(j, wT.shape[0] - 1)], g[j, :, y0:y1].view(q, n)
@@ -481,9 +478,9 @@ class FLNR(nn.Module):
         # the result in the colour's layout (HWC arrays come in as channels-last views: no copy back to HWC)
         out = None if fitted.requires_grad else torch.empty_like(fitted, memory_format=_layout(color))
         if blend is None:
-            return torch.addcmul(add, fitted, factor, out=out) if out is not None else torch.addcmul(add, fitted, factor)
+            return torch.addcmul(add, fitted, factor, out=out)
         # the emission buffer is a pixel mean already: only the light is blended
-        out = torch.mul(fitted, factor, out=out) if out is not None else fitted * factor
+        out = torch.mul(fitted, factor, out=out)
         logit = blend.to(out.dtype)
         if albedo is not None:
             logit = logit + self.edge_gain.to(out.dtype) * local_contrast(albedo.to(out.dtype))

@@ -45,7 +45,7 @@ def _area_down(x: torch.Tensor | None, u: int) -> torch.Tensor | None:
 
         size = (w // u, h // u)
         if 1 < x.shape[1] <= 4 and x.is_contiguous(memory_format=torch.channels_last):
-            out = x.new_empty(x.shape[0], x.shape[1], h // u, w // u).contiguous(memory_format=torch.channels_last)
+            out = torch.empty(x.shape[0], x.shape[1], h // u, w // u, dtype=x.dtype, memory_format=torch.channels_last)
             for i in range(x.shape[0]):
                 cv2.resize(x[i].detach().permute(1, 2, 0).numpy(), size, dst=out[i].permute(1, 2, 0).numpy(),
                            interpolation=cv2.INTER_AREA)
