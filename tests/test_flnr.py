@@ -331,12 +331,17 @@ def test_antialias_model_without_albedo_or_emission(frame):
     assert out.shape == (40, 40, 3) and np.isfinite(out).all() and out.min() >= 0
 
 
-@pytest.mark.parametrize("grad", [True, False], ids=["autograd", "banded"])
-def test_antialias_model_blends_the_light_where_the_buffers_have_edges(frame, grad):
+@pytest.mark.parametrize("grad,band", [(True, None), (False, None), (False, 64 * 7)],
+                         ids=["autograd", "banded", "banded-7-rows"])
+def test_antialias_model_blends_the_light_where_the_buffers_have_edges(frame, grad, band, monkeypatch):
     """FLNR(antialias=True) = the same network without it, its light (result minus emission) blended towards
     the 3 x 3 mean with weight sigmoid(m) sigmoid(l + v c(albedo)), l the guide head's extra output; the
-    emission is added back unblended."""
+    emission is added back unblended. Without autograd the last steps run band by band (here also in bands of
+    7 rows, the last one partial: the 3 x 3 means at their edges must see the neighbouring bands)."""
     from vision.denoise import flnr as FL
+
+    if band:
+        monkeypatch.setattr(FL, "FINISH_BAND_PIXELS", band)
 
     aa = _random_model(7, antialias=True)
     with torch.no_grad():

@@ -153,6 +153,14 @@ def _pairs(K: int):
     return torch.tensor(i), torch.tensor(j)
 
 
+@lru_cache(maxsize=None)
+def _pair_slots(K: int, device: str):
+    """(I, J, I K + J, J K + I) on ``device``: the pairs j <= i and where each lands in a flattened K x K block,
+    below and above the diagonal (so the blocks fill with two ``index_copy_`` rows, not an element scatter)."""
+    i, j = _pairs(K)
+    return tuple(t.to(device) for t in (i, j, i * K + j, j * K + i))
+
+
 def _rows_per_band(n_pixels: int, row_pixels: int, device) -> int:
     if device.type != "cpu":
         return 1 << 30  # one band: accelerators want big ops
@@ -168,26 +176,28 @@ def _chunks(n: int, device) -> list[range]:
     return [range(n * i // k, n * (i + 1) // k) for i in range(k)]
 
 
-def box_mean_(x: torch.Tensor, r: int, border: str) -> torch.Tensor:
-    """Window mean over the last two axes, in place where OpenCV does the sums (CPU float32)."""
+def box_mean_(x: torch.Tensor, r: int, border: str, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Window mean over the last two axes, in place where OpenCV does the sums (CPU float32), or into ``out``
+    (a contiguous tensor shaped like x; x is then left as it is)."""
     if r == 0:
-        return x
+        return x if out is None else out.copy_(x)
     h, w = x.shape[-2:]
     mode = "zero" if border == "valid" else border
-    if x.is_contiguous() and _use_cv2(x, r, mode):
+    if x.is_contiguous() and (out is None or out.is_contiguous()) and _use_cv2(x, r, mode):
         k = 2 * r + 1
-        planes = x.detach().view(-1, h, w)
-        arrays = planes.numpy()
+        src = x.detach().view(-1, h, w)
+        planes = src if out is None else out.detach().view(-1, h, w)
+        arrays, dst = src.numpy(), planes.numpy()
 
         def some(chunk):  # OpenCV divides by k^2 as it sums
             for i in chunk:
-                cv2.boxFilter(arrays[i], -1, (k, k), dst=arrays[i], normalize=True, borderType=_CV2_BORDER[mode])
+                cv2.boxFilter(arrays[i], -1, (k, k), dst=dst[i], normalize=True, borderType=_CV2_BORDER[mode])
 
         parallel_for(some, _chunks(planes.shape[0], x.device), x.device)
         if border == "valid":  # rescale the border strips, all planes at once
             valid_border_(planes, r)
-        return x
-    return box_mean(x, r, border)
+        return x if out is None else out
+    return box_mean(x, r, border) if out is None else out.copy_(box_mean(x, r, border))
 
 
 def box_mean_adjoint_(g: torch.Tensor, r: int, border: str) -> torch.Tensor:
@@ -378,11 +388,10 @@ def _system(Xb, eps, lay):
     K, C = lay.K, lay.C
     B, _, n = Xb.shape
     mf, mp = Xb[:, :K], Xb[:, K:K + C]
-    I, J = (t.to(Xb.device) for t in _pairs(K))
+    I, J, below, above = _pair_slots(K, str(Xb.device))
     S = Xb.new_empty(B, K, K, n)
-    low = Xb[:, lay.ff:lay.fp] - mf[:, I] * mf[:, J]
-    S[:, I, J] = low
-    S[:, J, I] = low
+    low = Xb[:, lay.ff:lay.fp] - mf.index_select(1, I) * mf.index_select(1, J)
+    S.view(B, K * K, n).index_copy_(1, below, low).index_copy_(1, above, low)
     diag = S.diagonal(dim1=1, dim2=2)  # (B, n, K) view
     pos = diag > 0
     diag.clamp_(min=0.0).add_(eps[:, None, :])
@@ -450,7 +459,10 @@ def _fit_one(X, eps, lay, r: int, border: str, cf, cp):
     parallel_for(band, _bands(X), X.device)
     theta = box_mean_(theta, r, border)
     # back to raw features: a . (f - cf) + b + cp = a . f + (b - a . cf + cp)
-    theta[:, :, K] += cp[:, :, None, None] - torch.einsum("bckhw,bk->bchw", theta[:, :, :K], cf)
+    b = theta[:, :, K]
+    b += cp[:, :, None, None]
+    for k in range(K):
+        b.addcmul_(theta[:, :, k], cf[:, None, k, None, None], value=-1.0)
     return theta
 
 
@@ -467,7 +479,7 @@ def fit_forward(f, p, cf, cp, eps, radii, border: str, s: int, save: bool, weigh
     X0 = cell_moments(f, p, cf, cp, s)
     theta, boxed, fits = None, [], []
     for j, r in enumerate(radii):
-        X = box_mean_(X0 if j == len(radii) - 1 else X0.clone(), r, border)
+        X = box_mean_(X0, r, border, out=None if j == len(radii) - 1 else torch.empty_like(X0))  # X0 last
         boxed.append(X)
         theta = blend_add(theta, _fit_one(X, eps, lay, r, border, cf, cp), weights, j, fits)
     saved = dict(X=boxed, fits=fits, weights=weights, f=f, p=p, cf=cf, cp=cp, radii=radii, border=border,

@@ -169,15 +169,11 @@ def demodulate(color: torch.Tensor, albedo: torch.Tensor | None, emission: torch
 
     ``mask``: :func:`emitter_mask` of ``emission`` when the caller has it already (it is a full pass).
     """
-    zero = torch.zeros_like(color)
-    add = zero if emission is None else emission.expand_as(color)
-    light = color - add
-    if albedo is None:
-        factor = torch.ones_like(color)
-    else:
-        a = albedo.expand_as(color)
-        factor = torch.where(a >= floor, a, torch.ones_like(a))
-    target = light / factor
+    add = torch.zeros_like(color) if emission is None else emission.expand_as(color)
+    # few passes over the frame (on CPU these steps are memory bound): scalar fills, in-place division
+    target = color.clone() if emission is None else color - add
+    factor = torch.ones_like(color) if albedo is None else torch.where(albedo >= floor, albedo, 1.0).expand_as(color)
+    target.div_(factor)
     mask = emitter_mask(emission, color) if mask is None else mask
     if mask is not None and bool(mask.any()):
         from vision.kernels import box_filter
@@ -187,13 +183,13 @@ def demodulate(color: torch.Tensor, albedo: torch.Tensor | None, emission: torch
         # box filter costs O(1) per pixel (a 17 x 17 avg_pool2d cost 289 taps)
         num = box_filter(target * keep, fill_radius)
         den = box_filter(keep.expand(-1, 1, -1, -1).contiguous(), fill_radius)
-        fill = torch.where(den > 0, num / den.clamp_min(1e-12), zero)
-        target = torch.where(keep > 0, target, fill)
-        if albedo is not None:
-            dark = (albedo.expand_as(color) < floor) & (mask.expand_as(color) > 0)
-            factor = torch.where(dark, zero, factor)
+        if num.requires_grad:
+            fill = (num / den.clamp_min(1e-12)).masked_fill(den <= 0, 0.0)
         else:
-            factor = torch.where(mask.expand_as(color) > 0, zero, factor)
+            fill = num.div_(den.clamp_min(1e-12)).masked_fill_(den <= 0, 0.0)
+        hit = mask > 0
+        target = torch.where(hit, fill, target)
+        factor = factor.masked_fill(hit & (albedo < floor) if albedo is not None else hit, 0.0)
     return target, factor, add
 
 

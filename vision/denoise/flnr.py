@@ -99,7 +99,7 @@ class FLNRNet(nn.Module):
         w = [int(v) for v in widths]
         if len(w) < 2 or min(w) < 1:
             raise ValueError(f"widths must list at least two positive widths, got {widths}")
-        act = nn.LeakyReLU(0.1)
+        act = nn.LeakyReLU(0.1, inplace=True)  # after every convolution: no copy (their backward needs no output)
         self.stem = nn.Sequential(nn.Conv2d(in_channels, w[0], 1), act)
         self.down = nn.ModuleList()
         for cin, cout in zip(w[:-1], w[1:]):
@@ -197,6 +197,39 @@ def _head_bands(model, code: torch.Tensor, buffers: list, weight: torch.Tensor, 
     return g
 
 
+FINISH_BAND_PIXELS = 1 << 17  # output pixels per band of :func:`_finish_bands`
+
+
+def _finish_bands(model, fitted, factor, add, blend, albedo, out):
+    """FLNR's last steps without autograd, band by band of rows: ``out = antialias(max(fitted, 0) factor, blend
+    + edge_gain local_contrast(albedo), blend_max) + add``, written into ``out`` (any layout).
+
+    The same function as the full-frame expression in :meth:`FLNR.forward` (the 3 x 3 means of every band
+    see one row of its neighbours, so they equal the frame's), but each band's light, contrast, weights and
+    means stay in cache between these ten or so per-pixel steps instead of each one streaming full frames
+    through memory (on 2 cores these stages were memory bound); bands go to the workers of
+    :func:`vision.kernels.local_linear.torch_path.own_threads`."""
+    from vision.kernels.local_linear import torch_path as tp
+
+    h, w = fitted.shape[-2:]
+    rows = max(1, FINISH_BAND_PIXELS // max(w, 1))
+    gain = model.edge_gain.detach().to(fitted.dtype)
+
+    def one(y0):
+        y1 = min(h, y0 + rows)
+        e0, e1 = max(0, y0 - 1), min(h, y1 + 1)  # one row of halo for the 3 x 3 means
+        light = fitted[:, :, e0:e1].clamp_min(0).mul_(factor[:, :, e0:e1])
+        logit = blend[:, :, e0:e1].to(light.dtype)
+        if albedo is not None:
+            logit = logit + gain * local_contrast(albedo[:, :, e0:e1].to(light.dtype))
+        band = antialias(light, logit, model.blend_max.detach())[:, :, y0 - e0:y1 - e0]
+        torch.add(band, add[:, :, y0:y1], out=out[:, :, y0:y1])
+
+    with tp.own_threads(fitted.device):
+        tp.parallel_for(one, range(0, h, rows), fitted.device)
+    return out
+
+
 def antialias(x: torch.Tensor, logit: torch.Tensor, top=0.0) -> torch.Tensor:
     """``x + sigmoid(top) sigmoid(logit) (mean3(x) - x)``: (B, C, H, W) blended per pixel towards its 3 x 3 mean
     (the mean of the pixels inside the frame at its borders) with the weight of the (B, 1, H, W) ``logit``,
@@ -208,31 +241,55 @@ def antialias(x: torch.Tensor, logit: torch.Tensor, top=0.0) -> torch.Tensor:
     the pixel with that surface's light. Mixing in the neighbours at edges restores the partial coverage
     (on the bundled frames, FLNR's light blended with a fixed weight of 0.5 wherever the albedo differs
     from a neighbour's by more than 0.05 gains 0.38 dB; the learned weight does the same job)."""
-    from vision.kernels import box_filter
-
     top = torch.as_tensor(top, dtype=x.dtype, device=x.device)
     w = torch.sigmoid(logit.to(x.dtype)) * torch.sigmoid(top)
-    return torch.lerp(x, box_filter(x, 1), w)
+    return torch.lerp(x, _mean3(x), w)
 
 
 def local_contrast(x: torch.Tensor) -> torch.Tensor:
     """``sum over channels |x - mean3(x)|``, (B, C, H, W) -> (B, 1, H, W): how far each pixel is from the mean
     of its 3 x 3 neighbourhood (inside the frame); zero on flat and linear regions, large at edges."""
-    from vision.kernels import box_filter
-
-    mean = box_filter(x, 1)
-    interleaved = x.is_contiguous(memory_format=torch.channels_last) and 1 < x.shape[1] <= 4
-    if x.requires_grad or x.device.type != "cpu" or x.dtype != torch.float32 or not interleaved:
-        return (x - mean).abs().sum(1, keepdim=True)
-    import cv2  # HWC arrays: OpenCV's difference and channel sum in their layout (a reduction over 3
-    # interleaved elements is several times slower in torch)
+    if not _cv2_planes(x):
+        return (x - _mean3(x)).abs().sum(1, keepdim=True)
+    import cv2  # per plane in OpenCV: the mean, |difference| and channel sum without torch's per-op passes
 
     out = x.new_empty(x.shape[0], 1, *x.shape[2:])
-    ones = np.ones((1, x.shape[1]), np.float32)
+    diff = _mean3(x).detach().numpy()
     for i in range(x.shape[0]):
-        d = cv2.absdiff(x[i].permute(1, 2, 0).numpy(), mean[i].permute(1, 2, 0).contiguous().numpy())
-        cv2.transform(d.reshape(*d.shape[:2], -1), ones, dst=out[i, 0].numpy())
+        planes, o = x[i].detach().numpy(), out[i, 0].numpy()
+        for k in range(x.shape[1]):
+            cv2.absdiff(planes[k], diff[i, k], dst=diff[i, k])
+        if x.shape[1] == 1:
+            o[...] = diff[i, 0]
+            continue
+        cv2.add(diff[i, 0], diff[i, 1], dst=o)
+        for k in range(2, x.shape[1]):
+            cv2.add(o, diff[i, k], dst=o)
     return out
+
+
+def _cv2_planes(x: torch.Tensor) -> bool:
+    """Whether OpenCV may take ``x`` plane by plane: CPU float32, nothing to differentiate, rows contiguous."""
+    return x.device.type == "cpu" and x.dtype == torch.float32 and not x.requires_grad and x.stride(-1) == 1
+
+
+def _mean3(x: torch.Tensor) -> torch.Tensor:
+    """The 3 x 3 mean of the pixels inside the frame (``box_filter(x, 1)``), (B, C, H, W) -> contiguous (B, C, H, W);
+    on CPU planes straight through OpenCV (no dispatch: FLNR calls this on many small bands)."""
+    from vision.kernels import box_filter
+
+    if not _cv2_planes(x):
+        return box_filter(x, 1)
+    import cv2
+
+    from vision.kernels.box.torch_path import valid_border_
+
+    out = torch.empty(x.shape, dtype=x.dtype)
+    src, dst = x.detach().numpy(), out.numpy()
+    for i in range(x.shape[0]):
+        for k in range(x.shape[1]):
+            cv2.boxFilter(src[i, k], -1, (3, 3), dst=dst[i, k], normalize=True, borderType=cv2.BORDER_CONSTANT)
+    return valid_border_(out, 1)
 
 
 def _pointwise(conv: nn.Conv2d, x: torch.Tensor, channels: slice = slice(None), bias: bool = True) -> torch.Tensor:
@@ -289,7 +346,8 @@ def cell_guides(buffers: list, like: torch.Tensor, size) -> torch.Tensor:
 def guide_stats(cells: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per image and channel mean and standard deviation (floored at 1e-3) of the guides' cell means,
     (B, 8, 1, 1) each: how the guides are standardised (from the cells, so it costs no pass over pixels)."""
-    var, mean = torch.var_mean(cells, (2, 3), correction=0, keepdim=True)
+    var, mean = torch.var_mean(cells.contiguous(), (2, 3), correction=0, keepdim=True)  # ~5x faster than on
+    # channels-last cells (what HWC buffers give)
     return mean, var.sqrt().clamp_min(1e-3)
 
 
@@ -437,7 +495,13 @@ class FLNR(nn.Module):
         hf, wf = _full_size(color, guides)
         u = _upsample_factor((h, w), (hf, wf))
         phase = check_phase(phase, u)
-        albedo, emission = guides.get("albedo"), guides.get("emission")
+        # the signal in planar (B, C, H, W) layout: HWC arrays come in as channels-last views, and ops that
+        # broadcast a (B, 1, H, W) mask or weight over their 3 interleaved channels run ~10x slower than on
+        # planes; the result goes back to the colour's layout at the end
+        result_layout = _layout(color)
+        color = color.contiguous()
+        albedo, emission = (None if v is None else v.contiguous() for v in (guides.get("albedo"), guides.get("emission")))
+        guides = dict(guides, albedo=albedo, emission=emission)
         radii = self.config["radii"] if radius is None else [int(radius)]
         emission_lo = _sample_down(emission, u, phase)
         mask = B.emitter_mask(emission_lo, color)
@@ -471,20 +535,22 @@ class FLNR(nn.Module):
             fitted = local_linear_apply(g, coeffs, scale=cell)
         else:
             fitted = local_linear_apply(g, coeffs)
-        fitted = fitted.clamp_min_(0) if not fitted.requires_grad else fitted.clamp_min(0)
         if u > 1:
             _, factor, add = B.demodulate(torch.zeros(color.shape[0], color.shape[1], hf, wf, dtype=color.dtype,
                                                       device=color.device), albedo, emission, 0)
         # the result in the colour's layout (HWC arrays come in as channels-last views: no copy back to HWC)
-        out = None if fitted.requires_grad else torch.empty_like(fitted, memory_format=_layout(color))
+        out = None if fitted.requires_grad else torch.empty_like(fitted, memory_format=result_layout)
+        if blend is not None and out is not None and out.device.type == "cpu":
+            return _finish_bands(self, fitted, factor, add, blend, albedo, out)  # clamps band by band
+        fitted = fitted.clamp_min_(0) if not fitted.requires_grad else fitted.clamp_min(0)
         if blend is None:
             return torch.addcmul(add, fitted, factor, out=out)
         # the emission buffer is a pixel mean already: only the light is blended
-        out = torch.mul(fitted, factor, out=out)
-        logit = blend.to(out.dtype)
+        light = fitted * factor
+        logit = blend.to(light.dtype)
         if albedo is not None:
-            logit = logit + self.edge_gain.to(out.dtype) * local_contrast(albedo.to(out.dtype))
-        return antialias(out, logit, self.blend_max).add_(add)
+            logit = logit + self.edge_gain.to(light.dtype) * local_contrast(albedo.to(light.dtype))
+        return torch.add(antialias(light, logit, self.blend_max), add, out=out)
 
     def with_antialias(self) -> "FLNR":
         """A copy of this model with the antialias blend added (a model that has it comes back as a copy): every
