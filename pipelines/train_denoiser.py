@@ -32,6 +32,8 @@ EPILOG = """examples:
   vision train-denoiser --data data/flnr --init flnr.safetensors --upsample-prob 0.5 -o flnr_up.safetensors
   vision train-denoiser --data data/flnr --init flnr.safetensors --upsample-prob 1 --upsample-factor 4 -o flnr_up4.safetensors
   vision train-denoiser --data data/flnr --guides 3 --radii 8 --minutes 10 -o small.safetensors      # a variant
+  vision train-denoiser --data data/flnr --init flnr16.safetensors --hidden 8 --fit-down 2 --lr 3e-4 -o flnr8.safetensors
+                  # prune a 16-unit guide head to its 8 most useful units, fit on 2x2 means: a faster model
   vision denoise 'frames/*.exr' -o out/ --model flnr --weights flnr.safetensors
 
 The bundled scenes (assets/scenes) are the evaluation set: do not train on them.
@@ -39,6 +41,7 @@ The bundled scenes (assets/scenes) are the evaluation set: do not train on them.
 
 FIELDS = ("color", "reference", "albedo", "normal", "depth", "ao", "emission")
 GUIDES = ("albedo", "normal", "depth", "ao", "emission")
+PRUNE_FRAMES = 24  # training frames on which --hidden with --init measures the guide head's units
 
 
 def add_parser(sub) -> None:
@@ -70,10 +73,13 @@ def add_parser(sub) -> None:
                    help="blend fits at these radii per cell with weights the network predicts (default 4,8,16)")
     p.add_argument("--scale", type=int, default=4, help="regression cell size (default 4)")
     p.add_argument("--guides", type=int, default=4, help="learned guides the regression fits on (default 4)")
-    p.add_argument("--hidden", type=int, default=16,
-                   help="hidden width of the per-pixel guide head, 0 = linear (default 16)")
-    p.add_argument("--fit-down", type=int, default=1,
-                   help="take the regression's moments from 2x2 (or NxN) means of guides and signal (default 1)")
+    p.add_argument("--hidden", type=int, default=None,
+                   help="hidden width of the per-pixel guide head, 0 = linear (default 16); with --init, a smaller "
+                        "width prunes the init's head to its most useful units (FLNR.pruned), to fine-tune a "
+                        "faster model")
+    p.add_argument("--fit-down", type=int, default=None,
+                   help="take the regression's moments from 2x2 (or NxN) means of guides and signal (default 1, or "
+                        "the --init weights' own)")
     p.add_argument("--widths", default="16,24,32,48",
                    help="network widths at 1/4 (1x1 stem), 1/8, 1/16, 1/32 resolution (default 16,24,32,48)")
     p.add_argument("--antialias", action="store_true",
@@ -253,10 +259,20 @@ def run(args) -> int:
     if args.init:
         model = load_flnr(args.init)
         model = FLNR.from_state_dict(model.state_dict(), model.config)
+        if args.hidden is not None and args.hidden != model.config["hidden"]:
+            if not 0 < args.hidden < model.config["hidden"]:
+                raise ValueError(f"--hidden {args.hidden} with --init: the init's guide head has "
+                                 f"{model.config['hidden']} units; a smaller width (> 0) prunes it")
+            model = model.pruned(args.hidden, [(f["color"], {k: f[k] for k in GUIDES}) for f in train[:PRUNE_FRAMES]],
+                                 args.fit_down)
+            print(f"pruned the init's guide head to {args.hidden} units", file=sys.stderr)
+        elif args.fit_down is not None:
+            model = FLNR.from_state_dict(model.state_dict(), dict(model.config, fit_down=args.fit_down))
         model = model.with_antialias() if args.antialias and not model.config["antialias"] else model
     else:
         radii = [int(r) for r in args.radii.split(",") if r.strip()]
-        model = FLNR(widths, args.hidden, args.guides, radii, args.scale, args.fit_down, antialias=args.antialias)
+        model = FLNR(widths, 16 if args.hidden is None else args.hidden, args.guides, radii, args.scale,
+                     1 if args.fit_down is None else args.fit_down, antialias=args.antialias)
     model = model.to(device)
     steps = args.steps or max(1, math.ceil(len(train) / args.batch))
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)

@@ -386,6 +386,60 @@ def test_with_antialias_starts_from_the_weights_it_is_given(frame):
         FLNR(hidden=0).with_antialias()
 
 
+def test_pruned_keeps_the_most_useful_units_and_folds_the_rest_into_the_bias(frame):
+    """pruned(h) = the same model with the dropped units' activations replaced by their mean over the frames
+    (checked through the full-width model with those output columns zeroed and the bias moved), and it drops
+    the units that cannot matter: here two whose output column is zero and two that never vary."""
+    from vision.denoise import flnr as FL
+
+    model = _random_model(11, hidden=8, antialias=True)
+    with torch.no_grad():
+        model.head_out.weight[:, [1, 6]] = 0.0  # these two units reach no output
+        model.head_in.weight[[2, 5]] = 0.0  # these two see no buffer and no code: constant activations
+        model.net.out.weight[[2, 5]] = 0.0
+        model.net.out.bias[[2, 5]] = 0.0
+    crops = [{k: torch.from_numpy(np.ascontiguousarray(frame[k][y:y + 48, x:x + 64])).permute(2, 0, 1)[None]
+              for k in (*GUIDES, "color")} for y, x in ((0, 0), (30, 40))]
+    frames = [(c["color"], {k: c[k] for k in GUIDES}) for c in crops]
+    small = model.pruned(4, frames, fit_down=2)
+    assert small.config == dict(model.config, hidden=4, fit_down=2) and small.head_out.in_features == 4
+    assert small.net.out.out_channels == 4 + 3 and model._record is None
+    # the oracle: every 7th pixel's hidden activations, from the float64 head on the same inputs
+    acts = []
+    for color, g in frames:
+        m64 = _random_model(11, hidden=8, antialias=True).double()
+        m64.load_state_dict(model.state_dict())
+        target = color.double()
+        buffers = FL.guide_buffers({k: (None if v is None else v.double()) for k, v in g.items()}, target)
+        cells = FL.cell_guides(buffers, target, target.shape[-2:])
+        mean, std = FL.guide_stats(cells)
+        tgt, _, _ = FL.B.demodulate(target, buffers[3], g["emission"].double(), 8)
+        mask = FL.B.emitter_mask(g["emission"].double(), target)
+        with torch.no_grad():
+            out = m64.net(FL.cell_inputs((cells - mean) / std, tgt, mask))
+        up = torch.nn.functional.interpolate(out[:, :8], scale_factor=4, mode="bilinear")
+        f = torch.cat([b for b in buffers], 1)
+        hid = up + torch.einsum("kc,bchw->bkhw", m64.head_in.weight, (f - mean) / std) + m64.head_in.bias[:, None, None]
+        acts.append(torch.nn.functional.leaky_relu(hid, 0.1).detach().permute(0, 2, 3, 1).reshape(-1, 8)[::7])
+    acts = torch.cat(acts)
+    use = acts.std(0) * model.head_out.weight.detach().double().norm(dim=0)
+    keep = sorted(torch.argsort(use, descending=True)[:4].tolist())
+    assert not {1, 6, 2, 5} & set(keep), (keep, use)
+    drop = [j for j in range(8) if j not in keep]
+    ref = FLNR(**dict(model.config, fit_down=2)).eval()
+    ref.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        w2 = model.head_out.weight.double()
+        ref.head_out.bias += (w2[:, drop] @ acts.mean(0)[drop]).float()
+        ref.head_out.weight[:, drop] = 0.0
+        for color, g in frames:
+            torch.testing.assert_close(small(color, g), ref(color, g), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="hidden"):
+        model.pruned(9, frames)
+    with pytest.raises(ValueError, match="hidden"):
+        FLNR(hidden=0).pruned(1, frames)
+
+
 def test_bundled_weights_beat_flr_on_a_held_out_scene():
     """The bundled scenes were never trained on: FLNR must beat FLR against their 2048-spp references."""
     meta = read_metadata(asset_path("weights", "flnr.safetensors"))
@@ -435,6 +489,24 @@ def test_train_denoiser_antialias_from_scratch_and_added_to_init_weights(tmp_pat
         assert model.config["antialias"] is True and model.config["widths"] == [4, 6, 8]
         assert model.head_out.out_features == 5 and model.edge_gain.shape == ()
         assert read_metadata(path)["vision.train.command"].endswith(f"--antialias -o {path}")
+
+
+def test_train_denoiser_prunes_the_init_head_with_a_smaller_hidden(tmp_path, capsys):
+    from vision.pipelines.cli import main
+
+    data = tmp_path / "scenes"
+    shutil.copytree(asset_path("scenes"), data)
+    tiny = ["--data", str(data), "--epochs", "1", "--steps", "1", "--batch", "1", "--crop", "32", "--quiet"]
+    wide, small = tmp_path / "wide.safetensors", tmp_path / "small.safetensors"
+    assert main(["train-denoiser", *tiny, "--widths", "4,6,8", "--hidden", "6", "-o", str(wide)]) == 0
+    assert main(["train-denoiser", *tiny, "--init", str(wide), "--hidden", "3", "--fit-down", "2",
+                 "-o", str(small)]) == 0
+    assert "pruned the init's guide head to 3 units" in capsys.readouterr().err
+    model = load_flnr(small)
+    assert model.config == dict(load_flnr(wide).config, hidden=3, fit_down=2)
+    assert "--hidden 3 --fit-down 2" in read_metadata(small)["vision.train.command"]
+    assert main(["train-denoiser", *tiny, "--init", str(wide), "--hidden", "12", "-o", str(small)]) != 0
+    assert "has 6 units; a smaller width (> 0) prunes it" in capsys.readouterr().err
 
 
 def test_train_denoiser_help(capsys):

@@ -132,7 +132,7 @@ class FLNRNet(nn.Module):
 
 def _banded(target: torch.Tensor, model: nn.Module) -> bool:
     """Whether the guide head may take :func:`_head_bands` (CPU, and nothing to differentiate)."""
-    if target.device.type != "cpu":
+    if target.device.type != "cpu" or getattr(model, "_record", None) is not None:
         return False
     return not torch.is_grad_enabled() or not (target.requires_grad or any(p.requires_grad for p in model.parameters()))
 
@@ -197,6 +197,7 @@ def _head_bands(model, code: torch.Tensor, buffers: list, weight: torch.Tensor, 
     return g
 
 
+PRUNE_STRIDE = 7  # :meth:`FLNR.pruned` samples every 7th pixel's hidden activations
 FINISH_BAND_PIXELS = 1 << 17  # output pixels per band of :func:`_finish_bands`
 
 
@@ -435,6 +436,7 @@ class FLNR(nn.Module):
         self.head_in = nn.Linear(FEATURES, width)
         self.head_out = nn.Linear(int(hidden), outputs) if hidden else None
         self.log_eps = nn.Parameter(torch.full((int(guides),), math.log(eps)))
+        self._record = None  # a list while :meth:`pruned` collects the guide head's hidden activations
         if antialias:
             self.edge_gain = nn.Parameter(torch.tensor(EDGE_GAIN))
             self.blend_max = nn.Parameter(torch.zeros(()))
@@ -482,6 +484,8 @@ class FLNR(nn.Module):
             at += n
         if self.head_out is not None:
             acc = F.leaky_relu(acc, 0.1, inplace=not acc.requires_grad)
+            if self._record is not None:  # :meth:`pruned` collects every 7th pixel's hidden activations
+                self._record.append(acc.detach().reshape(-1, width)[::PRUNE_STRIDE].clone())
             acc = torch.addmm(self.head_out.bias, acc.view(-1, width), self.head_out.weight.t())
         g = acc.view(b, h, w, -1).permute(0, 3, 1, 2).to(target_full.dtype).contiguous()
         return g, out[:, width:].to(target_full.dtype)
@@ -551,6 +555,56 @@ class FLNR(nn.Module):
         if albedo is not None:
             logit = logit + self.edge_gain.to(light.dtype) * local_contrast(albedo.to(light.dtype))
         return torch.add(antialias(light, logit, self.blend_max), add, out=out)
+
+    def pruned(self, hidden: int, frames, fit_down: int | None = None) -> "FLNR":
+        """A copy with the guide head cut to its ``hidden`` most useful units, to fine-tune into a faster model
+        (``vision train-denoiser --init OLD --hidden 8``; the guide head is the largest per-pixel cost).
+
+        ``frames``: (colour, guides dict) pairs (e.g. training frames) on which the head's hidden activations
+        are sampled (every 7th pixel). A unit's use is the spread (standard deviation) of its activation times
+        the norm of its column in the output layer; the units kept keep their weights and the network's code
+        channels feeding them, and the mean output of the units dropped is folded into the output bias (their
+        best constant stand-in). ``fit_down``: also change the regression's ``fit_down`` (default: keep).
+
+        Example:
+            >>> small = load_flnr().pruned(8, [(f["color"], f) for f in frames])   # then fine-tune it
+        """
+        width = self.config["hidden"]
+        if self.head_out is None or not 0 < int(hidden) <= width:
+            raise ValueError(f"pruned needs a guide head with a hidden layer and 0 < hidden <= {width}, got {hidden}")
+        self._record = []
+        try:
+            with torch.no_grad():
+                for color, guides in frames:
+                    self(color, guides)
+            acts = torch.cat(self._record) if self._record else None
+        finally:
+            self._record = None
+        if acts is None:
+            raise ValueError("pruned needs at least one frame to measure the guide head on")
+        w2 = self.head_out.weight.detach()
+        use = acts.std(0) * w2.norm(dim=0)
+        keep = torch.argsort(use, descending=True)[: int(hidden)].sort().values
+        drop = torch.tensor([j for j in range(width) if j not in set(keep.tolist())], dtype=torch.long)
+        cfg = dict(self.config, hidden=int(hidden))
+        cfg["fit_down"] = cfg["fit_down"] if fit_down is None else int(fit_down)
+        model = FLNR(**cfg).to(self.log_eps)
+        state = model.state_dict()
+        code = torch.cat([keep, torch.arange(width, self.net.out.out_channels)])  # the code, then the radius logits
+        for k, v in self.state_dict().items():
+            v = v.detach()
+            if k in ("net.out.weight", "net.out.bias"):
+                state[k] = v[code].clone()
+            elif k.startswith("head_in."):
+                state[k] = v[keep].clone()
+            elif k == "head_out.weight":
+                state[k] = v[:, keep].clone()
+            elif k == "head_out.bias":
+                state[k] = v + w2[:, drop] @ acts.mean(0)[drop]
+            else:
+                state[k] = v.clone()
+        model.load_state_dict(state)
+        return model.train(self.training)
 
     def with_antialias(self) -> "FLNR":
         """A copy of this model with the antialias blend added (a model that has it comes back as a copy): every
