@@ -34,11 +34,12 @@ the fit is both less noisy and less biased. The chain is differentiable end to e
 closed-form backwards) and is trained on the denoised result (``vision train-denoiser``).
 
 Cost: the 3 x 3 convolutions run at 1/64 of the pixels and below; per pixel there are the guide head
-(8 buffer channels -> 16, plus the upsampled code, -> 4), one pass forming the cell moments of the Q
-guides and the signal (shared by the three radii) and one apply. The fit's solves run on the cell grid.
-On CPU without autograd (inference) the guide head and the cell moments run band by band of rows, so
-their intermediates (the 16-channel hidden layer, the centred samples) stay in cache, and the bands go
-to ``torch.get_num_threads()`` workers.
+(8 buffer channels -> 16 (8 in the bundled weights), plus the upsampled code, -> 4), one pass forming the
+cell moments of the Q guides and the signal (shared by the three radii; from 2 x 2 means with
+``fit_down=2``, as bundled) and one apply. The fit's solves run on the cell grid. On CPU without autograd
+(inference) the guide head, the cell moments and the last steps run band by band of rows, so their
+intermediates (the hidden layer, the centred samples) stay in cache, and the bands go to
+``torch.get_num_threads()`` workers.
 
 Weights: ``weights=None`` loads the bundled ``assets/weights/flnr.safetensors``; a path, a state dict
 (as :meth:`FLNR.state_dict` returns) or an :class:`FLNR` instance also work. The file's metadata holds the
