@@ -49,8 +49,9 @@ def window_sum(x: torch.Tensor, r: int, mode: str, normalize: bool = False) -> t
                           normalize=normalize, borderType=_CV2_BORDER[mode])
         return out
     if _use_cv2(x, r, mode):
-        planes = x.reshape(-1, h, w).contiguous()
-        out = torch.empty_like(planes)
+        planes = x.reshape(-1, h, w)  # a view for bands of rows: OpenCV needs contiguous rows, not planes
+        planes = planes if planes.stride(-1) == 1 else planes.contiguous()
+        out = torch.empty(planes.shape, dtype=x.dtype)
         src, dst = planes.numpy(), out.numpy()
         k = 2 * r + 1
         for i in range(src.shape[0]):

@@ -206,8 +206,8 @@ def _finish_bands(model, fitted, factor, add, blend, albedo, out):
     """FLNR's last steps without autograd, band by band of rows: ``out = antialias(max(fitted, 0) factor, blend
     + edge_gain local_contrast(albedo), blend_max) + add``, written into ``out`` (any layout).
 
-    The same function as the full-frame expression in :meth:`FLNR.forward` (the 3 x 3 means of every band
-    see one row of its neighbours, so they equal the frame's), but each band's light, contrast, weights and
+    :meth:`FLNR._blended_light` band by band (the 3 x 3 means of every band see one row of its neighbours, so
+    they equal the frame's): each band's light, contrast, weights and
     means stay in cache between these ten or so per-pixel steps instead of each one streaming full frames
     through memory (on 2 cores these stages were memory bound); bands go to the workers of
     :func:`vision.kernels.local_linear.torch_path.own_threads`."""
@@ -215,17 +215,13 @@ def _finish_bands(model, fitted, factor, add, blend, albedo, out):
 
     h, w = fitted.shape[-2:]
     rows = max(1, FINISH_BAND_PIXELS // max(w, 1))
-    gain = model.edge_gain.detach().to(fitted.dtype)
 
     def one(y0):
         y1 = min(h, y0 + rows)
         e0, e1 = max(0, y0 - 1), min(h, y1 + 1)  # one row of halo for the 3 x 3 means
-        light = fitted[:, :, e0:e1].clamp_min(0).mul_(factor[:, :, e0:e1])
-        logit = blend[:, :, e0:e1].to(light.dtype)
-        if albedo is not None:
-            logit = logit + gain * local_contrast(albedo[:, :, e0:e1].to(light.dtype))
-        band = antialias(light, logit, model.blend_max.detach())[:, :, y0 - e0:y1 - e0]
-        torch.add(band, add[:, :, y0:y1], out=out[:, :, y0:y1])
+        band = model._blended_light(fitted[:, :, e0:e1], factor[:, :, e0:e1], blend[:, :, e0:e1],
+                                    None if albedo is None else albedo[:, :, e0:e1])
+        torch.add(band[:, :, y0 - e0:y1 - e0], add[:, :, y0:y1], out=out[:, :, y0:y1])
 
     with tp.own_threads(fitted.device):
         tp.parallel_for(one, range(0, h, rows), fitted.device)
@@ -276,22 +272,12 @@ def _cv2_planes(x: torch.Tensor) -> bool:
 
 
 def _mean3(x: torch.Tensor) -> torch.Tensor:
-    """The 3 x 3 mean of the pixels inside the frame (``box_filter(x, 1)``), (B, C, H, W) -> contiguous (B, C, H, W);
-    on CPU planes straight through OpenCV (no dispatch: FLNR calls this on many small bands)."""
+    """The 3 x 3 mean of the pixels inside the frame (``box_filter(x, 1)``), (B, C, H, W); on CPU planes the box
+    path's OpenCV sums directly (no dispatch: FLNR calls this on many small bands)."""
     from vision.kernels import box_filter
+    from vision.kernels.box.torch_path import box_mean
 
-    if not _cv2_planes(x):
-        return box_filter(x, 1)
-    import cv2
-
-    from vision.kernels.box.torch_path import valid_border_
-
-    out = torch.empty(x.shape, dtype=x.dtype)
-    src, dst = x.detach().numpy(), out.numpy()
-    for i in range(x.shape[0]):
-        for k in range(x.shape[1]):
-            cv2.boxFilter(src[i, k], -1, (3, 3), dst=dst[i, k], normalize=True, borderType=cv2.BORDER_CONSTANT)
-    return valid_border_(out, 1)
+    return box_mean(x, 1, "valid") if _cv2_planes(x) else box_filter(x, 1)
 
 
 def _pointwise(conv: nn.Conv2d, x: torch.Tensor, channels: slice = slice(None), bias: bool = True) -> torch.Tensor:
@@ -547,15 +533,21 @@ class FLNR(nn.Module):
         out = None if fitted.requires_grad else torch.empty_like(fitted, memory_format=result_layout)
         if blend is not None and out is not None and out.device.type == "cpu":
             return _finish_bands(self, fitted, factor, add, blend, albedo, out)  # clamps band by band
-        fitted = fitted.clamp_min_(0) if not fitted.requires_grad else fitted.clamp_min(0)
         if blend is None:
+            fitted = fitted.clamp_min_(0) if not fitted.requires_grad else fitted.clamp_min(0)
             return torch.addcmul(add, fitted, factor, out=out)
         # the emission buffer is a pixel mean already: only the light is blended
-        light = fitted * factor
+        return torch.add(self._blended_light(fitted, factor, blend, albedo), add, out=out)
+
+    def _blended_light(self, fitted, factor, blend, albedo):
+        """The light ``max(fitted, 0) factor`` after :func:`antialias` with the weight ``sigmoid(blend_max)
+        sigmoid(blend + edge_gain local_contrast(albedo))``, on the whole frame or a band of rows."""
+        light = fitted.clamp_min(0)
+        light = light * factor if light.requires_grad else light.mul_(factor)
         logit = blend.to(light.dtype)
         if albedo is not None:
             logit = logit + self.edge_gain.to(light.dtype) * local_contrast(albedo.to(light.dtype))
-        return torch.add(antialias(light, logit, self.blend_max), add, out=out)
+        return antialias(light, logit, self.blend_max)
 
     def pruned(self, hidden: int, frames, fit_down: int | None = None) -> "FLNR":
         """A copy with the guide head cut to its ``hidden`` most useful units, to fine-tune into a faster model
@@ -586,7 +578,8 @@ class FLNR(nn.Module):
         w2 = self.head_out.weight.detach()
         use = acts.std(0) * w2.norm(dim=0)
         keep = torch.argsort(use, descending=True)[: int(hidden)].sort().values
-        drop = torch.tensor([j for j in range(width) if j not in set(keep.tolist())], dtype=torch.long)
+        kept = set(keep.tolist())
+        drop = torch.tensor([j for j in range(width) if j not in kept], dtype=torch.long)
         cfg = dict(self.config, hidden=int(hidden))
         cfg["fit_down"] = cfg["fit_down"] if fit_down is None else int(fit_down)
         model = FLNR(**cfg).to(self.log_eps)
