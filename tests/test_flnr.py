@@ -72,12 +72,23 @@ def test_linear_head_is_the_regression_on_standardised_guides(frame, radius, gra
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-8 * np.abs(want).max())
 
 
+@pytest.fixture(params=["numba", "torch"])
+def cpu_loops(request, monkeypatch):
+    """FLNR's no-autograd CPU stages once with the numba loops (vision.denoise.flnr_cpu), once without."""
+    from vision.kernels import jit
+
+    monkeypatch.setenv("VISION_NUMBA", "1" if request.param == "numba" else "0")
+    assert jit.enabled(torch.zeros(1)) == (request.param == "numba")  # numba is a dependency: no silent skip
+    return request.param
+
+
 @pytest.mark.parametrize("hidden,antialias", [(16, False), (0, False), (16, True), (0, True)])
 @pytest.mark.parametrize("hw", [(64, 96), (37, 50)])
-def test_banded_guide_head_matches_a_float64_oracle(frame, hw, hidden, antialias):
-    """The guide head without autograd (band by band, strided lerps for the code's upsampling) against
-    float64: g = W2 leaky(up(code) + W1 (f - mean) / std + b1) + b2 with up = F.interpolate (bilinear, x4),
-    for a batch of two frames (each standardised by its own statistics), HWC-layout buffers, AO missing."""
+def test_banded_guide_head_matches_a_float64_oracle(frame, hw, hidden, antialias, cpu_loops):
+    """The guide head without autograd (numba rows, or torch bands with strided lerps for the code's
+    upsampling) against float64: g = W2 leaky(up(code) + W1 (f - mean) / std + b1) + b2 with up =
+    F.interpolate (bilinear, x4), for a batch of two frames (each standardised by its own statistics),
+    HWC-layout buffers, AO missing."""
     from vision.denoise import flnr as FL
 
     model = _random_model(3, hidden=hidden, guides=4, antialias=antialias)
@@ -331,15 +342,18 @@ def test_antialias_model_without_albedo_or_emission(frame):
     assert out.shape == (40, 40, 3) and np.isfinite(out).all() and out.min() >= 0
 
 
-@pytest.mark.parametrize("grad,band", [(True, None), (False, None), (False, 64 * 7)],
-                         ids=["autograd", "banded", "banded-7-rows"])
-def test_antialias_model_blends_the_light_where_the_buffers_have_edges(frame, grad, band, monkeypatch):
+@pytest.mark.parametrize("grad,band,loops", [(True, None, "0"), (False, None, "0"), (False, 64 * 7, "0"),
+                                              (False, None, "1")],
+                         ids=["autograd", "banded", "banded-7-rows", "numba"])
+def test_antialias_model_blends_the_light_where_the_buffers_have_edges(frame, grad, band, loops, monkeypatch):
     """FLNR(antialias=True) = the same network without it, its light (result minus emission) blended towards
     the 3 x 3 mean with weight sigmoid(m) sigmoid(l + v c(albedo)), l the guide head's extra output; the
     emission is added back unblended. Without autograd the last steps run band by band (here also in bands of
-    7 rows, the last one partial: the 3 x 3 means at their edges must see the neighbouring bands)."""
+    7 rows, the last one partial: the 3 x 3 means at their edges must see the neighbouring bands) or, with
+    numba, row by row."""
     from vision.denoise import flnr as FL
 
+    monkeypatch.setenv("VISION_NUMBA", loops)
     if band:
         monkeypatch.setattr(FL, "FINISH_BAND_PIXELS", band)
 
@@ -368,6 +382,46 @@ def test_antialias_model_blends_the_light_where_the_buffers_have_edges(frame, gr
     want = light + w * (_mean3(light) - light) + em
     assert np.abs(want - base).max() > 0.01
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 9, 13), (1, 3, 1, 7), (1, 3, 5, 1), (2, 3, 2, 2)])
+@pytest.mark.parametrize("albedo", ["per-image", "shared", None])
+def test_finish_against_float64_loops(shape, albedo, cpu_loops):
+    """FLNR's last steps without autograd (numba rows or torch bands): out = lerp(L, mean3(L), sigmoid(m)
+    sigmoid(l + v contrast(albedo))) + emission, L = max(fitted, 0) factor, written into a channels-last
+    output (HWC arrays), for batches whose albedo is per image or shared (batch 1), no albedo, and frames one
+    pixel high or wide. mean3 and contrast are written here as float64 loops over the neighbours."""
+    from vision.denoise import flnr as FL
+
+    rng = np.random.default_rng(12)
+    b, c, h, w = shape
+
+    def mean3(x):
+        out = np.empty_like(x)
+        for y in range(h):
+            for i in range(w):
+                out[:, :, y, i] = x[:, :, max(y - 1, 0):y + 2, max(i - 1, 0):i + 2].mean((2, 3))
+        return out
+
+    model = _random_model(2, antialias=True)
+    with torch.no_grad():
+        model.edge_gain.fill_(20.0)
+        model.blend_max.fill_(0.8)
+    fitted, factor, add = (rng.normal(size=shape).astype(np.float32) for _ in range(3))
+    blend = rng.normal(size=(b, 1, h, w)).astype(np.float32)
+    alb = None if albedo is None else rng.random((b if albedo == "per-image" else 1, 3, h, w)).astype(np.float32)
+    out = torch.empty(shape).contiguous(memory_format=torch.channels_last)
+    args = [torch.from_numpy(v) for v in (fitted, factor, add, blend)]
+    with torch.no_grad():
+        FL._finish_bands(model, *args, None if alb is None else torch.from_numpy(alb).expand(b, -1, -1, -1), out)
+    light = np.maximum(fitted.astype(np.float64), 0) * factor
+    logit = blend.astype(np.float64)
+    if alb is not None:
+        a = np.broadcast_to(alb.astype(np.float64), shape)
+        logit = logit + 20.0 * np.abs(a - mean3(a)).sum(1, keepdims=True)
+    wt = _sigmoid(0.8) * _sigmoid(logit)
+    want = light + wt * (mean3(light) - light) + add
+    np.testing.assert_allclose(out.numpy(), want, rtol=0, atol=2e-6 * np.abs(want).max())
 
 
 def test_with_antialias_starts_from_the_weights_it_is_given(frame):

@@ -29,6 +29,22 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(params=["torch", "numba", "triton"])
+def backend(request, monkeypatch):
+    """Each path: PyTorch, PyTorch with the numba loops of the CPU float32 solve and apply
+    (vision.kernels.local_linear.cpu_path), and Triton (in the interpreter when there is no GPU)."""
+    from vision.kernels import jit
+    from vision.kernels.dispatch import triton_available
+
+    if request.param == "triton" and not triton_available():
+        pytest.skip("triton does not import here")
+    monkeypatch.setenv("VISION_BACKEND", "triton" if request.param == "triton" else "torch")
+    monkeypatch.setenv("VISION_NUMBA", "1" if request.param == "numba" else "0")
+    if request.param == "numba":
+        assert jit.enabled(torch.zeros(1))  # numba is a dependency: no silent fallback
+    return request.param
+
+
 def t32(x, grad=False):
     return torch.tensor(x, dtype=torch.float32, requires_grad=grad)
 

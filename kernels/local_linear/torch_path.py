@@ -33,6 +33,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from .. import jit
 from ..box.torch_path import _CV2_BORDER, _use_cv2, box_mean, box_mean_adjoint, cv2, inv_count, valid_border_
 
 BAND_PIXELS = 1 << 16  # grid pixels per band of the per-pixel solve (~ a few MB of working set)
@@ -456,7 +457,12 @@ def _fit_one(X, eps, lay, r: int, border: str, cf, cp):
         theta[:, :, :K, i0:i1] = a.view(B, C, K, i1 - i0, w)
         theta[:, :, K, i0:i1] = b.view(B, C, i1 - i0, w)
 
-    parallel_for(band, _bands(X), X.device)
+    if jit.enabled(X, eps) and X.is_contiguous():
+        from . import cpu_path
+
+        cpu_path.solve_rows(X, eps.contiguous(), K, C, theta)
+    else:
+        parallel_for(band, _bands(X), X.device)
     theta = box_mean_(theta, r, border)
     # back to raw features: a . (f - cf) + b + cp = a . f + (b - a . cf + cp)
     b = theta[:, :, K]
@@ -675,8 +681,13 @@ def _apply_cells(f, coeffs, s_h: int, s_w: int):
     """apply_forward for integer cell sizes: the upsampling as strided lerps, never a full-size gather."""
     B, K, H, W = f.shape
     C, K1, gh, gw = coeffs.shape[1:]
-    hp = _cells_horizontal(coeffs, s_w)
     q = f.new_empty(B, C, H, W)
+    if jit.enabled(f, coeffs):
+        from . import cpu_path
+
+        cpu_path.apply_cells(f.contiguous(), coeffs.contiguous(), s_h, s_w, q)
+        return q
+    hp = _cells_horizontal(coeffs, s_w)
     rows = _cell_rows(B, C, K1, gh, gw, s_h, s_w)
 
     def one(i0):

@@ -156,8 +156,13 @@ def _head_bands(model, code: torch.Tensor, buffers: list, weight: torch.Tensor, 
     (channels x pixels) product (one pass over the hidden layer instead of one per buffer, and BLAS runs
     these about 1.2x faster than the same products with the pixels as rows).
     """
+    from vision.kernels import jit
     from vision.kernels.local_linear import torch_path as tp
 
+    if jit.enabled(code, weight, bias, *(v for v in buffers if v is not None)):
+        from . import flnr_cpu
+
+        return flnr_cpu.head(model, code, buffers, weight, bias, size, CELL)
     h, w = size
     b, width, gh, gw = code.shape
     q = model.head_out.out_features if model.head_out is not None else width
@@ -211,8 +216,13 @@ def _finish_bands(model, fitted, factor, add, blend, albedo, out):
     means stay in cache between these ten or so per-pixel steps instead of each one streaming full frames
     through memory (on 2 cores these stages were memory bound); bands go to the workers of
     :func:`vision.kernels.local_linear.torch_path.own_threads`."""
+    from vision.kernels import jit
     from vision.kernels.local_linear import torch_path as tp
 
+    if jit.enabled(fitted, factor, add, blend, out, *(() if albedo is None else (albedo,))) and fitted.shape[1] == 3:
+        from . import flnr_cpu
+
+        return flnr_cpu.finish_frame(model, fitted, factor, add, blend, albedo, out)
     h, w = fitted.shape[-2:]
     rows = max(1, FINISH_BAND_PIXELS // max(w, 1))
 

@@ -1,0 +1,72 @@
+"""Fused CPU loops compiled by numba: the no-autograd CPU paths of a few per-pixel stages.
+
+On CPU, PyTorch runs a stage such as "lerp 15 coefficient planes, multiply by 4 features, sum" as one op
+per step, and each op streams full planes through memory; on a 2-core machine that traffic, not the
+arithmetic, is the time. A numba loop does the whole stage per row while the row is in cache.
+
+Every kernel here has a PyTorch path beside it (what autograd, CUDA, float64 and half precision take) and the
+tests compare both to float64 references. ``VISION_NUMBA=0`` turns the numba paths off (read at every call).
+The kernels compile on first use (a few seconds) and cache the machine code next to their module.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from functools import lru_cache
+
+import torch
+
+_lock = threading.Lock()  # numba's default threading layer must not be entered by two threads at once
+
+
+@lru_cache(maxsize=None)
+def _numba():
+    try:
+        import numba
+    except Exception:  # not installed, or no wheel for this Python: the PyTorch paths run
+        return None
+    return numba
+
+
+def enabled(*tensors: torch.Tensor) -> bool:
+    """Whether the numba loops may take these tensors: numba imports, not turned off, CPU float32, nothing to
+    differentiate."""
+    if os.environ.get("VISION_NUMBA", "1").strip() in ("0", "false", "no", "off"):
+        return False
+    if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in tensors):
+        return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False
+    return _numba() is not None
+
+
+def kernel(signature: str):
+    """Decorator: the function compiled as a parallel numba function (``numba.prange`` loops) for one
+    ``signature`` (``"void(float32[:, ::1], ...)"``: ``::1`` marks C-contiguous axes, plain ``:`` any strides).
+
+    One signature, so one compilation per kernel (cached on disk): strided and contiguous tensors alike are
+    passed as the layout declared, instead of numba compiling a variant for every layout it is given.
+    Compilation happens at the first call, never at import."""
+    def wrap(fn):
+        compiled = []
+
+        def call(*args):
+            """Run the kernel on NumPy views of the tensor arguments with the caller's thread budget."""
+            from .local_linear.torch_path import _local
+
+            nb = _numba()
+            # inside :func:`~vision.kernels.local_linear.torch_path.own_threads` torch runs on one thread and
+            # the budget is its worker count
+            threads = max(1, min(getattr(_local, "workers", None) or torch.get_num_threads(),
+                                 nb.config.NUMBA_NUM_THREADS))
+            arrays = [a.detach().numpy() if isinstance(a, torch.Tensor) else a for a in args]
+            with _lock:
+                if not compiled:
+                    compiled.append(nb.njit(signature, parallel=True, cache=True, nogil=True)(fn))
+                nb.set_num_threads(threads)
+                compiled[0](*arrays)
+
+        call.__doc__, call.__name__, call.py_func = fn.__doc__, fn.__name__, fn
+        return call
+
+    return wrap

@@ -1,0 +1,128 @@
+"""numba loops for the CPU float32 forward of local linear regression (see :mod:`vision.kernels.jit`).
+
+Same functions as the grid solve of :func:`torch_path.solve_band` and the apply of
+:func:`torch_path._apply_cells`, row by row: a row's systems (or its upsampled coefficients) stay in cache
+through every step instead of each step being a tensor op over the whole grid. The loops run over the
+pixels of a row innermost, so they vectorise.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import prange  # imported only where vision.kernels.jit.enabled() found numba
+
+from ..jit import kernel
+
+
+@kernel("void(float32[:, :, :, ::1], float32[:, ::1], int64, int64, float32[:, :, :, :, ::1])")
+def solve_rows(X, eps, K, C, theta):
+    """theta (B, C, K + 1, h, w) = the centred window coefficients (a, then b = mean p - a . mean f) from the
+    window-mean moments X (B, NM, h, w) in :class:`torch_path.Layout` order; eps (B, K).
+
+    (Sigma + diag eps) a = cov per pixel by L D L^T (pivots floored at eps, variances clamped at 0 first), as
+    :func:`torch_path.solve_band`."""
+    B, NM, h, w = X.shape
+    ff = K + C
+    fp = ff + K * (K + 1) // 2
+    zero = np.float32(0.0)
+    for n in prange(B * h):
+        b = n // h
+        y = n - b * h
+        S = np.empty((K, K, w), np.float32)
+        Y = np.empty((C, K, w), np.float32)
+        for i in range(K):
+            mi = X[b, i, y]
+            for j in range(i + 1):
+                s, src, mj = S[i, j], X[b, ff + i * (i + 1) // 2 + j, y], X[b, j, y]
+                for x in range(w):
+                    s[x] = src[x] - mi[x] * mj[x]
+            d, e = S[i, i], eps[b, i]
+            for x in range(w):
+                d[x] = max(d[x], zero) + e
+        for c in range(C):
+            mp = X[b, K + c, y]
+            for k in range(K):
+                yk, src, mk = Y[c, k], X[b, fp + c * K + k, y], X[b, k, y]
+                for x in range(w):
+                    yk[x] = src[x] - mp[x] * mk[x]
+        for j in range(K):  # right-looking L D L^T in the lower triangle: S[i, j] becomes l_ij, S[j, j] d_j
+            d, e = S[j, j], eps[b, j]
+            for x in range(w):
+                d[x] = max(d[x], e)
+            for i in range(j + 1, K):
+                col = S[i, j]
+                for x in range(w):
+                    col[x] = col[x] / d[x]
+            for i in range(j + 1, K):
+                li = S[i, j]
+                for m in range(j + 1, i + 1):
+                    lm, t = S[m, j], S[i, m]
+                    for x in range(w):
+                        t[x] -= li[x] * lm[x] * d[x]
+        for c in range(C):
+            for j in range(K - 1):  # L z = cov
+                yj = Y[c, j]
+                for i in range(j + 1, K):
+                    yi, lij = Y[c, i], S[i, j]
+                    for x in range(w):
+                        yi[x] -= lij[x] * yj[x]
+            for j in range(K):  # D
+                yj, d = Y[c, j], S[j, j]
+                for x in range(w):
+                    yj[x] /= d[x]
+            for j in range(K - 1, 0, -1):  # L^T a = z
+                yj = Y[c, j]
+                for i in range(j):
+                    yi, lji = Y[c, i], S[j, i]
+                    for x in range(w):
+                        yi[x] -= lji[x] * yj[x]
+            bc, mp = theta[b, c, K, y], X[b, K + c, y]
+            for x in range(w):
+                bc[x] = mp[x]
+            for k in range(K):
+                t, yk, mk = theta[b, c, k, y], Y[c, k], X[b, k, y]
+                for x in range(w):
+                    t[x] = yk[x]
+                    bc[x] -= yk[x] * mk[x]
+
+
+@kernel("void(float32[:, :, :, ::1], float32[:, :, :, :, ::1], int64, int64, float32[:, :, :, ::1])")
+def apply_cells(f, coeffs, s_h, s_w, out):
+    """out (B, C, H, W) = sum_k up(a_k) f_k + up(b) for f (B, K, H, W) and coeffs (B, C, K + 1, gh, gw) on
+    s_h x s_w cells: ``up`` is the bilinear upsampling of ``align_corners=False`` (clamped at the ends), as
+    :func:`torch_path._apply_cells`: per output row, the two coefficient rows are lerped, then each cell's
+    s_w phases along x."""
+    B, K, H, W = f.shape
+    C, K1, gh, gw = coeffs.shape[1], coeffs.shape[2], coeffs.shape[3], coeffs.shape[4]
+    for n in prange(B * H):
+        b = n // H
+        y = n - b * H
+        i, t = y // s_h, y % s_h
+        d = (t + 0.5) / s_h - 0.5  # the row lies between cell rows i - 1 and i (d < 0) or i and i + 1
+        r0 = i - 1 if d < 0 else i
+        wy = np.float32(1.0 + d if d < 0 else d)
+        r1 = min(r0 + 1, gh - 1)
+        r0 = max(r0, 0)
+        row = np.empty(gw + 2, np.float32)  # one coefficient row, one replicated entry at each end
+        up = np.empty((K1, gw * s_w), np.float32)
+        for c in range(C):
+            for k in range(K1):
+                a0, a1 = coeffs[b, c, k, r0], coeffs[b, c, k, r1]
+                for j in range(gw):
+                    row[j + 1] = a0[j] + wy * (a1[j] - a0[j])
+                row[0] = row[1]
+                row[gw + 1] = row[gw]
+                u = up[k]
+                for p in range(s_w):
+                    dx = (p + 0.5) / s_w - 0.5
+                    o = 0 if dx < 0 else 1
+                    wx = np.float32(1.0 + dx if dx < 0 else dx)
+                    for j in range(gw):
+                        u[j * s_w + p] = row[j + o] + wx * (row[j + o + 1] - row[j + o])
+            q = out[b, c, y]
+            bias = up[K1 - 1]
+            for x in range(W):
+                q[x] = bias[x]
+            for k in range(K1 - 1):
+                fk, u = f[b, k, y], up[k]
+                for x in range(W):
+                    q[x] += u[x] * fk[x]

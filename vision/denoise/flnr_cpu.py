@@ -1,0 +1,185 @@
+"""numba loops for FLNR's per-pixel stages on CPU float32 without autograd (see :mod:`vision.kernels.jit`).
+
+:func:`guide_head` is :func:`vision.denoise.flnr._head_bands` and :func:`finish` is
+:meth:`vision.denoise.flnr.FLNR._blended_light` plus the emission, row by row: every intermediate (the
+upsampled code, the hidden layer, the light and its 3 x 3 means) lives in a row buffer in cache, so each
+stage reads its inputs and writes its output once. Imported only where numba is available.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+import torch
+
+from vision.kernels.jit import kernel
+
+_NONE = np.zeros((1, 1, 1, 1), np.float32)  # stands in for a missing buffer (its flag is 0)
+
+
+@njit(cache=True, inline="always")
+def _cell_row(y, s, gh):
+    """Cell rows (r0, r1) and the weight of r1 for output row y of an x s upsampling (align_corners=False)."""
+    i, t = y // s, y % s
+    d = (t + 0.5) / s - 0.5
+    r0 = i - 1 if d < 0 else i
+    wt = np.float32(1.0 + d if d < 0 else d)
+    return max(r0, 0), min(r0 + 1, gh - 1), wt
+
+
+@njit(cache=True, inline="always")
+def _upsample_row(a0, a1, wy, s, row, out):
+    """out[:] = the lerp of cell rows a0, a1 (weight wy of a1) upsampled x s along x; row: (gw + 2,) scratch."""
+    gw = a0.shape[0]
+    for j in range(gw):
+        row[j + 1] = a0[j] + wy * (a1[j] - a0[j])
+    row[0] = row[1]
+    row[gw + 1] = row[gw]
+    for p in range(s):
+        dx = (p + 0.5) / s - 0.5
+        o = 0 if dx < 0 else 1
+        wx = np.float32(1.0 + dx if dx < 0 else dx)
+        for j in range(gw):
+            out[j * s + p] = row[j + o] + wx * (row[j + o + 1] - row[j + o])
+
+
+@njit(cache=True, inline="always")
+def _add_buffer(hid, wb, at, v, b, y, W):
+    """hid[u] += sum_c wb[u, at + c] v[b, c, y] over the channels of one guide buffer (B or 1, c, H, W)."""
+    vb = v[min(b, v.shape[0] - 1)]
+    plane = np.empty(W, np.float32)  # the row as a contiguous copy (HWC buffers come as strided planes)
+    for c in range(vb.shape[0]):
+        src = vb[c, y]
+        for x in range(W):
+            plane[x] = src[x]
+        for u in range(hid.shape[0]):
+            wgt, h = wb[u, at + c], hid[u]
+            for x in range(W):
+                h[x] += wgt * plane[x]
+
+
+@kernel("void(float32[:, :, :, ::1], int64, float32[:, :, ::1], float32[:, :, :, :], float32[:, :, :, :], float32[:, :, :, :], float32[:, :, :, :], boolean[::1], "
+        "float32[:, ::1], float32[::1], float32[:, :, :, ::1])")
+def guide_head(code, s, wT, normal, depth, ao, albedo, present, w2, b2, g):
+    """g (B, Q, H, W) = ``W2 leaky(up(code) + W f) + b2``, or ``up(code) + W f`` when w2 has no rows.
+
+    code (B, width, gh, gw): the network's code plus the head's bias, on s x s cells; wT (B or 1, width, 8):
+    the input layer on the :data:`~vision.denoise.flnr.GUIDES` channels (normal 3, log-depth 1, AO 1,
+    albedo 3); the four buffers (B or 1, c, H, W), any strides, and ``present`` (4,) flags (a missing
+    buffer is a dummy array with flag 0); w2 (Q, width), b2 (Q,)."""
+    B, width, gh, gw = code.shape
+    q, H, W = g.shape[1], g.shape[2], g.shape[3]
+    slope = np.float32(0.1)
+    for n in prange(B * H):
+        b = n // H
+        y = n - b * H
+        r0, r1, wy = _cell_row(y, s, gh)
+        row = np.empty(gw + 2, np.float32)
+        hid = np.empty((width, gw * s), np.float32)
+        for u in range(width):
+            _upsample_row(code[b, u, r0], code[b, u, r1], wy, s, row, hid[u])
+        wb = wT[min(b, wT.shape[0] - 1)]
+        if present[0]:
+            _add_buffer(hid, wb, 0, normal, b, y, W)
+        if present[1]:
+            _add_buffer(hid, wb, 3, depth, b, y, W)
+        if present[2]:
+            _add_buffer(hid, wb, 4, ao, b, y, W)
+        if present[3]:
+            _add_buffer(hid, wb, 5, albedo, b, y, W)
+        if w2.shape[0] == 0:
+            for o in range(q):
+                out, h = g[b, o, y], hid[o]
+                for x in range(W):
+                    out[x] = h[x]
+            continue
+        for u in range(width):
+            h = hid[u]
+            for x in range(W):
+                h[x] = max(h[x], slope * h[x])  # leaky ReLU, slope 0.1
+        for o in range(q):
+            out = g[b, o, y]
+            for x in range(W):
+                out[x] = b2[o]
+            for u in range(width):
+                wgt, h = w2[o, u], hid[u]
+                for x in range(W):
+                    out[x] += wgt * h[x]
+
+
+@kernel("void(float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], boolean, float64, float64, float32[:, :, :, :])")
+def finish(fitted, factor, add, blend, albedo, has_albedo, gain, top, out):
+    """out = ``lerp(L, mean3(L), sigmoid(top) sigmoid(blend + gain contrast(albedo))) + add`` with the light
+    L = ``max(fitted, 0) factor``: fitted, factor, add, out (B, 3, H, W), blend (B, 1, H, W), albedo
+    (B or 1, 3, H, W) (contrast 0 without it), any strides; ``top`` is sigmoid(top) already; ``mean3``
+    averages the pixels of the 3 x 3 neighbourhood inside the frame and ``contrast(a) = sum_c |a_c -
+    mean3(a_c)|``."""
+    B, C, H, W = fitted.shape
+    zero, one = np.float32(0.0), np.float32(1.0)
+    gain, top = np.float32(gain), np.float32(top)
+    for n in prange(B * H):
+        b = n // H
+        y = n - b * H
+        y0, y1 = max(y - 1, 0), min(y + 1, H - 1)
+        inv = np.empty(W, np.float32)  # 1 / (pixels of the 3 x 3 neighbourhood inside the frame)
+        for x in range(W):
+            inv[x] = one / np.float32((y1 - y0 + 1) * (3 - (x == 0) - (x == W - 1)))  # 1 column when W == 1
+        sums = np.zeros(W + 2, np.float32)  # column sums over rows y0..y1, zero-padded along x
+        logit, res = np.empty(W, np.float32), np.empty(W, np.float32)
+        bl = blend[b, 0, y]
+        for x in range(W):
+            logit[x] = bl[x]
+        if has_albedo:
+            ab = albedo[min(b, albedo.shape[0] - 1)]
+            for c in range(C):
+                for x in range(W + 2):
+                    sums[x] = zero
+                for yy in range(y0, y1 + 1):
+                    ar = ab[c, yy]
+                    for x in range(W):
+                        sums[x + 1] += ar[x]
+                ar = ab[c, y]
+                for x in range(W):
+                    logit[x] += gain * abs(ar[x] - (sums[x] + sums[x + 1] + sums[x + 2]) * inv[x])
+        for x in range(W):
+            logit[x] = top / (one + np.exp(-logit[x]))
+        for c in range(C):
+            for x in range(W + 2):
+                sums[x] = zero
+            for yy in range(y0, y1 + 1):
+                fr, fa = fitted[b, c, yy], factor[b, c, yy]
+                for x in range(W):
+                    sums[x + 1] += max(fr[x], zero) * fa[x]
+            fr, fa, ad, o = fitted[b, c, y], factor[b, c, y], add[b, c, y], out[b, c, y]
+            for x in range(W):  # into a contiguous row (vectorised), then to the output's layout
+                v = max(fr[x], zero) * fa[x]
+                res[x] = v + logit[x] * ((sums[x] + sums[x + 1] + sums[x + 2]) * inv[x] - v) + ad[x]
+            for x in range(W):
+                o[x] = res[x]
+
+def head(model, code: torch.Tensor, buffers: list, weight: torch.Tensor, bias: torch.Tensor, size, cell: int):
+    """:func:`vision.denoise.flnr._head_bands` by :func:`guide_head`: (B, Q, H, W) learned guides."""
+    b, width = code.shape[:2]
+    c = (code + bias.reshape(-1, width, 1, 1)).contiguous()
+    w_t = weight.detach().transpose(1, 2).contiguous()
+    if model.head_out is None:
+        w2, b2 = np.zeros((0, width), np.float32), np.zeros(0, np.float32)
+    else:
+        w2, b2 = model.head_out.weight.detach().contiguous(), model.head_out.bias.detach().contiguous()
+    q = width if model.head_out is None else w2.shape[0]
+    g = code.new_empty(b, q, *size)
+    arrays = [_NONE if v is None else v for v in buffers]
+    present = np.array([v is not None for v in buffers], np.bool_)
+    guide_head(c, cell, w_t, *arrays, present, w2, b2, g)
+    return g
+
+
+def finish_frame(model, fitted, factor, add, blend, albedo, out):
+    """:func:`vision.denoise.flnr._finish_bands` by :func:`finish`, into ``out``."""
+    gain = float(model.edge_gain.detach())
+    top = float(torch.sigmoid(model.blend_max.detach()))
+    # contiguous inputs (copies only for batches that broadcast a buffer), the output in any layout
+    fitted, factor, add, blend = (t.contiguous() for t in (fitted, factor, add, blend))
+    albedo = _NONE if albedo is None else albedo.contiguous()
+    finish(fitted, factor, add, blend, albedo, albedo is not _NONE, gain, top, out)
+    return out
