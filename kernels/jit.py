@@ -4,9 +4,11 @@ On CPU, PyTorch runs a stage such as "lerp 15 coefficient planes, multiply by 4 
 per step, and each op streams full planes through memory; on a 2-core machine that traffic, not the
 arithmetic, is the time. A numba loop does the whole stage per row while the row is in cache.
 
-Every kernel here has a PyTorch path beside it (what autograd, CUDA, float64 and half precision take) and the
-tests compare both to float64 references. ``VISION_NUMBA=0`` turns the numba paths off (read at every call).
-The kernels compile on first use (a few seconds) and cache the machine code next to their module.
+Every kernel (``kernels/local_linear/cpu_path.py``, ``vision/denoise/flnr_cpu.py``) has a PyTorch path beside
+it (what autograd, CUDA, float64 and half precision take), and the tests compare both to float64 references. ``VISION_NUMBA=0`` turns the numba paths off (read at every call).
+The kernels compile on first use (about 20 s for all of them, once: the machine code is cached next to their
+module). numba picks its threading layer (OpenMP where it can; ``NUMBA_THREADING_LAYER=workqueue`` is the
+fork-safe one, measured ~1.3x slower on FLNR here), and the kernels run on as many threads as torch's.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from functools import lru_cache
 
 import torch
 
-_lock = threading.Lock()  # numba's default threading layer must not be entered by two threads at once
+_lock = threading.Lock()  # numba's workqueue layer must not be entered by two threads at once; with the others
+# concurrent kernels would only share the same cores
 
 
 @lru_cache(maxsize=None)
@@ -60,11 +63,14 @@ def kernel(signature: str):
             threads = max(1, min(getattr(_local, "workers", None) or torch.get_num_threads(),
                                  nb.config.NUMBA_NUM_THREADS))
             arrays = [a.detach().numpy() if isinstance(a, torch.Tensor) else a for a in args]
+            before = torch.get_num_threads()
             with _lock:
                 if not compiled:
                     compiled.append(nb.njit(signature, parallel=True, cache=True, nogil=True)(fn))
                 nb.set_num_threads(threads)
                 compiled[0](*arrays)
+            if torch.get_num_threads() != before:  # numba's OpenMP layer can share torch's runtime, whose thread
+                torch.set_num_threads(before)  # count it has just set
 
         call.__doc__, call.__name__, call.py_func = fn.__doc__, fn.__name__, fn
         return call

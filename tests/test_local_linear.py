@@ -260,6 +260,44 @@ def test_worker_threads_give_the_same_result(scale, rng):
     torch.testing.assert_close(q, res[1][0], atol=1e-6, rtol=1e-6)
 
 
+def test_numba_paths_only_where_they_apply_and_from_several_threads_at_once(monkeypatch, rng):
+    """The numba loops take CPU float32 without a gradient to record (not float64, not half, not inputs that
+    require grad under grad mode, not with VISION_NUMBA=0); Python threads calling them at once (a serving
+    process) get the single-threaded answers."""
+    import threading
+
+    from vision.kernels import jit
+
+    x = torch.zeros(2)
+    assert jit.enabled(x) and not jit.enabled(x.double()) and not jit.enabled(x.half())
+    assert not jit.enabled(x.requires_grad_()) and jit.enabled(x.detach())
+    with torch.no_grad():
+        assert jit.enabled(x)
+    monkeypatch.setenv("VISION_NUMBA", "0")
+    assert not jit.enabled(x.detach())
+    monkeypatch.setenv("VISION_NUMBA", "1")
+    f, p = t32(rng.random((1, 4, 40, 56))), t32(rng.random((1, 3, 40, 56)))
+    ref = local_linear_apply(f, local_linear_fit(f, p, 4, 1e-2, 4), 4)
+    got, errors = [None] * 4, []
+
+    def run(i):
+        try:
+            with torch.no_grad():
+                for _ in range(5):
+                    got[i] = local_linear_apply(f, local_linear_fit(f, p, 4, 1e-2, 4), 4)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for g in got:
+        torch.testing.assert_close(g, ref, rtol=0, atol=0)
+
+
 def test_modules(rng):
     f, p = t32(rng.random((1, 4, 16, 16))), t32(rng.random((1, 3, 16, 16)))
     fit, app = LocalLinearFit(radius=4, eps=1e-2, scale=2, border="reflect"), LocalLinearApply(scale=2)
