@@ -8,7 +8,7 @@ pixels of a row innermost, so they vectorise.
 from __future__ import annotations
 
 import numpy as np
-from numba import prange  # imported only where vision.kernels.jit.enabled() found numba
+from numba import njit, prange  # imported only where vision.kernels.jit.enabled() found numba
 
 from ..jit import kernel
 
@@ -85,6 +85,44 @@ def solve_rows(X, eps, K, C, theta):
                     bc[x] -= yk[x] * mk[x]
 
 
+@njit(cache=True, inline="always")
+def cell_row(y, s, gh):
+    """Cell rows (r0, r1) and the weight of r1 for output row y of an x s upsampling (``align_corners=False``:
+    row y lies between cell rows i - 1 and i, or i and i + 1, clamped at the ends)."""
+    i, t = y // s, y % s
+    d = (t + 0.5) / s - 0.5
+    r0 = i - 1 if d < 0 else i
+    wt = np.float32(1.0 + d if d < 0 else d)
+    return max(r0, 0), min(r0 + 1, gh - 1), wt
+
+
+@njit(cache=True, inline="always")
+def upsample_row(a0, a1, wy, s, row, out):
+    """out[:gw s] = the lerp of cell rows a0, a1 (weight wy of a1) upsampled x s along x (``align_corners=False``,
+    clamped at the ends); row: a (gw + 2,) scratch."""
+    gw = a0.shape[0]
+    for j in range(gw):
+        row[j + 1] = a0[j] + wy * (a1[j] - a0[j])
+    row[0] = row[1]
+    row[gw + 1] = row[gw]
+    if s == 4:  # the four phases in one loop body: its stores interleave into whole vectors
+        q1, q3 = np.float32(0.625), np.float32(0.125)  # phases at -3/8, -1/8, +1/8, +3/8 of a cell
+        q2, q4 = np.float32(0.875), np.float32(0.375)
+        for j in range(gw):
+            lo, mid, hi = row[j], row[j + 1], row[j + 2]
+            out[4 * j] = lo + q1 * (mid - lo)
+            out[4 * j + 1] = lo + q2 * (mid - lo)
+            out[4 * j + 2] = mid + q3 * (hi - mid)
+            out[4 * j + 3] = mid + q4 * (hi - mid)
+        return
+    for p in range(s):
+        dx = (p + 0.5) / s - 0.5
+        o = 0 if dx < 0 else 1
+        wx = np.float32(1.0 + dx if dx < 0 else dx)
+        for j in range(gw):
+            out[j * s + p] = row[j + o] + wx * (row[j + o + 1] - row[j + o])
+
+
 @kernel("void(float32[:, :, :, ::1], float32[:, :, :, :, ::1], int64, int64, float32[:, :, :, ::1])")
 def apply_cells(f, coeffs, s_h, s_w, out):
     """out (B, C, H, W) = sum_k up(a_k) f_k + up(b) for f (B, K, H, W) and coeffs (B, C, K + 1, gh, gw) on
@@ -96,28 +134,12 @@ def apply_cells(f, coeffs, s_h, s_w, out):
     for n in prange(B * H):
         b = n // H
         y = n - b * H
-        i, t = y // s_h, y % s_h
-        d = (t + 0.5) / s_h - 0.5  # the row lies between cell rows i - 1 and i (d < 0) or i and i + 1
-        r0 = i - 1 if d < 0 else i
-        wy = np.float32(1.0 + d if d < 0 else d)
-        r1 = min(r0 + 1, gh - 1)
-        r0 = max(r0, 0)
+        r0, r1, wy = cell_row(y, s_h, gh)
         row = np.empty(gw + 2, np.float32)  # one coefficient row, one replicated entry at each end
         up = np.empty((K1, gw * s_w), np.float32)
         for c in range(C):
             for k in range(K1):
-                a0, a1 = coeffs[b, c, k, r0], coeffs[b, c, k, r1]
-                for j in range(gw):
-                    row[j + 1] = a0[j] + wy * (a1[j] - a0[j])
-                row[0] = row[1]
-                row[gw + 1] = row[gw]
-                u = up[k]
-                for p in range(s_w):
-                    dx = (p + 0.5) / s_w - 0.5
-                    o = 0 if dx < 0 else 1
-                    wx = np.float32(1.0 + dx if dx < 0 else dx)
-                    for j in range(gw):
-                        u[j * s_w + p] = row[j + o] + wx * (row[j + o + 1] - row[j + o])
+                upsample_row(coeffs[b, c, k, r0], coeffs[b, c, k, r1], wy, s_w, row, up[k])
             q = out[b, c, y]
             bias = up[K1 - 1]
             for x in range(W):

@@ -13,80 +13,57 @@ from numba import njit, prange
 import torch
 
 from vision.kernels.jit import kernel
+from vision.kernels.local_linear.cpu_path import cell_row, upsample_row
 
 _NONE = np.zeros((1, 1, 1, 1), np.float32)  # stands in for a missing buffer (its flag is 0)
 
 
 @njit(cache=True, inline="always")
-def _cell_row(y, s, gh):
-    """Cell rows (r0, r1) and the weight of r1 for output row y of an x s upsampling (align_corners=False)."""
-    i, t = y // s, y % s
-    d = (t + 0.5) / s - 0.5
-    r0 = i - 1 if d < 0 else i
-    wt = np.float32(1.0 + d if d < 0 else d)
-    return max(r0, 0), min(r0 + 1, gh - 1), wt
-
-
-@njit(cache=True, inline="always")
-def _upsample_row(a0, a1, wy, s, row, out):
-    """out[:] = the lerp of cell rows a0, a1 (weight wy of a1) upsampled x s along x; row: (gw + 2,) scratch."""
-    gw = a0.shape[0]
-    for j in range(gw):
-        row[j + 1] = a0[j] + wy * (a1[j] - a0[j])
-    row[0] = row[1]
-    row[gw + 1] = row[gw]
-    for p in range(s):
-        dx = (p + 0.5) / s - 0.5
-        o = 0 if dx < 0 else 1
-        wx = np.float32(1.0 + dx if dx < 0 else dx)
-        for j in range(gw):
-            out[j * s + p] = row[j + o] + wx * (row[j + o + 1] - row[j + o])
-
-
-@njit(cache=True, inline="always")
-def _add_buffer(hid, wb, at, v, b, y, W):
-    """hid[u] += sum_c wb[u, at + c] v[b, c, y] over the channels of one guide buffer (B or 1, c, H, W)."""
+def _copy_rows(feats, at, v, b, y, W):
+    """feats[at:at + c] = row y of the buffer v (B or 1, c, H, W) for image b, as contiguous rows."""
     vb = v[min(b, v.shape[0] - 1)]
-    plane = np.empty(W, np.float32)  # the row as a contiguous copy (HWC buffers come as strided planes)
     for c in range(vb.shape[0]):
-        src = vb[c, y]
+        src, dst = vb[c, y], feats[at + c]
         for x in range(W):
-            plane[x] = src[x]
-        for u in range(hid.shape[0]):
-            wgt, h = wb[u, at + c], hid[u]
-            for x in range(W):
-                h[x] += wgt * plane[x]
+            dst[x] = src[x]
 
 
-@kernel("void(float32[:, :, :, ::1], int64, float32[:, :, ::1], float32[:, :, :, :], float32[:, :, :, :], float32[:, :, :, :], float32[:, :, :, :], boolean[::1], "
-        "float32[:, ::1], float32[::1], float32[:, :, :, ::1])")
+@kernel("void(float32[:, :, :, ::1], int64, float32[:, :, ::1], float32[:, :, :, :], float32[:, :, :, :], "
+        "float32[:, :, :, :], float32[:, :, :, :], boolean[::1], float32[:, ::1], float32[::1], float32[:, :, :, ::1])")
 def guide_head(code, s, wT, normal, depth, ao, albedo, present, w2, b2, g):
     """g (B, Q, H, W) = ``W2 leaky(up(code) + W f) + b2``, or ``up(code) + W f`` when w2 has no rows.
 
     code (B, width, gh, gw): the network's code plus the head's bias, on s x s cells; wT (B or 1, width, 8):
     the input layer on the :data:`~vision.denoise.flnr.GUIDES` channels (normal 3, log-depth 1, AO 1,
     albedo 3); the four buffers (B or 1, c, H, W), any strides, and ``present`` (4,) flags (a missing
-    buffer is a dummy array with flag 0); w2 (Q, width), b2 (Q,)."""
+    buffer is a dummy array with flag 0, its rows zero); w2 (Q, width), b2 (Q,)."""
     B, width, gh, gw = code.shape
     q, H, W = g.shape[1], g.shape[2], g.shape[3]
     slope = np.float32(0.1)
     for n in prange(B * H):
         b = n // H
         y = n - b * H
-        r0, r1, wy = _cell_row(y, s, gh)
+        r0, r1, wy = cell_row(y, s, gh)
         row = np.empty(gw + 2, np.float32)
         hid = np.empty((width, gw * s), np.float32)
-        for u in range(width):
-            _upsample_row(code[b, u, r0], code[b, u, r1], wy, s, row, hid[u])
-        wb = wT[min(b, wT.shape[0] - 1)]
+        feats = np.zeros((8, W), np.float32)  # the row's 8 guide channels, contiguous
         if present[0]:
-            _add_buffer(hid, wb, 0, normal, b, y, W)
+            _copy_rows(feats, 0, normal, b, y, W)
         if present[1]:
-            _add_buffer(hid, wb, 3, depth, b, y, W)
+            _copy_rows(feats, 3, depth, b, y, W)
         if present[2]:
-            _add_buffer(hid, wb, 4, ao, b, y, W)
+            _copy_rows(feats, 4, ao, b, y, W)
         if present[3]:
-            _add_buffer(hid, wb, 5, albedo, b, y, W)
+            _copy_rows(feats, 5, albedo, b, y, W)
+        f0, f1, f2, f3, f4, f5, f6, f7 = feats[0], feats[1], feats[2], feats[3], feats[4], feats[5], feats[6], feats[7]
+        wb = wT[min(b, wT.shape[0] - 1)]
+        for u in range(width):
+            h = hid[u]
+            upsample_row(code[b, u, r0], code[b, u, r1], wy, s, row, h)
+            w0, w1, w2_, w3, w4, w5, w6, w7 = wb[u, 0], wb[u, 1], wb[u, 2], wb[u, 3], wb[u, 4], wb[u, 5], wb[u, 6], wb[u, 7]
+            for x in range(W):  # all eight channels in one pass over the hidden row
+                h[x] += (w0 * f0[x] + w1 * f1[x] + w2_ * f2[x] + w3 * f3[x]
+                         + w4 * f4[x] + w5 * f5[x] + w6 * f6[x] + w7 * f7[x])
         if w2.shape[0] == 0:
             for o in range(q):
                 out, h = g[b, o, y], hid[o]
@@ -96,15 +73,22 @@ def guide_head(code, s, wT, normal, depth, ao, albedo, present, w2, b2, g):
         for u in range(width):
             h = hid[u]
             for x in range(W):
-                h[x] = max(h[x], slope * h[x])  # leaky ReLU, slope 0.1
+                v = h[x]
+                h[x] = v if v > 0 else slope * v  # leaky ReLU, slope 0.1
+        full = width - width % 4
         for o in range(q):
-            out = g[b, o, y]
+            out, bo = g[b, o, y], b2[o]
             for x in range(W):
-                out[x] = b2[o]
-            for u in range(width):
-                wgt, h = w2[o, u], hid[u]
+                out[x] = bo
+            for u in range(0, full, 4):  # four hidden units per pass over the output row
+                ha, hb, hc, hd = hid[u], hid[u + 1], hid[u + 2], hid[u + 3]
+                wa, wb_, wc, wd = w2[o, u], w2[o, u + 1], w2[o, u + 2], w2[o, u + 3]
                 for x in range(W):
-                    out[x] += wgt * h[x]
+                    out[x] += wa * ha[x] + wb_ * hb[x] + wc * hc[x] + wd * hd[x]
+            for u in range(full, width):
+                wa, ha = w2[o, u], hid[u]
+                for x in range(W):
+                    out[x] += wa * ha[x]
 
 
 @kernel("void(float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], boolean, float64, float64, float32[:, :, :, :])")
