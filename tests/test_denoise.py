@@ -447,6 +447,35 @@ def test_bench_timing_interleaves_the_methods(frames, capsys):
         time_large(argparse.Namespace(time_size="40by24", repeat=1), frame, ms)
 
 
+def test_bench_device_timing_runs_every_method_on_resident_tensors(frames, capsys):
+    """--cuda-size's timing (run here on the CPU device: the same code without CUDA): FLR at scales 1, 2, 4
+    and FLNR on (1, C, H, W) tensors of the frame enlarged to the size, every result finite and on the
+    device; without a GPU the flag is refused before any work, and a malformed size names the flag."""
+    import argparse
+
+    import torch
+
+    from vision.denoise import denoise
+    from vision.pipelines.bench.denoise import time_device
+    from vision.pipelines.cli import main
+
+    frame = [("s", 0, {k: frames[(0, 0)][k] for k in ("color", "reference", *GUIDES)})]
+    args = argparse.Namespace(cuda_size="48x40", repeat=2, radius=8, eps=1e-2, no_flnr=False, weights=None)
+    res = time_device(args, frame, torch.device("cpu"))
+    assert set(res) == {"flr", "flr s=2", "flr s=4", "flnr"}
+    assert all(isinstance(v, float) and v > 0 for v in res.values()), res
+    assert "time per 48x40 frame" in capsys.readouterr().out
+    color = torch.from_numpy(frames[(0, 0)]["color"]).permute(2, 0, 1)[None]
+    out = denoise(color, **{k: torch.from_numpy(frames[(0, 0)][k]).permute(2, 0, 1)[None] for k in GUIDES},
+                  model="flnr")
+    assert isinstance(out, torch.Tensor) and out.shape == color.shape and torch.isfinite(out).all()
+    if not torch.cuda.is_available():
+        assert main(["bench", "denoise", "--no-oidn", "--cuda-size", "1920x1080"]) == 2
+        assert "--cuda-size needs a CUDA device" in capsys.readouterr().err
+    assert main(["bench", "denoise", "--no-oidn", "--cuda-size", "1920by1080"]) == 2
+    assert "--cuda-size must look like 1280x720" in capsys.readouterr().err
+
+
 def test_bench_denoise_rows_and_acceptance_lines(frames, tmp_path, capsys):
     """`vision bench denoise` on the bundled scenes: every row, the acceptance lines, and the joint-upsampling
     rows are FLR on the 2 x 2 means / the top-left samples of the 1-spp frame."""

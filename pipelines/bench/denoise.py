@@ -51,13 +51,15 @@ examples:
   vision bench denoise --data data/scenes --split test --json bench-denoise.json
   vision bench denoise --no-oidn --radius 6
   vision bench denoise --time-size 1280x720 --threads 2       # also CPU time per 1280x720 frame (ratios)
+  vision bench denoise --no-oidn --cuda-size 1920x1080 --repeat 20   # also GPU time per 1920x1080 frame
 
 Tonemap for PSNR/SSIM: clamp to [0, 1], then gamma 1/2.2. relMSE: mean((x-y)^2/(y^2+0.01)).
 Acceptance (issue 7) checked here: FLR >= 12 dB above the 1-spp input on average; FLNR >= FLR + 2 dB,
 within 2 dB of OIDN high (albedo+normal, cleanAux), HDR-FLIP <= OIDN high's + 0.02, and (with
 --time-size 1280x720) <= 1/5 of OIDN fast's CPU time; joint upsampling from 1/2-resolution colour
 (rows "1/2 mean": 2x2 means, "1/2 pick": one sample in four, "1/2 pick+phase": the same with its pixel
-known) <= 1.5 dB below full-resolution FLR.
+known) <= 1.5 dB below full-resolution FLR; (with --cuda-size 1920x1080, on a GPU) FLR <= 1 ms and
+FLNR <= 5 ms per frame.
 """
 
 GUIDES = ("albedo", "normal", "depth", "ao", "emission", "position")
@@ -76,6 +78,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-size", default=None, metavar="WxH",
                    help="also time FLR, FLNR and OIDN fast on the first frame enlarged to this size, e.g. "
                         "1280x720 (--repeat rounds, methods interleaved)")
+    p.add_argument("--cuda-size", default=None, metavar="WxH",
+                   help="also time FLR (scales 1, 2, 4) and FLNR on the GPU per frame of this size, the buffers "
+                        "resident there as tensors (acceptance 5 at 1920x1080: FLR <= 1 ms, FLNR <= 5 ms)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save every row as JSON here")
     p.add_argument("--strict", action="store_true", help="exit with status 1 when an acceptance check FAILs")
@@ -190,10 +195,7 @@ def time_large(args, frames, ms) -> dict:
     was being timed, so the ratios stay comparable."""
     import torch
 
-    try:
-        w, h = (int(v) for v in args.time_size.lower().split("x"))
-    except ValueError:
-        raise ValueError(f"--time-size must look like 1280x720, got {args.time_size!r}") from None
+    w, h = frame_size(args.time_size, "--time-size")
     d = enlarge(frames[0][2], (h, w))
     names = [n for n in ("flr", "flr s=2", "flnr", "oidn fast aux") if n in ms]
     times = {name: [] for name in names}
@@ -215,6 +217,47 @@ def time_large(args, frames, ms) -> dict:
     return res
 
 
+def frame_size(text: str, flag: str) -> tuple[int, int]:
+    """(W, H) from "WxH"."""
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"{flag} must look like 1280x720, got {text!r}") from None
+    if w < 1 or h < 1:
+        raise ValueError(f"{flag} must be positive, got {text!r}")
+    return w, h
+
+
+def time_device(args, frames, device) -> dict:
+    """Median time per frame of FLR (scales 1, 2, 4) and FLNR on ``device``, the first frame enlarged to
+    ``--cuda-size`` and its buffers resident there as (1, C, H, W) tensors (what a renderer on the same GPU
+    hands over). One untimed call each (Triton compiles), then ``--repeat`` rounds calling each method once in
+    turn, every call synchronised: the latency of one frame, host-side checks included."""
+    import torch
+
+    from vision.denoise import denoise, load_flnr
+
+    from .timing import format_time, time_interleaved
+
+    w, h = frame_size(args.cuda_size, "--cuda-size")
+    d = enlarge(frames[0][2], (h, w))
+    t = {k: torch.from_numpy(v).permute(2, 0, 1)[None].contiguous().to(device) for k, v in d.items()
+         if k != "reference"}
+    guides = {k: t[k] for k in GUIDES if k in t}
+    calls = {("flr" if s == 1 else f"flr s={s}"): functools.partial(denoise, t["color"], **guides, radius=args.radius,
+                                                                     eps=args.eps, scale=s) for s in (1, 2, 4)}
+    if not args.no_flnr:
+        calls["flnr"] = functools.partial(denoise, t["color"], **guides, model="flnr",
+                                          weights=load_flnr(getattr(args, "weights", None)))
+    with torch.no_grad():
+        res = time_interleaved(calls, device=device, repeat=max(1, args.repeat))
+    name = torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else str(device)
+    print_table([{"method": k, "time/frame": format_time(v) if isinstance(v, float) else f"error: {v!r}"}
+                 for k, v in res.items()], ["method", "time/frame"],
+                title=f"{name} time per {w}x{h} frame (buffers on the device, synchronised; torch {torch.__version__})")
+    return res
+
+
 def run(args) -> int:
     import torch
 
@@ -222,6 +265,10 @@ def run(args) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.cuda_size:  # before the quality rows: fail fast
+        frame_size(args.cuda_size, "--cuda-size")
+        if not torch.cuda.is_available():
+            raise ValueError("--cuda-size needs a CUDA device (torch.cuda.is_available() is False here)")
     try:
         import flip_evaluator  # noqa: F401
         has_flip = True
@@ -325,7 +372,17 @@ def run(args) -> int:
         print(f"acceptance 2d: FLNR / OIDN fast time at {args.time_size} = {ratio:.2f} (<= 0.2): "
               f"{'PASS' if ratio <= 0.2 else 'FAIL'}")
         ok &= ratio <= 0.2
+    cuda = None
+    if args.cuda_size:
+        cuda = time_device(args, frames, torch.device("cuda"))
+        for key, limit in (("flr", 1e-3), ("flnr", 5e-3)):
+            if isinstance(cuda.get(key), float):
+                print(f"acceptance 5: {key.upper()} at {args.cuda_size} on the GPU = {cuda[key] * 1e3:.2f} ms "
+                      f"(<= {limit * 1e3:.0f} ms): {'PASS' if cuda[key] <= limit else 'FAIL'}")
+                ok &= cuda[key] <= limit
+        cuda = {k: v if isinstance(v, float) else repr(v) for k, v in cuda.items()}
     if args.json:
-        args.json.write_text(json.dumps({"size": [h, w], "rows": records, "timing_large": timing}, indent=1))
+        args.json.write_text(json.dumps({"size": [h, w], "rows": records, "timing_large": timing,
+                                         "timing_cuda": cuda}, indent=1))
         print(f"wrote {args.json}")
     return 0 if ok or not args.strict else 1

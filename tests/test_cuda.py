@@ -1,0 +1,125 @@
+"""Every Triton kernel on a real GPU against the float64 references, and the denoisers on CUDA against their
+CPU results: what a session lent a GPU runs first (`bash .ci/device-check`; README, "Checks on a GPU").
+
+Skipped without CUDA. ``VISION_TEST_DEVICE=cpu`` runs the same tests on CPU tensors through the Triton
+interpreter (the test code itself checked without a GPU; slow, so small sizes throughout).
+"""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from vision.kernels import box_filter, guided_filter, local_linear_apply, local_linear_fit, structure_loss
+from vision.kernels.box.reference import box_filter_reference
+from vision.kernels.dispatch import use_backend
+from vision.kernels.guided.reference import guided_filter_reference
+from vision.kernels.local_linear.reference import local_linear_apply_reference, local_linear_fit_reference
+from vision.kernels.spl.reference import structure_loss_grad_reference, structure_loss_reference
+
+ON_CPU = os.environ.get("VISION_TEST_DEVICE", "") == "cpu"
+pytestmark = [] if ON_CPU else pytest.mark.cuda
+
+
+@pytest.fixture
+def dev(monkeypatch):
+    """The GPU, or with VISION_TEST_DEVICE=cpu the CPU with the Triton kernels interpreted."""
+    if ON_CPU:
+        from vision.kernels.dispatch import interpreting
+
+        if not interpreting():
+            pytest.skip("VISION_TEST_DEVICE=cpu needs TRITON_INTERPRET=1 (tests/conftest.py sets it without CUDA)")
+        monkeypatch.setenv("VISION_BACKEND", "triton")
+        return torch.device("cpu")
+    return torch.device("cuda")
+
+
+def _on(x, dev, dtype=torch.float32, grad=False):
+    return torch.tensor(np.asarray(x), dtype=dtype, device=dev, requires_grad=grad)
+
+
+@pytest.mark.parametrize("border", ["valid", "reflect"])
+def test_box_filter(dev, border):
+    x = np.random.default_rng(0).random((2, 3, 37, 53))
+    got = box_filter(_on(x, dev), 4, border).cpu().double().numpy()
+    np.testing.assert_allclose(got, box_filter_reference(x, 4, border), rtol=0, atol=2e-6)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_guided_filter_forward_and_gradients(dev, channels, dtype):
+    """Forward against float64; gradients against the PyTorch path on the CPU (float64)."""
+    rng = np.random.default_rng(1)
+    guide, src = rng.random((2, channels, 41, 57)), rng.random((2, 3, 41, 57))
+    got = guided_filter(_on(guide, dev, dtype), _on(src, dev, dtype), 5, 1e-2).cpu().double().numpy()
+    tol = 2e-6 if dtype == torch.float32 else 3e-3
+    np.testing.assert_allclose(got, guided_filter_reference(guide, src, 5, 1e-2), rtol=0, atol=tol)
+    if dtype != torch.float32:
+        return
+    g, s = _on(guide, dev, grad=True), _on(src, dev, grad=True)
+    w = rng.random((2, 3, 41, 57))
+    (guided_filter(g, s, 5, 1e-2) * _on(w, dev)).sum().backward()
+    g64, s64 = (torch.tensor(v, requires_grad=True) for v in (guide, src))
+    with use_backend("torch"):
+        (guided_filter(g64, s64, 5, 1e-2) * torch.tensor(w)).sum().backward()
+    for a, b in ((g, g64), (s, s64)):
+        np.testing.assert_allclose(a.grad.cpu().double().numpy(), b.grad.numpy(), rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("K,C,scale,border", [(3, 3, 1, "valid"), (4, 3, 4, "valid"), (8, 3, 2, "reflect")])
+def test_local_linear_fit_apply_and_gradients(dev, K, C, scale, border):
+    rng = np.random.default_rng(2)
+    f, p = rng.random((2, K, 36, 44)), rng.random((2, C, 36, 44))
+    ref = local_linear_fit_reference(f, p, 8, 1e-2, scale, border)
+    ft, pt = _on(f, dev, grad=True), _on(p, dev, grad=True)
+    co = local_linear_fit(ft, pt, 8, 1e-2, scale, border)
+    np.testing.assert_allclose(co.detach().cpu().double().numpy(), ref, rtol=0, atol=3e-5)
+    q = local_linear_apply(ft, co, scale=scale)
+    np.testing.assert_allclose(q.detach().cpu().double().numpy(), local_linear_apply_reference(f, ref, scale, scale),
+                               rtol=0, atol=3e-5)
+    w = rng.random(q.shape)
+    (q * _on(w, dev)).sum().backward()
+    f64, p64 = (torch.tensor(v, requires_grad=True) for v in (f, p))
+    with use_backend("torch"):
+        q64 = local_linear_apply(f64, local_linear_fit(f64, p64, 8, 1e-2, scale, border), scale=scale)
+        (q64 * torch.tensor(w)).sum().backward()
+    for a, b in ((ft, f64), (pt, p64)):
+        np.testing.assert_allclose(a.grad.cpu().double().numpy(), b.grad.numpy(), rtol=0, atol=1e-4)
+
+
+def test_local_linear_blend_of_radii(dev):
+    rng = np.random.default_rng(3)
+    f, p = rng.random((1, 4, 40, 48)), rng.random((1, 3, 40, 48))
+    w = torch.softmax(torch.tensor(rng.normal(size=(1, 3, 10, 12))), 1)
+    got = local_linear_fit(_on(f, dev), _on(p, dev), (4, 8, 16), 1e-2, 4, weights=w.float().to(dev))
+    want = sum(w[:, j, None, None].numpy() * local_linear_fit_reference(f, p, r, 1e-2, 4)
+               for j, r in enumerate((4, 8, 16)))
+    np.testing.assert_allclose(got.cpu().double().numpy(), want, rtol=0, atol=3e-5)
+
+
+def test_structure_loss_and_gradient(dev):
+    rng = np.random.default_rng(4)
+    src, edit = rng.random((2, 3, 33, 47)), rng.random((2, 3, 33, 47))
+    e = _on(edit, dev, grad=True)
+    loss = structure_loss(_on(src, dev), e, radius=5, eps=1e-4)
+    loss.backward()
+    assert abs(float(loss.detach()) - structure_loss_reference(src, edit, 5, 1e-4)) < 1e-6
+    _, want = structure_loss_grad_reference(src, edit, 5, 1e-4)
+    np.testing.assert_allclose(e.grad.cpu().double().numpy(), want, rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("model", ["flr", "flnr"])
+def test_denoisers_on_the_device_match_their_cpu_results(dev, model):
+    """A bundled 1-spp frame denoised from tensors on the device against the same call on the CPU."""
+    from vision.bundled import asset_path
+    from vision.data import read_frame
+    from vision.denoise import denoise
+
+    d = read_frame(asset_path("scenes", "scene_00000", "frame_00.exr"))
+    crop = {k: torch.from_numpy(np.ascontiguousarray(d[k][:64, :96])).permute(2, 0, 1)[None]
+            for k in ("color", "albedo", "normal", "depth", "ao", "emission")}
+    with torch.no_grad():
+        want = denoise(crop["color"], **{k: v for k, v in crop.items() if k != "color"}, model=model)
+        got = denoise(crop["color"].to(dev), **{k: v.to(dev) for k, v in crop.items() if k != "color"}, model=model)
+    assert got.device.type == dev.type
+    np.testing.assert_allclose(got.cpu().numpy(), want.numpy(), rtol=0, atol=1e-4 * float(want.abs().max()))
