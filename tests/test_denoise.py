@@ -177,10 +177,14 @@ def test_batch_matches_single_frames(frames):
         np.testing.assert_allclose(out[i].permute(1, 2, 0).numpy(), denoise(d["color"], **_guides(d)), atol=1e-5)
 
 
-def test_demodulate_fills_emitter_pixels_with_the_mean_of_their_emitter_free_neighbours(rng):
+@pytest.mark.parametrize("path", ["torch", "numba"])
+def test_demodulate_fills_emitter_pixels_with_the_mean_of_their_emitter_free_neighbours(rng, path):
     """float64 loop oracle of demodulate's target: (colour - emission) / albedo where albedo >= the floor (else
     not divided), and at pixels that see an emitter the mean of that over the emitter-free pixels of the
-    (2r+1)^2 window inside the image; factor 0 where an emitter pixel has no albedo."""
+    (2r+1)^2 window inside the image; factor 0 where an emitter pixel has no albedo. "numba": FLNR's one-pass
+    version on the HWC buffers as they lie (vision.denoise.flnr_cpu.prepare), which also returns the emitter
+    mask and the albedo and emission as planes, here for a batch of the frame and its mirror image (their own
+    colour and albedo) sharing one emission buffer (batch 1)."""
     from vision.denoise.buffers import ALBEDO_FLOOR, demodulate
 
     h, w, r = 23, 31, 3
@@ -202,11 +206,41 @@ def test_demodulate_fills_emitter_pixels_with_the_mean_of_their_emitter_free_nei
     want_factor = np.where(lit[..., None] & (albedo < ALBEDO_FLOOR), 0.0, factor)
     t = {k: torch.from_numpy(v.astype(np.float32)).permute(2, 0, 1)[None] for k, v in
          (("color", color), ("albedo", albedo), ("emission", emission))}
-    target, fac, add = demodulate(t["color"], t["albedo"], t["emission"], r)
     assert (lit.sum(), (~lit).sum()) > (30, 0)
-    np.testing.assert_allclose(target[0].permute(1, 2, 0).numpy(), want, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(fac[0].permute(1, 2, 0).numpy(), want_factor, rtol=1e-6)
-    np.testing.assert_allclose(add[0].permute(1, 2, 0).numpy(), emission, rtol=1e-6)
+    if path == "torch":
+        target, fac, add = demodulate(t["color"], t["albedo"], t["emission"], r)
+        np.testing.assert_allclose(target[0].permute(1, 2, 0).numpy(), want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(fac[0].permute(1, 2, 0).numpy(), want_factor, rtol=1e-6)
+        np.testing.assert_allclose(add[0].permute(1, 2, 0).numpy(), emission, rtol=1e-6)
+        return
+    from vision.denoise.flnr_cpu import prepare
+
+    mirror = lambda a: np.ascontiguousarray(a[:, ::-1])  # noqa: E731 - the second image: emitters elsewhere
+    hwc = lambda *a: torch.from_numpy(np.stack(a).astype(np.float32)).permute(0, 3, 1, 2)  # noqa: E731
+    target, fac, add, mask, alb, em = prepare(hwc(color, mirror(color)), hwc(albedo, mirror(albedo)),
+                                              hwc(emission), r, ALBEDO_FLOOR)
+    # the second image: its own colour and albedo, the first one's emission
+    light2 = mirror(color) - emission
+    factor2 = np.where(mirror(albedo) >= ALBEDO_FLOOR, mirror(albedo), 1.0)
+    base2, want2 = light2 / factor2, (light2 / factor2).copy()
+    for y, x in zip(*np.nonzero(lit)):
+        win = np.s_[max(0, y - r):y + r + 1, max(0, x - r):x + r + 1]
+        free = ~lit[win]
+        want2[y, x] = base2[win][free].mean(0) if free.any() else 0.0
+    want_factor2 = np.where(lit[..., None] & (mirror(albedo) < ALBEDO_FLOOR), 0.0, factor2)
+    for i, (wt, wf, a) in enumerate(((want, want_factor, albedo), (want2, want_factor2, mirror(albedo)))):
+        np.testing.assert_allclose(target[i].permute(1, 2, 0).numpy(), wt, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(fac[i].permute(1, 2, 0).numpy(), wf, rtol=1e-6)
+        np.testing.assert_allclose(add[i].permute(1, 2, 0).numpy(), emission, rtol=1e-6)
+        np.testing.assert_allclose(em[i].permute(1, 2, 0).numpy(), emission, rtol=1e-6)
+        np.testing.assert_array_equal(mask[i, 0].numpy(), lit.astype(np.float32))
+        np.testing.assert_allclose(alb[i].permute(1, 2, 0).numpy(), a, rtol=1e-6)
+        assert alb.is_contiguous() and em.is_contiguous() and target.is_contiguous()
+    # no emission, no albedo: the colour as it is, factor 1, nothing to add, no mask
+    target, fac, add, mask, alb, em = prepare(hwc(color), None, None, r, ALBEDO_FLOOR)
+    np.testing.assert_allclose(target[0].permute(1, 2, 0).numpy(), color, rtol=1e-6)
+    assert alb is None and em is None and float(fac.min()) == float(fac.max()) == 1.0
+    assert not mask.any() and not add.any()
 
 
 def test_emitter_pixels_keep_their_emission(frames):

@@ -176,21 +176,29 @@ def demodulate(color: torch.Tensor, albedo: torch.Tensor | None, emission: torch
     target.div_(factor)
     mask = emitter_mask(emission, color) if mask is None else mask
     if mask is not None and bool(mask.any()):
-        from vision.kernels import box_filter
-
-        keep = 1 - mask
-        # the mean over emitter-free pixels is box(target keep) / box(keep): the window counts cancel, and the
-        # box filter costs O(1) per pixel (a 17 x 17 avg_pool2d cost 289 taps)
-        num = box_filter(target * keep, fill_radius)
-        den = box_filter(keep.expand(-1, 1, -1, -1).contiguous(), fill_radius)
-        if num.requires_grad:
-            fill = (num / den.clamp_min(1e-12)).masked_fill(den <= 0, 0.0)
-        else:
-            fill = num.div_(den.clamp_min(1e-12)).masked_fill_(den <= 0, 0.0)
-        hit = mask > 0
-        target = torch.where(hit, fill, target)
-        factor = factor.masked_fill(hit & (albedo < floor) if albedo is not None else hit, 0.0)
+        target, factor = fill_emitters(target, factor, albedo, mask, fill_radius, floor)
     return target, factor, add
+
+
+def fill_emitters(target: torch.Tensor, factor: torch.Tensor, albedo: torch.Tensor | None, mask: torch.Tensor,
+                  fill_radius: int, floor: float = ALBEDO_FLOOR) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`demodulate`'s last step: at the pixels of ``mask`` (1 = sees an emitter) the target becomes the mean
+    target of the emitter-free pixels within ``fill_radius``, and the factor 0 where the albedo is below
+    ``floor`` (or missing)."""
+    from vision.kernels import box_filter
+
+    keep = 1 - mask
+    # the mean over emitter-free pixels is box(target keep) / box(keep): the window counts cancel, and the
+    # box filter costs O(1) per pixel (a 17 x 17 avg_pool2d cost 289 taps)
+    num = box_filter(target * keep, fill_radius)
+    den = box_filter(keep.expand(-1, 1, -1, -1).contiguous(), fill_radius)
+    if num.requires_grad:
+        fill = (num / den.clamp_min(1e-12)).masked_fill(den <= 0, 0.0)
+    else:
+        fill = num.div_(den.clamp_min(1e-12)).masked_fill_(den <= 0, 0.0)
+    hit = mask > 0
+    target = torch.where(hit, fill, target)
+    return target, factor.masked_fill(hit & (albedo < floor) if albedo is not None else hit, 0.0)
 
 
 # --------------------------------------------------------------------------- guide features

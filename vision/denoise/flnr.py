@@ -489,7 +489,7 @@ class FLNR(nn.Module):
 
     def forward(self, color: torch.Tensor, guides: dict, radius: int | None = None, eps=None,
                 scale: int | None = None, stats=None, phase=None) -> torch.Tensor:
-        from vision.kernels import local_linear_apply, local_linear_fit
+        from vision.kernels import jit, local_linear_apply, local_linear_fit
 
         scale = self.scale if scale is None else int(scale)
         h, w = color.shape[-2:]
@@ -498,17 +498,25 @@ class FLNR(nn.Module):
         phase = check_phase(phase, u)
         # the signal in planar (B, C, H, W) layout: HWC arrays come in as channels-last views, and ops that
         # broadcast a (B, 1, H, W) mask or weight over their 3 interleaved channels run ~10x slower than on
-        # planes; the result goes back to the colour's layout at the end
+        # planes (on CPU float32 one numba pass reads them as they lie and writes the planes it needs); the
+        # result goes back to the colour's layout at the end
         result_layout = _layout(color)
-        color = color.contiguous()
-        albedo, emission = (None if v is None else v.contiguous() for v in (guides.get("albedo"), guides.get("emission")))
-        guides = dict(guides, albedo=albedo, emission=emission)
+        albedo, emission = guides.get("albedo"), guides.get("emission")
         radii = self.config["radii"] if radius is None else [int(radius)]
-        emission_lo = _sample_down(emission, u, phase)
-        mask = B.emitter_mask(emission_lo, color)
-        target, factor, add = B.demodulate(color, _sample_down(albedo, u, phase), emission_lo,
-                                           _fit_radius(FILL_RADIUS, u), mask=mask)
-        mask = torch.zeros_like(color[:, :1]) if mask is None else mask.expand(color.shape[0], -1, -1, -1)
+        if u == 1 and jit.enabled(color, *(v for v in (albedo, emission) if v is not None)):
+            from . import flnr_cpu  # one pass over the buffers as they lie: demodulation, mask, planes
+
+            target, factor, add, mask, albedo, emission = flnr_cpu.prepare(color, albedo, emission,
+                                                                           _fit_radius(FILL_RADIUS, u), B.ALBEDO_FLOOR)
+        else:
+            color = color.contiguous()
+            albedo, emission = (None if v is None else v.contiguous() for v in (albedo, emission))
+            emission_lo = _sample_down(emission, u, phase)
+            mask = B.emitter_mask(emission_lo, color)
+            target, factor, add = B.demodulate(color, _sample_down(albedo, u, phase), emission_lo,
+                                               _fit_radius(FILL_RADIUS, u), mask=mask)
+            mask = torch.zeros_like(color[:, :1]) if mask is None else mask.expand(color.shape[0], -1, -1, -1)
+        guides = dict(guides, albedo=albedo, emission=emission)
         if u > 1:
             t_full = F.interpolate(target, scale_factor=u, mode="nearest")[..., :hf, :wf]
             m_full = F.interpolate(mask, scale_factor=u, mode="nearest")[..., :hf, :wf]

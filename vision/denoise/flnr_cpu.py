@@ -141,6 +141,53 @@ def finish(fitted, factor, add, blend, albedo, has_albedo, gain, top, out):
             for x in range(W):
                 o[x] = res[x]
 
+
+@kernel("void(float32[:, :, :, :], float32[:, :, :, :], float32[:, :, :, :], boolean, boolean, float64, "
+        "float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], "
+        "float32[:, :, :, ::1], int64[::1])")
+def demodulate(color, albedo, emission, has_albedo, has_emission, floor, target, factor, mask, albedo_out,
+               emission_out, hits):
+    """:func:`vision.denoise.buffers.demodulate` before its emitter fill, in one pass over the buffers as they lie
+    (HWC arrays are strided planes): target = (colour - emission) / factor with factor = albedo where it is at
+    least ``floor``, else 1; mask = 1 where any emission channel > 0; ``hits[b H + y]`` counts row y's
+    emitter pixels. Also writes the albedo and the emission as planes (``albedo_out``, ``emission_out``; FLNR's
+    later stages read them so) when there are such. color (B, 3, H, W); albedo, emission (B or 1, 3, H, W)."""
+    B, C, H, W = color.shape
+    one, zero, fl = np.float32(1.0), np.float32(0.0), np.float32(floor)
+    for n in prange(B * H):
+        b = n // H
+        y = n - b * H
+        m = mask[b, 0, y]
+        for x in range(W):
+            m[x] = zero
+        for c in range(C):
+            src, t, f = color[b, c, y], target[b, c, y], factor[b, c, y]
+            for x in range(W):
+                t[x] = src[x]
+            if has_emission:
+                e, eo = emission[min(b, emission.shape[0] - 1), c, y], emission_out[b, c, y]
+                for x in range(W):
+                    v = e[x]
+                    eo[x] = v
+                    t[x] -= v
+                    if v > zero:
+                        m[x] = one
+            if has_albedo:
+                a, ao = albedo[min(b, albedo.shape[0] - 1), c, y], albedo_out[b, c, y]
+                for x in range(W):
+                    v = a[x]
+                    ao[x] = v
+                    g = v if v >= fl else one
+                    f[x] = g
+                    t[x] /= g
+            else:
+                for x in range(W):
+                    f[x] = one
+        count = 0
+        for x in range(W):
+            count += m[x] > zero
+        hits[n] = count
+
 def head(model, code: torch.Tensor, buffers: list, weight: torch.Tensor, bias: torch.Tensor, size, cell: int):
     """:func:`vision.denoise.flnr._head_bands` by :func:`guide_head`: (B, Q, H, W) learned guides."""
     b, width = code.shape[:2]
@@ -167,3 +214,24 @@ def finish_frame(model, fitted, factor, add, blend, albedo, out):
     albedo = _NONE if albedo is None else albedo.contiguous()
     finish(fitted, factor, add, blend, albedo, albedo is not _NONE, gain, top, out)
     return out
+
+
+def prepare(color: torch.Tensor, albedo, emission, fill_radius: int, floor: float):
+    """FLNR's demodulation on CPU float32 (colour at the guides' resolution) by :func:`demodulate`, then
+    :func:`~vision.denoise.buffers.fill_emitters` where there are emitter pixels: (target, factor, add, mask,
+    albedo, emission) with the last two as planes (or None)."""
+    from . import buffers as B
+
+    b, c, h, w = color.shape
+    target, factor = color.new_empty(b, c, h, w), color.new_empty(b, c, h, w)
+    mask = color.new_empty(b, 1, h, w)
+    albedo_p = None if albedo is None else color.new_empty(b, c, h, w)
+    emission_p = None if emission is None else color.new_empty(b, c, h, w)
+    hits = np.empty(b * h, np.int64)
+    demodulate(color, _NONE if albedo is None else albedo, _NONE if emission is None else emission,
+               albedo is not None, emission is not None, floor, target, factor, mask,
+               _NONE if albedo_p is None else albedo_p, _NONE if emission_p is None else emission_p, hits)
+    if hits.any():
+        target, factor = B.fill_emitters(target, factor, albedo_p, mask, fill_radius, floor)
+    add = torch.zeros_like(color) if emission_p is None else emission_p
+    return target, factor, add, mask, albedo_p, emission_p
