@@ -70,7 +70,11 @@ def kernel(signature: str):
             before = torch.get_num_threads()
             with _lock:
                 if not compiled:
-                    compiled.append(nb.njit(signature, parallel=True, cache=True, nogil=True)(fn))
+                    try:
+                        compiled.append(nb.njit(signature, parallel=True, cache=True, nogil=True)(fn))
+                    except RuntimeError:  # "cannot cache function": no writable cache location (a read-only
+                        # install and HOME); compile for this process only
+                        compiled.append(nb.njit(signature, parallel=True, nogil=True)(fn))
                 nb.set_num_threads(threads)
                 compiled[0](*arrays)
             if torch.get_num_threads() != before:  # numba's OpenMP layer can share torch's runtime, whose thread

@@ -298,6 +298,29 @@ def test_numba_paths_only_where_they_apply_and_from_several_threads_at_once(monk
         torch.testing.assert_close(g, ref, rtol=0, atol=0)
 
 
+def test_numba_kernels_compile_without_a_writable_cache(monkeypatch):
+    """Where numba finds no place to cache machine code (a read-only install and home), the kernels compile for
+    the process and still run."""
+    import numba.core.caching as caching
+    import numpy as np
+
+    from vision.kernels.jit import kernel
+
+    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # renamed across numba versions
+    monkeypatch.setattr(impl, "_locator_classes", [])
+
+    from numba import prange
+
+    @kernel("void(float32[::1], float32[::1])")
+    def double(x, out):
+        for i in prange(x.shape[0]):
+            out[i] = 2 * x[i]
+
+    x, out = torch.arange(5, dtype=torch.float32), torch.empty(5)
+    double(x, out)
+    np.testing.assert_array_equal(out.numpy(), 2 * np.arange(5))
+
+
 def test_modules(rng):
     f, p = t32(rng.random((1, 4, 16, 16))), t32(rng.random((1, 3, 16, 16)))
     fit, app = LocalLinearFit(radius=4, eps=1e-2, scale=2, border="reflect"), LocalLinearApply(scale=2)
