@@ -1,9 +1,9 @@
 """numba loops for the CPU float32 forward of local linear regression (see :mod:`vision.kernels.jit`).
 
-Same functions as the grid solve of :func:`torch_path.solve_band` and the apply of
-:func:`torch_path._apply_cells`, row by row: a row's systems (or its upsampled coefficients) stay in cache
-through every step instead of each step being a tensor op over the whole grid. The loops run over the
-pixels of a row innermost, so they vectorise.
+Same functions as the cell moments of :func:`torch_path.cell_moments` (s > 1), the grid solve of
+:func:`torch_path.solve_band` and the apply of :func:`torch_path._apply_cells`, row by row: a row's sums,
+systems or upsampled coefficients stay in cache through every step instead of each step being a tensor op
+over the whole grid. The loops run over the pixels of a row innermost, so they vectorise.
 """
 from __future__ import annotations
 
@@ -83,6 +83,64 @@ def solve_rows(X, eps, K, C, theta):
                 for x in range(w):
                     t[x] = yk[x]
                     bc[x] -= yk[x] * mk[x]
+
+
+@kernel("void(float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, ::1], float32[:, ::1], int64, "
+        "float32[:, :, :, ::1])")
+def cell_moments(f, p, cf, cp, s, X):
+    """X (B, NM, gh, gw) = the means over every s x s cell's real pixels of the moment channels of the centred
+    f - cf (B, K, H, W) and p - cp (B, C, H, W), in :class:`torch_path.Layout` order, as
+    :func:`torch_path.cell_moments`: per cell row, the centred rows and every product summed down the cell's
+    rows in row buffers, then across each cell's columns."""
+    B, K, H, W = f.shape
+    C, gh, gw, nm = p.shape[1], X.shape[2], X.shape[3], X.shape[1]
+    ff = K + C
+    fp = ff + K * (K + 1) // 2
+    for n in prange(B * gh):
+        b = n // gh
+        i = n - b * gh
+        z = np.empty((K + C, W), np.float32)
+        acc = np.zeros((nm, W), np.float32)
+        y1 = min(H, i * s + s)
+        for y in range(i * s, y1):
+            for k in range(K):
+                src, m, zk = f[b, k, y], cf[b, k], z[k]
+                for x in range(W):
+                    zk[x] = src[x] - m
+            for c in range(C):
+                src, m, zc = p[b, c, y], cp[b, c], z[K + c]
+                for x in range(W):
+                    zc[x] = src[x] - m
+            for k in range(K + C):
+                a, zk = acc[k], z[k]
+                for x in range(W):
+                    a[x] += zk[x]
+            for k in range(K):
+                zk = z[k]
+                for j in range(k + 1):
+                    a, zj = acc[ff + k * (k + 1) // 2 + j], z[j]
+                    for x in range(W):
+                        a[x] += zk[x] * zj[x]
+            for c in range(C):
+                zc = z[K + c]
+                for k in range(K):
+                    a, zk = acc[fp + c * K + k], z[k]
+                    for x in range(W):
+                        a[x] += zc[x] * zk[x]
+        rows = y1 - i * s
+        for m in range(nm):
+            a, o = acc[m], X[b, m, i]
+            if s == 2 and W == 2 * gw:  # FLNR's cells: pairs of columns, vectorised
+                inv = np.float32(1.0 / (rows * 2))
+                for j in range(gw):
+                    o[j] = (a[2 * j] + a[2 * j + 1]) * inv
+            else:
+                for j in range(gw):
+                    x0, x1 = j * s, min(W, j * s + s)
+                    t = np.float32(0.0)
+                    for x in range(x0, x1):
+                        t += a[x]
+                    o[j] = t / np.float32(rows * (x1 - x0))
 
 
 @njit(cache=True, inline="always")

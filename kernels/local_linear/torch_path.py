@@ -292,6 +292,12 @@ def cell_moments(f, p, cf, cp, s: int) -> torch.Tensor:
     B, K, H, W = f.shape
     C = p.shape[1]
     lay = layout(K, C)
+    if s > 1 and jit.enabled(f, p, cf, cp):  # (at s = 1 the products go straight into X: nothing to fuse)
+        from . import cpu_path
+
+        X = f.new_empty(B, lay.NM, *grid_shape(H, W, s))
+        cpu_path.cell_moments(f.contiguous(), p.contiguous(), cf.contiguous(), cp.contiguous(), s, X)
+        return X
     if s == 1:
         X = f.new_empty(B, lay.NM, H, W)
         fc, pc = X[:, :K], X[:, K:K + C]
