@@ -7,12 +7,12 @@ arithmetic, is the time. A numba loop does the whole stage per row while the row
 Every kernel (``kernels/local_linear/cpu_path.py``, ``vision/denoise/flnr_cpu.py``) has a PyTorch path beside
 it (what autograd, CUDA, float64 and half precision take), and the tests compare both to float64 references. ``VISION_NUMBA=0`` turns the numba paths off (read at every call).
 The kernels compile on first use (about 20 s for all of them, once: the machine code is cached next to their
-module). numba picks its threading layer (OpenMP where it can; ``NUMBA_THREADING_LAYER=workqueue`` is the
-fork-safe one, measured ~1.3x slower on FLNR here), and the kernels run on as many threads as torch's.
-Why numba's parallel loops and not serial loops on our own worker threads: its OpenMP layer shares torch's
-OpenMP runtime, so the kernels run on the threads torch's ops just used; Python threads running the same
-loops serially (they release the GIL) measured 1.23x slower end to end, competing with torch's OpenMP
-threads still spinning after their last op (they would compile in half the time).
+module), and run on as many threads as torch's. Threads: a fork-safe numba threading layer, TBB (the ``tbb``
+dependency; else numba's workqueue layer), unless ``NUMBA_THREADING_LAYER`` says otherwise. numba's GNU
+OpenMP layer was the fastest here (FLNR 0.62-0.64 of the PyTorch path's time, TBB 0.74-0.76, workqueue
+0.88-0.93), since it shares torch's OpenMP runtime and threads, but it terminates any process forked after
+it ran: a data loader's workers, a process pool. Serial loops on our own worker threads measured slower
+still than numba's parallel ones.
 """
 from __future__ import annotations
 
@@ -32,6 +32,10 @@ def _numba():
         import numba
     except Exception:  # not installed, or no wheel for this Python: the PyTorch paths run
         return None
+    if "NUMBA_THREADING_LAYER" not in os.environ:
+        # numba's GNU OpenMP layer terminates every process forked after it ran (data loader workers, process
+        # pools); "forksafe" takes TBB (a dependency) or else the workqueue layer
+        numba.config.THREADING_LAYER = "forksafe"
     return numba
 
 

@@ -298,6 +298,47 @@ def test_numba_paths_only_where_they_apply_and_from_several_threads_at_once(monk
         torch.testing.assert_close(g, ref, rtol=0, atol=0)
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_process_forked_after_the_cpu_kernels_can_run_them(rng):
+    """A child forked after the parent ran the numba loops and the worker pool (what a data loader's workers or
+    a process pool are) survives and gets the same numbers: numba's GNU OpenMP layer would terminate it, and
+    the inherited pool object has none of its threads. The child runs torch on one thread, as data loader
+    workers do (torch's own OpenMP is not fork-safe either)."""
+    import numba
+
+    from vision.kernels.local_linear import torch_path
+
+    f, p = t32(rng.random((1, 4, 48, 64))), t32(rng.random((1, 3, 48, 64)))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # the worker pool and numba's threads both start
+    try:
+        with torch.no_grad():
+            ref = local_linear_apply(f, local_linear_fit(f, p, 8, 1e-2, 4), 4)
+    finally:
+        torch.set_num_threads(before)
+    assert torch_path._pool is not None and numba.threading_layer() != "omp"
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only if it computed the same result
+        status = 1
+        try:
+            os.close(read)
+            torch.set_num_threads(1)
+            with torch.no_grad():
+                got = local_linear_apply(f, local_linear_fit(f, p, 8, 1e-2, 4), 4)
+            status = 0 if torch.equal(got, ref) and torch_path._pool is None else 2
+        finally:
+            os.write(write, bytes([status]))
+            os._exit(status)
+    os.close(write)
+    try:
+        assert os.read(read, 1) == bytes([0])
+    finally:
+        os.close(read)
+        _, code = os.waitpid(pid, 0)
+    assert os.WIFEXITED(code) and os.WEXITSTATUS(code) == 0
+
+
 def test_numba_kernels_compile_without_a_writable_cache(monkeypatch):
     """Where numba finds no place to cache machine code (a read-only install and home), the kernels compile for
     the process and still run."""

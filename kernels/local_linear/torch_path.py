@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -45,6 +46,16 @@ _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 _pool_lock = threading.Lock()
 _local = threading.local()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child inherits the pool object but none of its threads: work submitted to it would wait forever
+    (a data loader's workers, a multiprocessing pool). The child starts a pool of its own when it needs one."""
+    global _pool, _pool_size, _pool_lock
+    _pool, _pool_size, _pool_lock = None, 0, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _single_threaded():
