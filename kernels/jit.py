@@ -5,14 +5,14 @@ per step, and each op streams full planes through memory; on a 2-core machine th
 arithmetic, is the time. A numba loop does the whole stage per row while the row is in cache.
 
 Every kernel (``kernels/local_linear/cpu_path.py``, ``vision/denoise/flnr_cpu.py``) has a PyTorch path beside
-it (what autograd, CUDA, float64 and half precision take), and the tests compare both to float64 references. ``VISION_NUMBA=0`` turns the numba paths off (read at every call).
-The kernels compile on first use (about 20 s for all of them, once: the machine code is cached next to their
-module), and run on as many threads as torch's. Threads: a fork-safe numba threading layer, TBB (the ``tbb``
-dependency; else numba's workqueue layer), unless ``NUMBA_THREADING_LAYER`` says otherwise. numba's GNU
-OpenMP layer was the fastest here (FLNR 0.62-0.64 of the PyTorch path's time, TBB 0.74-0.76, workqueue
-0.88-0.93), since it shares torch's OpenMP runtime and threads, but it terminates any process forked after
-it ran: a data loader's workers, a process pool. Serial loops on our own worker threads measured slower
-still than numba's parallel ones.
+it (what autograd, CUDA, float64 and half precision take), and the tests compare both to float64 references.
+``VISION_NUMBA=0`` turns the numba paths off (read at every call). The kernels compile on first use (about
+20 s for all of them, once: the machine code is cached next to their module), and run on as many threads as
+torch's. Threads: a fork-safe numba threading layer, TBB (the ``tbb`` dependency; else numba's workqueue
+layer), unless ``NUMBA_THREADING_LAYER`` says otherwise. numba's GNU OpenMP layer was the fastest here (FLNR
+0.62-0.64 of the PyTorch path's time, TBB 0.74-0.76, workqueue 0.88-0.93), since it shares torch's OpenMP
+runtime and threads, but it terminates any process forked after it ran: a data loader's workers, a process
+pool. Serial loops on our own worker threads measured slower still than numba's parallel ones.
 """
 from __future__ import annotations
 

@@ -37,9 +37,10 @@ Cost: the 3 x 3 convolutions run at 1/64 of the pixels and below; per pixel ther
 (8 buffer channels -> 16 (8 in the bundled weights), plus the upsampled code, -> 4), one pass forming the
 cell moments of the Q guides and the signal (shared by the three radii; from 2 x 2 means with
 ``fit_down=2``, as bundled) and one apply. The fit's solves run on the cell grid. On CPU without autograd
-(inference) the guide head, the cell moments and the last steps run band by band of rows, so their
-intermediates (the hidden layer, the centred samples) stay in cache, and the bands go to
-``torch.get_num_threads()`` workers.
+(inference) the demodulation, the guide head, the cell moments, solves and apply and the last steps run row
+by row, so their intermediates (the hidden layer, the centred samples) stay in cache: numba loops in float32
+(:mod:`vision.denoise.flnr_cpu`, :mod:`vision.kernels.local_linear.cpu_path`), bands of rows on
+``torch.get_num_threads()`` workers otherwise.
 
 Weights: ``weights=None`` loads the bundled ``assets/weights/flnr.safetensors``; a path, a state dict
 (as :meth:`FLNR.state_dict` returns) or an :class:`FLNR` instance also work. The file's metadata holds the
@@ -57,6 +58,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from vision.kernels import jit
 
 from . import buffers as B
 from .flr import _area_down, _fit_radius, _full_size, _sample_down, _upsample_factor, check_phase, run_tiles
@@ -156,7 +159,6 @@ def _head_bands(model, code: torch.Tensor, buffers: list, weight: torch.Tensor, 
     (channels x pixels) product (one pass over the hidden layer instead of one per buffer, and BLAS runs
     these about 1.2x faster than the same products with the pixels as rows).
     """
-    from vision.kernels import jit
     from vision.kernels.local_linear import torch_path as tp
 
     if jit.enabled(code, weight, bias, *(v for v in buffers if v is not None)):
@@ -216,7 +218,6 @@ def _finish_bands(model, fitted, factor, add, blend, albedo, out):
     means stay in cache between these ten or so per-pixel steps instead of each one streaming full frames
     through memory (on 2 cores these stages were memory bound); bands go to the workers of
     :func:`vision.kernels.local_linear.torch_path.own_threads`."""
-    from vision.kernels import jit
     from vision.kernels.local_linear import torch_path as tp
 
     if jit.enabled(fitted, factor, add, blend, out, *(() if albedo is None else (albedo,))) and fitted.shape[1] == 3:
@@ -489,7 +490,7 @@ class FLNR(nn.Module):
 
     def forward(self, color: torch.Tensor, guides: dict, radius: int | None = None, eps=None,
                 scale: int | None = None, stats=None, phase=None) -> torch.Tensor:
-        from vision.kernels import jit, local_linear_apply, local_linear_fit
+        from vision.kernels import local_linear_apply, local_linear_fit
 
         scale = self.scale if scale is None else int(scale)
         h, w = color.shape[-2:]

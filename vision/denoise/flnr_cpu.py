@@ -8,9 +8,8 @@ stage reads its inputs and writes its output once. Imported only where numba is 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
-
 import torch
+from numba import njit, prange
 
 from vision.kernels.jit import kernel
 from vision.kernels.local_linear.cpu_path import cell_row, upsample_row
@@ -55,12 +54,14 @@ def guide_head(code, s, wT, normal, depth, ao, albedo, present, w2, b2, g):
             _copy_rows(feats, 4, ao, b, y, W)
         if present[3]:
             _copy_rows(feats, 5, albedo, b, y, W)
-        f0, f1, f2, f3, f4, f5, f6, f7 = feats[0], feats[1], feats[2], feats[3], feats[4], feats[5], feats[6], feats[7]
+        f0, f1, f2, f3, f4, f5, f6, f7 = (feats[0], feats[1], feats[2], feats[3], feats[4], feats[5], feats[6],
+                                          feats[7])
         wb = wT[min(b, wT.shape[0] - 1)]
         for u in range(width):
             h = hid[u]
             upsample_row(code[b, u, r0], code[b, u, r1], wy, s, row, h)
-            w0, w1, w2_, w3, w4, w5, w6, w7 = wb[u, 0], wb[u, 1], wb[u, 2], wb[u, 3], wb[u, 4], wb[u, 5], wb[u, 6], wb[u, 7]
+            w0, w1, w2_, w3, w4, w5, w6, w7 = (wb[u, 0], wb[u, 1], wb[u, 2], wb[u, 3], wb[u, 4], wb[u, 5], wb[u, 6],
+                                               wb[u, 7])
             for x in range(W):  # all eight channels in one pass over the hidden row
                 h[x] += (w0 * f0[x] + w1 * f1[x] + w2_ * f2[x] + w3 * f3[x]
                          + w4 * f4[x] + w5 * f5[x] + w6 * f6[x] + w7 * f7[x])
@@ -91,7 +92,8 @@ def guide_head(code, s, wT, normal, depth, ao, albedo, present, w2, b2, g):
                     out[x] += wa * ha[x]
 
 
-@kernel("void(float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], boolean, float64, float64, float32[:, :, :, :])")
+@kernel("void(float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], "
+        "float32[:, :, :, ::1], boolean, float64, float64, float32[:, :, :, :])")
 def finish(fitted, factor, add, blend, albedo, has_albedo, gain, top, out):
     """out = ``lerp(L, mean3(L), sigmoid(top) sigmoid(blend + gain contrast(albedo))) + add`` with the light
     L = ``max(fitted, 0) factor``: fitted, factor, add, out (B, 3, H, W), blend (B, 1, H, W), albedo
@@ -188,6 +190,7 @@ def demodulate(color, albedo, emission, has_albedo, has_emission, floor, target,
             count += m[x] > zero
         hits[n] = count
 
+
 def head(model, code: torch.Tensor, buffers: list, weight: torch.Tensor, bias: torch.Tensor, size, cell: int):
     """:func:`vision.denoise.flnr._head_bands` by :func:`guide_head`: (B, Q, H, W) learned guides."""
     b, width = code.shape[:2]
@@ -233,5 +236,5 @@ def prepare(color: torch.Tensor, albedo, emission, fill_radius: int, floor: floa
                _NONE if albedo_p is None else albedo_p, _NONE if emission_p is None else emission_p, hits)
     if hits.any():
         target, factor = B.fill_emitters(target, factor, albedo_p, mask, fill_radius, floor)
-    add = torch.zeros_like(color) if emission_p is None else emission_p
+    add = torch.zeros_like(target) if emission_p is None else emission_p  # planar, as the last steps read it
     return target, factor, add, mask, albedo_p, emission_p
