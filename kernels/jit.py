@@ -17,11 +17,15 @@ pool. Serial loops on our own worker threads measured slower still than numba's 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from functools import lru_cache
 
 import torch
 
+NOTICE_AFTER_S = 2.0  # a compilation still running after this long prints one notice per process (a cache load
+# takes well under a second; the first compile on a fresh install about 20 s in all)
+_noticed = threading.Event()
 _lock = threading.Lock()  # numba's workqueue layer must not be entered by two threads at once; with the others
 # concurrent kernels would only share the same cores
 
@@ -51,6 +55,28 @@ def enabled(*tensors: torch.Tensor) -> bool:
     return _numba() is not None
 
 
+def _notice() -> None:
+    if not _noticed.is_set():
+        _noticed.set()
+        print("vision: compiling the CPU kernels (first use after an install: about 20 s, once; the machine code "
+              "is cached)", file=sys.stderr, flush=True)
+
+
+def _compile(nb, fn, signature: str):
+    """``fn`` compiled (or loaded from numba's cache) for ``signature``; a notice on stderr when it takes long."""
+    timer = threading.Timer(NOTICE_AFTER_S, _notice)
+    timer.daemon = True
+    timer.start()
+    try:
+        try:
+            return nb.njit(signature, parallel=True, cache=True, nogil=True)(fn)
+        except RuntimeError:  # "cannot cache function": no writable cache location (a read-only install and
+            # HOME); compile for this process only
+            return nb.njit(signature, parallel=True, nogil=True)(fn)
+    finally:
+        timer.cancel()
+
+
 def kernel(signature: str):
     """Decorator: the function compiled as a parallel numba function (``numba.prange`` loops) for one
     ``signature`` (``"void(float32[:, ::1], ...)"``: ``::1`` marks C-contiguous axes, plain ``:`` any strides).
@@ -74,11 +100,7 @@ def kernel(signature: str):
             before = torch.get_num_threads()
             with _lock:
                 if not compiled:
-                    try:
-                        compiled.append(nb.njit(signature, parallel=True, cache=True, nogil=True)(fn))
-                    except RuntimeError:  # "cannot cache function": no writable cache location (a read-only
-                        # install and HOME); compile for this process only
-                        compiled.append(nb.njit(signature, parallel=True, nogil=True)(fn))
+                    compiled.append(_compile(nb, fn, signature))
                 nb.set_num_threads(threads)
                 compiled[0](*arrays)
             if torch.get_num_threads() != before:  # numba's OpenMP layer can share torch's runtime, whose thread

@@ -362,6 +362,54 @@ def test_numba_kernels_compile_without_a_writable_cache(monkeypatch):
     np.testing.assert_array_equal(out.numpy(), 2 * np.arange(5))
 
 
+def test_slow_numba_compilation_prints_one_notice(monkeypatch, capfd):
+    """A compilation that takes longer than NOTICE_AFTER_S says so once on stderr (a fresh install compiles for
+    about 20 s at the first call); a fast one (a cache load) says nothing."""
+    import time
+
+    import numba
+    from numba import prange
+
+    from vision.kernels import jit
+
+    real = numba.njit
+
+    def slow_njit(*args, **kwargs):
+        time.sleep(0.3)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(jit, "NOTICE_AFTER_S", 0.05)
+    monkeypatch.setattr(numba, "njit", slow_njit)
+    was = jit._noticed.is_set()
+    jit._noticed.clear()
+    try:
+        kernels = []
+        for factor in (3, 4):
+            @jit.kernel("void(float32[::1], float32[::1])")
+            def scale(x, out):
+                for i in prange(x.shape[0]):
+                    out[i] = factor * x[i]
+            kernels.append(scale)
+        x, out = torch.arange(5, dtype=torch.float32), torch.empty(5)
+        for k in kernels:
+            k(x, out)
+        err = capfd.readouterr().err
+        assert err.count("compiling the CPU kernels") == 1
+        monkeypatch.setattr(numba, "njit", real)
+        monkeypatch.setattr(jit, "NOTICE_AFTER_S", 5.0)
+        jit._noticed.clear()
+
+        @jit.kernel("void(float32[::1], float32[::1])")
+        def quick(x, out):
+            for i in prange(x.shape[0]):
+                out[i] = x[i] + 1
+        quick(x, out)
+        assert "compiling" not in capfd.readouterr().err
+        np.testing.assert_array_equal(out.numpy(), np.arange(5) + 1)
+    finally:
+        jit._noticed.set() if was else jit._noticed.clear()
+
+
 def test_modules(rng):
     f, p = t32(rng.random((1, 4, 16, 16))), t32(rng.random((1, 3, 16, 16)))
     fit, app = LocalLinearFit(radius=4, eps=1e-2, scale=2, border="reflect"), LocalLinearApply(scale=2)
