@@ -49,6 +49,8 @@ EPILOG = """\
 examples:
   vision bench denoise                          # the bundled scenes (3 scenes x 2 frames, 128x128)
   vision bench denoise --data data/scenes --split test --json bench-denoise.json
+  vision render-scenes --out data/test --count 24 --size 128 --spp-ref 2048 --noisy-seeds 2 --seed 101
+  vision bench denoise --data data/test         # 24 scenes no model has seen (BENCHMARKS.md: +2.57 dB FLNR - FLR)
   vision bench denoise --no-oidn --radius 6
   vision bench denoise --time-size 1280x720 --threads 2       # also CPU time per 1280x720 frame (ratios)
   vision bench denoise --no-oidn --cuda-size 1920x1080 --repeat 20   # also GPU time per 1920x1080 frame
