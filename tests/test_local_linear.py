@@ -384,15 +384,16 @@ def test_slow_numba_compilation_prints_one_notice(monkeypatch, capfd):
     jit._noticed.clear()
     try:
         kernels = []
-        for factor in (3, 4):
+        for _ in range(2):  # two kernels, each compiled slowly at its first call
             @jit.kernel("void(float32[::1], float32[::1])")
-            def scale(x, out):
+            def triple(x, out):
                 for i in prange(x.shape[0]):
-                    out[i] = factor * x[i]
-            kernels.append(scale)
+                    out[i] = 3 * x[i]
+            kernels.append(triple)
         x, out = torch.arange(5, dtype=torch.float32), torch.empty(5)
         for k in kernels:
             k(x, out)
+            np.testing.assert_array_equal(out.numpy(), 3 * np.arange(5))
         err = capfd.readouterr().err
         assert err.count("compiling the CPU kernels") == 1
         monkeypatch.setattr(numba, "njit", real)
@@ -407,7 +408,10 @@ def test_slow_numba_compilation_prints_one_notice(monkeypatch, capfd):
         assert "compiling" not in capfd.readouterr().err
         np.testing.assert_array_equal(out.numpy(), np.arange(5) + 1)
     finally:
-        jit._noticed.set() if was else jit._noticed.clear()
+        if was:
+            jit._noticed.set()
+        else:
+            jit._noticed.clear()
 
 
 def test_modules(rng):

@@ -214,8 +214,8 @@ def finish_frame(model, fitted, factor, add, blend, albedo, out):
     top = float(torch.sigmoid(model.blend_max.detach()))
     # contiguous inputs (copies only for batches that broadcast a buffer), the output in any layout
     fitted, factor, add, blend = (t.contiguous() for t in (fitted, factor, add, blend))
-    albedo = _NONE if albedo is None else albedo.contiguous()
-    finish(fitted, factor, add, blend, albedo, albedo is not _NONE, gain, top, out)
+    has_albedo = albedo is not None
+    finish(fitted, factor, add, blend, albedo.contiguous() if has_albedo else _NONE, has_albedo, gain, top, out)
     return out
 
 
