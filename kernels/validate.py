@@ -5,6 +5,8 @@ import math
 
 import torch
 
+from .runtime import data_checks
+
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
@@ -22,17 +24,21 @@ def check_image(x, name: str, channels: tuple[int, ...] | None = None) -> torch.
     return x
 
 
-def check_finite(x: torch.Tensor, name: str) -> None:
-    """Raise a ValueError naming ``name`` if ``x`` holds NaN or Inf."""
-    check_all_finite((x, name))
+def check_finite(x: torch.Tensor, name: str, backend: str = "torch") -> None:
+    """Raise a ValueError naming ``name`` if ``x`` holds NaN or Inf (when ``runtime.data_checks(backend)``)."""
+    check_all_finite((x, name), backend=backend)
 
 
-def check_all_finite(*named: tuple[torch.Tensor, str]) -> None:
+def check_all_finite(*named: tuple[torch.Tensor, str], backend: str = "torch") -> None:
     """Raise if any of the (tensor, name) pairs holds NaN or Inf.
 
-    One reduction per tensor and a single host synchronisation in the common (finite) case: a sum is
-    finite unless an element is NaN/Inf (or the float32 sum overflows, which the exact check settles).
+    Reads tensor data, so it runs only where ``runtime.data_checks(backend)`` says (by default not on the Triton
+    path, which never synchronises with the host). One reduction per tensor and a single host synchronisation
+    in the common (finite) case: a sum is finite unless an element is NaN/Inf (or the float32 sum overflows,
+    which the exact check settles).
     """
+    if not data_checks(backend):
+        return
     total = sum(x.sum(dtype=torch.float32) for x, _ in named)
     if bool(torch.isfinite(total)):
         return
@@ -59,8 +65,11 @@ def check_scale(scale) -> int:
     return scale
 
 
-def check_eps(eps, batch: int, device) -> torch.Tensor:
-    """eps as a float32 tensor of shape (B,): a positive float or a per-batch tensor."""
+def check_eps(eps, batch: int, device, backend: str = "torch") -> torch.Tensor:
+    """eps as a float32 tensor of shape (B,): a positive float or a per-batch tensor.
+
+    A float is checked on the host (no sync); a tensor's values only where ``runtime.data_checks(backend)``.
+    """
     if isinstance(eps, torch.Tensor):
         t = eps.to(device=device, dtype=torch.float32)
         if t.dim() > 1 or t.numel() not in (1, batch):
@@ -73,7 +82,11 @@ def check_eps(eps, batch: int, device) -> torch.Tensor:
             raise ValueError(f"eps must be a float or a tensor, got {eps!r}") from None
         if not math.isfinite(value):
             raise ValueError(f"eps must be finite, got {value}")
-        t = torch.full((batch,), value, device=device, dtype=torch.float32)
+        if not value > 0:
+            raise ValueError(f"eps must be positive and finite (it regularises flat windows), got {value}")
+        return torch.full((batch,), value, device=device, dtype=torch.float32)
+    if not data_checks(backend):
+        return t
     if not bool(torch.isfinite(t).all()) or bool((t <= 0).any()):
         raise ValueError(f"eps must be positive and finite (it regularises flat windows), got {t.tolist()}")
     return t

@@ -1,0 +1,60 @@
+"""Every runtime switch of the kernels in one place: an environment variable, a setter and a context manager each.
+
+| switch | env var | values | default |
+|---|---|---|---|
+| input checks that read tensor data (NaN/Inf, eps > 0 of a tensor eps) | ``VISION_CHECKS`` | ``auto``, ``on``, ``off`` | ``auto`` |
+
+``auto`` runs the data checks on the PyTorch path (a CPU tensor costs nothing to read) and skips them on the
+Triton path, where reading a device tensor on the host would stall the GPU once per call and break CUDA graph
+capture: the Triton path never synchronises with the host. ``on`` runs them everywhere (one sync per call on
+CUDA), ``off`` nowhere. Shape, dtype and argument checks always run: they read no tensor data.
+
+Example::
+
+    from vision.kernels import runtime
+    runtime.set_checks("on")              # for the whole process
+    with runtime.checks("off"):           # or for a block
+        ...
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+
+CHECK_MODES = ("auto", "on", "off")
+_checks_forced: list[str] = []
+
+
+def _check_mode(value: str) -> str:
+    value = value.strip().lower() or "auto"
+    if value not in CHECK_MODES:
+        raise ValueError(f"VISION_CHECKS must be one of {CHECK_MODES}, got {value!r}")
+    return value
+
+
+def checks_mode() -> str:
+    """The current data-check mode: the innermost ``checks()`` block, else ``set_checks``, else ``VISION_CHECKS``."""
+    if _checks_forced:
+        return _checks_forced[-1]
+    return _check_mode(os.environ.get("VISION_CHECKS", "auto"))
+
+
+def data_checks(backend: str) -> bool:
+    """Whether an op running on ``backend`` ("torch" or "triton") reads its inputs' values to check them."""
+    mode = checks_mode()
+    return mode == "on" or (mode == "auto" and backend != "triton")
+
+
+def set_checks(mode: str) -> None:
+    """Set the data-check mode for the process (overrides ``VISION_CHECKS``)."""
+    os.environ["VISION_CHECKS"] = _check_mode(mode)
+
+
+@contextlib.contextmanager
+def checks(mode: str):
+    """Data-check mode inside a ``with`` block."""
+    _checks_forced.append(_check_mode(mode))
+    try:
+        yield
+    finally:
+        _checks_forced.pop()
