@@ -5,13 +5,6 @@ must be set before any kernel module is decorated, so it is set here, before ``v
 imported by any test module. Keep interpreted inputs at 128 x 128 or less (cost grows with programs x ops).
 """
 import os
-import sys
-
-# `python3 -m pytest` puts the working directory (the repository root) first on sys.path, where our source
-# folders kernels/ and pipelines/ (installed as vision.kernels / vision.pipelines) would shadow installed
-# packages of the same top-level name: transformers imports Hugging Face's `kernels` package, and found ours.
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _ROOT]
 
 import torch  # noqa: E402
 
@@ -40,7 +33,7 @@ def rng():
 @pytest.fixture(params=["torch", "triton"])
 def backend(request, monkeypatch):
     """Run a test once per backend; the Triton one in the interpreter when there is no GPU."""
-    from vision.kernels.dispatch import triton_available
+    from vision.kernels.runtime import triton_available
 
     if request.param == "triton" and not triton_available():
         pytest.skip("triton does not import here")
