@@ -18,6 +18,6 @@ package_dir["vision.assets"] = "assets"
 setup(
     packages=packages,
     package_dir=package_dir,
-    package_data={"vision.assets": ["*", "**/*"]},
+    package_data={"vision.assets": ["*", "**/*"], "vision": ["py.typed"]},
     include_package_data=False,
 )

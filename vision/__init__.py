@@ -1,10 +1,13 @@
 """locallinear-vision: the local linear model of the guided filter, as fast operators and the tools built on them.
 
 Keep this module small: Python runs it before any ``vision.kernels`` import. It re-exports the public
-names and registers the backbones into timm; nothing here may import diffusers.
+names lazily and arranges for the backbones to register into timm when timm is imported (``_timm_hook``);
+nothing here may import timm, diffusers or transformers.
 """
 __version__ = "0.1.0"
-from . import backbones  # noqa: E402,F401  registers the ViG family into timm
+from ._timm_hook import install as _install_timm_hook  # noqa: E402
+
+_install_timm_hook()
 
 # name -> module, imported on first access (PEP 562) so that `import vision` stays light
 _LAZY = {"StructurePreservationLoss": "vision.losses", "ColorPreservationLoss": "vision.losses",
@@ -17,3 +20,10 @@ def __getattr__(name):
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'vision' has no attribute {name!r}")
+
+
+__all__ = sorted(_LAZY)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
