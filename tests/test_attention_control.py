@@ -17,8 +17,8 @@ from diffusers.models.attention_processor import AttnProcessor  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))
 import tiny_diffusers as tiny  # noqa: E402
 
-from vision.pipelines.masks import _StoreCrossAttention  # noqa: E402
-from vision.pipelines.structure_preserving_edit import attention_control as ac  # noqa: E402
+from vision.pipelines.editing.masks import _StoreCrossAttention  # noqa: E402
+from vision.pipelines.editing import attention_control as ac  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +180,7 @@ def test_processors_are_restored_after_an_error(pipe):
 
 # ----------------------------------------------------------------------------- SPL mask refinement
 def test_refine_attention_map_adaptive_threshold_and_gamma():
-    from vision.pipelines.masks import refine_attention_map
+    from vision.pipelines.editing.masks import refine_attention_map
 
     g = torch.Generator().manual_seed(0)
     rough = 0.2 + 0.05 * torch.rand(2, 1, 16, 16, generator=g)  # a weak background ...
@@ -209,7 +209,7 @@ def test_refine_attention_map_adaptive_threshold_and_gamma():
 
 def test_attention_mask_with_otsu_from_the_edit_pipeline(pipe):
     """The mask dry run of the edit pipeline stores the controlled cross-attention; Otsu + gamma refine it."""
-    from vision.pipelines.masks import attention_mask
+    from vision.pipelines.editing.masks import attention_mask
 
     src = tiny.source_image()
     m = attention_mask(pipe, ["dog"], prompt="a blue dog", guide_image=src, image=src, source_prompt="a red cat",

@@ -12,7 +12,7 @@ import torch
 
 from vision.kernels import box_filter, guided_filter, local_linear_apply, local_linear_fit, structure_loss
 from vision.kernels.box.reference import box_filter_reference
-from vision.kernels.dispatch import use_backend
+from vision.kernels.runtime import use_backend
 from vision.kernels.guided.reference import guided_filter_reference
 from vision.kernels.local_linear.reference import local_linear_apply_reference, local_linear_fit_reference
 from vision.kernels.spl.reference import structure_loss_grad_reference, structure_loss_reference
@@ -25,7 +25,7 @@ pytestmark = [] if ON_CPU else pytest.mark.cuda
 def dev(monkeypatch):
     """The GPU, or with VISION_TEST_DEVICE=cpu the CPU with the Triton kernels interpreted."""
     if ON_CPU:
-        from vision.kernels.dispatch import interpreting
+        from vision.kernels.runtime import interpreting
 
         if not interpreting():
             pytest.skip("VISION_TEST_DEVICE=cpu needs TRITON_INTERPRET=1 (tests/conftest.py sets it without CUDA)")

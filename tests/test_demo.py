@@ -7,7 +7,7 @@ import torch
 from vision.bundled import asset_path
 from vision.figures import side_by_side
 from vision.io import read_image
-from vision.pipelines import demo_guided_filter as section
+from vision.pipelines.demos import guided_filter as section
 from vision.pipelines.bench.peers import cumsum_guided_filter_color
 from vision.pipelines.cli import main
 

@@ -9,7 +9,7 @@ from vision.data import read_exr, read_frame, write_exr, write_frame
 from vision.data.exr import read_exr_header
 from vision.denoise import metrics as M
 from vision.pipelines.cli import main
-from vision.pipelines.denoise_cli import expand_frames, parse_shard, shard
+from vision.pipelines.cli.denoise import expand_frames, parse_shard, shard
 
 SCENE = "scene_00001"
 
@@ -204,7 +204,7 @@ def test_failed_write_leaves_no_partial_output(seq, tmp_path, monkeypatch):
 
 def test_demo_section_writes_a_comparison(tmp_path):
     from vision.io import read_image
-    from vision.pipelines import demo_denoise
+    from vision.pipelines.demos import denoise as demo_denoise
 
     written = demo_denoise.run(tmp_path, "cpu")
     assert len(written) == 2 * len(demo_denoise.SCENES) and all(p.is_file() for p in written)

@@ -67,7 +67,7 @@ def test_working_size_edits_small_and_post_processes_full(tmp_path, tiny_model):
     from diffusers import StableDiffusionImg2ImgPipeline
 
     from vision.kernels import structure_loss
-    from vision.pipelines.edit_cli import edit
+    from vision.pipelines.cli.edit import edit
 
     pipe = StableDiffusionImg2ImgPipeline.from_pretrained(tiny_model, local_files_only=True, safety_checker=None,
                                                           requires_safety_checker=False)
@@ -93,7 +93,7 @@ def test_working_size_edits_small_and_post_processes_full(tmp_path, tiny_model):
 def test_importing_vision_pipelines_does_not_import_diffusers():
     import subprocess
 
-    code = ("import sys, vision, vision.pipelines, vision.pipelines.spl_guidance, vision.pipelines.edit_cli; "
+    code = ("import sys, vision, vision.pipelines, vision.pipelines.editing.spl_guidance, vision.pipelines.cli.edit; "
             "assert 'diffusers' not in sys.modules, 'diffusers imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -118,7 +118,7 @@ def test_edit_with_mask_words(tmp_path, tiny_model):
 def test_edit_with_source_prompt_drives_the_edit_pipeline(tmp_path, tiny_model, capsys, monkeypatch):
     """--source-prompt: StructurePreservingEditPipeline from the saved img2img folder (its scheduler
     replaced by LCM), odd RGBA input, mask words of the source prompt, LocalBlend words of both."""
-    from vision.pipelines.structure_preserving_edit import StructurePreservingEditPipeline
+    from vision.pipelines.editing import StructurePreservingEditPipeline
 
     calls = []
     orig = StructurePreservingEditPipeline.__call__

@@ -14,7 +14,7 @@ import torch
 
 from vision.bundled import asset_path
 from vision.data.dense import DenseSamples
-from vision.pipelines.dense_model import DenseConfig, build_model, load_run, lora_targets, predict_raw
+from vision.pipelines.training.dense_model import DenseConfig, build_model, load_run, lora_targets, predict_raw
 
 TINY = dict(depth=4, embed_dim=32, num_heads=2)
 
@@ -111,7 +111,7 @@ def test_lora_freezes_backbone_and_adapts_every_projection():
                                                     ("dpt", 0, {})])
 def test_train_then_reload_gives_bit_identical_predictions(tmp_path, head, lora, head_kwargs, one_thread):
     from vision.dense import TASKS
-    from vision.pipelines.finetune import train
+    from vision.pipelines.training.finetune import train
 
     data = Crop("camnormal")
     cfg = tiny_cfg(task="normals", head=head, lora_rank=lora, epochs=2, head_kwargs=head_kwargs)
@@ -134,7 +134,7 @@ def test_train_then_reload_gives_bit_identical_predictions(tmp_path, head, lora,
     again, _ = load_run(tmp_path / "run")
     assert torch.equal(first, predict_raw(again, TASKS["normals"], x))
     # and the metrics the run logged are those of the saved weights
-    from vision.pipelines.finetune import evaluate
+    from vision.pipelines.training.finetune import evaluate
 
     metrics, _ = evaluate(again, TASKS["normals"], data, tta=cfg.tta)
     best = min(history, key=lambda r: (r["mean_angle"], r["epoch"]))  # the best validation epoch is what is kept
@@ -143,7 +143,7 @@ def test_train_then_reload_gives_bit_identical_predictions(tmp_path, head, lora,
 
 
 def test_resume_continues_from_the_last_epoch(tmp_path, one_thread):
-    from vision.pipelines.finetune import train
+    from vision.pipelines.training.finetune import train
 
     data = Crop("depth")
     train(tiny_cfg(epochs=1), tmp_path, train_set=data, val_set=data, progress=False, log=lambda *a: None)
@@ -185,7 +185,7 @@ def test_bad_config_errors():
     with pytest.raises(ValueError, match=r"head arguments \['patch_size'\] are set by the backbone"):
         build_model(tiny_cfg(head_kwargs={"patch_size": 8}))
     assert build_model(tiny_cfg(head="local-linear", head_kwargs={"cells": 4})).head.cells == 4
-    from vision.pipelines.finetune import task_of
+    from vision.pipelines.training.finetune import task_of
 
     with pytest.raises(ValueError, match=r"\['weight'\] are not settings of the depth task; it has gradient_weight"):
         task_of(tiny_cfg(task_kwargs={"weight": 1.0}))
@@ -288,8 +288,8 @@ torch.set_num_threads(1)
 from accelerate import PartialState
 from safetensors.torch import save_file
 from test_finetune import Crop, tiny_cfg
-import vision.pipelines.finetune as ft
-from vision.pipelines.dense_model import trainable_state
+import vision.pipelines.training.finetune as ft
+from vision.pipelines.training.dense_model import trainable_state
 
 state = PartialState(cpu=True)
 steps = {{"n": 0}}
@@ -336,7 +336,7 @@ def test_edge_band_by_hand():
 
 def test_cli_evaluate_reports_edge_band_and_refinement(tmp_path, capsys, one_thread):
     from vision.pipelines.cli import main
-    from vision.pipelines.finetune import train
+    from vision.pipelines.training.finetune import train
 
     data = Crop("depth")
     train(tiny_cfg(epochs=1), tmp_path / "run", train_set=data, val_set=data, progress=False, log=lambda *a: None)
@@ -352,8 +352,8 @@ def test_cli_evaluate_reports_edge_band_and_refinement(tmp_path, capsys, one_thr
     from vision.data.dense import DenseSamples
     from vision.dense import TASKS, depth_metrics, median_scale
     from vision.dense.edges import edge_band
-    from vision.pipelines.dense_model import load_run
-    from vision.pipelines.finetune import predict_samples, stacked_targets
+    from vision.pipelines.training.dense_model import load_run
+    from vision.pipelines.training.finetune import predict_samples, stacked_targets
 
     assert main(["evaluate", str(tmp_path / "run"), "--data", str(asset_path("scenes")), "--split", "all",
                  "--median-scale", "--json", str(out)]) == 0
@@ -374,7 +374,7 @@ def test_cli_evaluate_reports_edge_band_and_refinement(tmp_path, capsys, one_thr
 def test_demo_dense_section_beats_the_training_mean(tmp_path):
     """The bundled small runs load through load_run and beat predicting the mean on a held-out bundled scene."""
     from vision.dense import TASKS
-    from vision.pipelines import demo_dense
+    from vision.pipelines.demos import dense as demo_dense
 
     written = demo_dense.run(tmp_path, "cpu")
     assert [p.name for p in written] == [f"{s}_dense.png" for s in demo_dense.SCENES]

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from vision.kernels import gla, gla_bidirectional
-from vision.kernels.dispatch import use_backend
+from vision.kernels.runtime import use_backend
 from vision.kernels.gla import chunk_gla_torch, fla_available, naive_recurrent_gla
 from vision.kernels.gla.chunked import chunk_gla_scan
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from vision.kernels import LocalLinearApply, LocalLinearFit, guided_filter, local_linear_apply, local_linear_fit
-from vision.kernels.dispatch import use_backend
+from vision.kernels.runtime import use_backend
 from vision.kernels.guided.reference import guided_filter_reference
 from vision.kernels.local_linear.reference import (local_linear_apply_reference, local_linear_fit_reference,
                                                    upsample_cells, window_weights)
@@ -33,8 +33,8 @@ def one_thread():
 def backend(request, monkeypatch):
     """Each path: PyTorch, PyTorch with the numba loops of the CPU float32 solve and apply
     (vision.kernels.local_linear.cpu_path), and Triton (in the interpreter when there is no GPU)."""
-    from vision.kernels import jit
-    from vision.kernels.dispatch import triton_available
+    from vision.kernels.runtime import jit
+    from vision.kernels.runtime import triton_available
 
     if request.param == "triton" and not triton_available():
         pytest.skip("triton does not import here")
@@ -266,7 +266,7 @@ def test_numba_paths_only_where_they_apply_and_from_several_threads_at_once(monk
     process) get the single-threaded answers."""
     import threading
 
-    from vision.kernels import jit
+    from vision.kernels.runtime import jit
 
     x = torch.zeros(2)
     assert jit.enabled(x) and not jit.enabled(x.double()) and not jit.enabled(x.half())
@@ -306,7 +306,7 @@ def test_a_process_forked_after_the_cpu_kernels_can_run_them(rng):
     workers do (torch's own OpenMP is not fork-safe either)."""
     import numba
 
-    from vision.kernels.local_linear import torch_path
+    from vision.kernels.runtime import threads
 
     f, p = t32(rng.random((1, 4, 48, 64))), t32(rng.random((1, 3, 48, 64)))
     before = torch.get_num_threads()
@@ -316,7 +316,7 @@ def test_a_process_forked_after_the_cpu_kernels_can_run_them(rng):
             ref = local_linear_apply(f, local_linear_fit(f, p, 8, 1e-2, 4), 4)
     finally:
         torch.set_num_threads(before)
-    assert torch_path._pool is not None and numba.threading_layer() != "omp"
+    assert threads._pool is not None and numba.threading_layer() != "omp"
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: exit status 0 only if it computed the same result
@@ -326,7 +326,7 @@ def test_a_process_forked_after_the_cpu_kernels_can_run_them(rng):
             torch.set_num_threads(1)
             with torch.no_grad():
                 got = local_linear_apply(f, local_linear_fit(f, p, 8, 1e-2, 4), 4)
-            status = 0 if torch.equal(got, ref) and torch_path._pool is None else 2
+            status = 0 if torch.equal(got, ref) and threads._pool is None else 2
         finally:
             os.write(write, bytes([status]))
             os._exit(status)
@@ -345,7 +345,7 @@ def test_numba_kernels_compile_without_a_writable_cache(monkeypatch):
     import numba.core.caching as caching
     import numpy as np
 
-    from vision.kernels.jit import kernel
+    from vision.kernels.runtime.jit import kernel
 
     impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # renamed across numba versions
     monkeypatch.setattr(impl, "_locator_classes", [])
@@ -370,7 +370,7 @@ def test_slow_numba_compilation_prints_one_notice(monkeypatch, capfd):
     import numba
     from numba import prange
 
-    from vision.kernels import jit
+    from vision.kernels.runtime import jit
 
     real = numba.njit
 
@@ -508,7 +508,7 @@ def test_float32_gradients_match_autograd_of_plain_implementation(backend, scale
 @pytest.mark.parametrize("border", ["reflect", "symmetric"])
 def test_triton_gradients_match_torch_path(border):
     """The Triton backward (interpreter, float32) against the gradchecked float64 PyTorch path, padded borders."""
-    from vision.kernels.dispatch import triton_available
+    from vision.kernels.runtime import triton_available
 
     if not triton_available():
         pytest.skip("triton does not import here")

@@ -105,7 +105,7 @@ def test_optimisation_equals_an_sgd_loop_on_the_public_losses(rng):
 
 
 def test_restore_runs_the_same_on_the_triton_kernels(rng):
-    from vision.kernels.dispatch import triton_available, use_backend
+    from vision.kernels.runtime import triton_available, use_backend
 
     if not triton_available():
         pytest.skip("triton does not import here")
@@ -272,7 +272,7 @@ def test_cli_help_has_an_example(capsys):
 
 
 def test_demo_section(tmp_path, monkeypatch):
-    from vision.pipelines import demo_spl
+    from vision.pipelines.demos import spl as demo_spl
 
     monkeypatch.setattr(demo_spl, "STEPS", 20)  # +3.6 dB at 20 steps, +4.2 dB at the default 100
     written = demo_spl.run(tmp_path, "cpu")

@@ -224,7 +224,7 @@ def test_triton_kernels_match_reference(rng, backend, case):
 
 
 def test_triton_path_is_the_one_that_ran(monkeypatch):
-    from vision.kernels.dispatch import triton_available
+    from vision.kernels.runtime import triton_available
     from vision.kernels.spl import triton_path
 
     if not triton_available():

@@ -31,8 +31,8 @@ from vision.kernels import structure_loss  # noqa: E402
 from vision.pipelines import (  # noqa: E402
     SPLGuidanceCallback, disable_structure_preservation, enable_structure_preservation,
 )
-from vision.pipelines.masks import load_mask  # noqa: E402
-from vision.pipelines.spl_guidance import x0_coefficients  # noqa: E402
+from vision.pipelines.editing.masks import load_mask  # noqa: E402
+from vision.pipelines.editing.spl_guidance import x0_coefficients  # noqa: E402
 
 diffusers.utils.logging.set_verbosity_error()
 GUIDE = dict(start=0.3, steps_per_guidance=30)  # the last 2 of the 3 steps run
@@ -282,7 +282,7 @@ def test_structure_preserving_edit_pipeline():
 def test_structure_preserving_edit_loading(tmp_path):
     from diffusers import DiffusionPipeline
 
-    import vision.pipelines.structure_preserving_edit as pkg
+    import vision.pipelines.editing as pkg
     from vision.pipelines import StructurePreservingEditPipeline
 
     pipe, src = _edit_pipe(), tiny.source_image()
@@ -302,7 +302,7 @@ def test_structure_preserving_edit_loading(tmp_path):
 
 # ----------------------------------------------------------------------------- masks from cross-attention
 def test_attention_masks_follow_the_words():
-    from vision.pipelines.masks import attention_mask, word_token_indices
+    from vision.pipelines.editing.masks import attention_mask, word_token_indices
 
     pipe, src = _pipe("sd-ddim-eps"), tiny.source_image()
     assert word_token_indices(pipe.tokenizer, "a red cat", ["cat"]) == [3]
@@ -328,7 +328,7 @@ def test_attention_masks_follow_the_words():
 
 
 def test_guided_upsampling_snaps_the_mask_to_image_edges():
-    from vision.pipelines.masks import upsample_mask
+    from vision.pipelines.editing.masks import upsample_mask
 
     image = torch.zeros(1, 3, 64, 64)
     image[..., :, :29] = 1.0  # an edge at column 29, off the rough grid's cell boundary (32)

@@ -18,6 +18,7 @@ BENCHES = {
     "edit": "vision.pipelines.bench.edit",
     "denoise": "vision.pipelines.bench.denoise",
     "dense-head": "vision.pipelines.bench.dense_head",
+    "gpu": "vision.pipelines.bench.gpu",
 }
 
 

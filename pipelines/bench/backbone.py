@@ -195,7 +195,7 @@ def _print_models(rows: list[dict], size: int, batch: int) -> None:
 def bench_gla(T: int, shape, args, device, dtype) -> list[dict]:
     import torch.nn.functional as F
 
-    from vision.kernels.dispatch import use_backend
+    from vision.kernels.runtime import use_backend
     from vision.kernels.gla import fla_available, gla, naive_recurrent_gla
 
     B, H, D = shape

@@ -3,7 +3,7 @@
 Builds the real Stable Diffusion 1.5 UNet and VAE architectures from their configs with random weights
 (nothing is downloaded; timing does not depend on the weights) and times, at the given resolution:
 one UNet step (batch 2, as with classifier-free guidance; and batch 1, as with LCM) and one guided SPL
-stage of :class:`vision.pipelines.spl_guidance.LatentRestorer` (VAE decode, ``--spl-steps`` fused
+stage of :class:`vision.pipelines.editing.spl_guidance.LatentRestorer` (VAE decode, ``--spl-steps`` fused
 SPL + colour optimisation steps, VAE encode). The issue's target is SPL stage <= 1 UNet step at fp16
 on CUDA; on CPU only the ratio means anything.
 """
@@ -44,7 +44,7 @@ def run(args) -> int:
     import torch
     from diffusers import AutoencoderKL, UNet2DConditionModel
 
-    from vision.pipelines.spl_guidance import LatentRestorer
+    from vision.pipelines.editing.spl_guidance import LatentRestorer
 
     from .timing import format_time, print_table, resolve_device, set_threads, time_interleaved
 

@@ -368,7 +368,7 @@ def run(args) -> int:
     sizes = [parse_size(s) for s in (args.sizes or (["1024"] if args.quick else DEFAULT_SIZES))]
     dtype = DTYPES[args.dtype]
     set_threads(args.threads)
-    from vision.kernels.dispatch import backend_for
+    from vision.kernels.runtime import backend_for
 
     cuda = dev.type == "cuda"
     saved_tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)

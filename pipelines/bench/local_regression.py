@@ -270,7 +270,7 @@ def run(args) -> int:
     h, w = parse_size(args.size or ("1920x1080" if dev.type == "cuda" else "1280x720"))
     dtype = DTYPES[args.dtype]
     set_threads(args.threads)
-    from vision.kernels.dispatch import backend_for
+    from vision.kernels.runtime import backend_for
 
     cuda = dev.type == "cuda"
     name = torch.cuda.get_device_name(dev) if cuda else platform.processor() or platform.machine()

@@ -139,7 +139,7 @@ def _loss_and_grad(fn, src, edit):
 
 def run(args) -> int:
     from vision.kernels import structure_loss
-    from vision.kernels.dispatch import backend_for
+    from vision.kernels.runtime import backend_for
     from vision.restore import restore_structure
 
     device, dev = resolve_device(args.device)

@@ -12,16 +12,16 @@ import sys
 
 # name -> module holding add_parser(subparsers); later commands add their line here.
 COMMANDS = {
-    "demo": "vision.pipelines.demo",
+    "demo": "vision.pipelines.cli.demo",
     "bench": "vision.pipelines.bench",
-    "restore-structure": "vision.pipelines.restore_structure",
-    "render-scenes": "vision.pipelines.render_scenes",
-    "edit": "vision.pipelines.edit_cli",
-    "denoise": "vision.pipelines.denoise_cli",
-    "finetune": "vision.pipelines.finetune_cli",
-    "predict": "vision.pipelines.predict_cli",
-    "evaluate": "vision.pipelines.evaluate_cli",
-    "train-denoiser": "vision.pipelines.train_denoiser",
+    "restore-structure": "vision.pipelines.cli.restore_structure",
+    "render-scenes": "vision.pipelines.cli.render_scenes",
+    "edit": "vision.pipelines.cli.edit",
+    "denoise": "vision.pipelines.cli.denoise",
+    "finetune": "vision.pipelines.cli.finetune",
+    "predict": "vision.pipelines.cli.predict",
+    "evaluate": "vision.pipelines.cli.evaluate",
+    "train-denoiser": "vision.pipelines.cli.train_denoiser",
 }
 
 EPILOG = """examples:

@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 SECTIONS = {
-    "guided-filter": "vision.pipelines.demo_guided_filter",
-    "spl": "vision.pipelines.demo_spl",
-    "denoise": "vision.pipelines.demo_denoise",
-    "dense": "vision.pipelines.demo_dense",
+    "guided-filter": "vision.pipelines.demos.guided_filter",
+    "spl": "vision.pipelines.demos.spl",
+    "denoise": "vision.pipelines.demos.denoise",
+    "dense": "vision.pipelines.demos.dense",
 }
 
 

@@ -132,7 +132,7 @@ def load_edit_pipeline(model: str, torch_dtype=None):
     components are reused, its scheduler is replaced by an LCMScheduler with the same noise schedule)."""
     from diffusers import LCMScheduler
 
-    from .structure_preserving_edit import StructurePreservingEditPipeline
+    from vision.pipelines.editing import StructurePreservingEditPipeline
 
     pipe = _load_local(StructurePreservingEditPipeline, model, torch_dtype)
     missing = [name for name in ("vae", "text_encoder", "tokenizer", "unet") if getattr(pipe, name, None) is None]
@@ -156,7 +156,7 @@ def edit(pipe, image, prompt: str, *, source_prompt=None, mask=None, mask_words=
          negative_prompt=None, steps=None, strength=None, guidance_scale=None, start=0.8, spl_steps=100,
          spl_weight=1e4, color_weight=1e3, post_process=True, working_size=1024, seed=0,
          cross_replace_steps=None, self_replace_steps=None, blend_words=None):
-    """Edit ``image`` (anything :func:`vision.pipelines.masks.to_image_tensor` takes) with SPL guidance.
+    """Edit ``image`` (anything :func:`vision.pipelines.editing.masks.to_image_tensor` takes) with SPL guidance.
 
     ``pipe`` is a stock image-to-image pipeline (SPL guidance is attached for the call), or, with
     ``source_prompt``, a :class:`vision.pipelines.StructurePreservingEditPipeline` (from
@@ -173,8 +173,8 @@ def edit(pipe, image, prompt: str, *, source_prompt=None, mask=None, mask_words=
 
     from vision.restore import restore_structure
 
-    from .masks import load_mask, to_image_tensor
-    from .spl_guidance import disable_structure_preservation, enable_structure_preservation
+    from vision.pipelines.editing.masks import load_mask, to_image_tensor
+    from vision.pipelines.editing.spl_guidance import disable_structure_preservation, enable_structure_preservation
 
     editing = source_prompt is not None
     if not editing and (cross_replace_steps is not None or self_replace_steps is not None or blend_words):
@@ -210,7 +210,7 @@ def edit(pipe, image, prompt: str, *, source_prompt=None, mask=None, mask_words=
                                      ("self_replace_steps", self_replace_steps),
                                      ("local_blend_words", blend_words)) if v is not None}
     if mask_words:  # a dry run without guidance stores the words' cross-attention; guided-filter upsampling
-        from .masks import attention_mask, word_token_indices
+        from vision.pipelines.editing.masks import attention_mask, word_token_indices
 
         where = dict(batch_index=-1)
         if editing:

@@ -44,14 +44,14 @@ def add_parser(sub) -> None:
 def score(model, task, samples, band=None, refine=None, tta=True, batch_size=16, median: bool = False) -> dict:
     """Metrics (and ``edge_``-prefixed metrics over ``band``) of a model, optionally refined and (depth)
     median-scaled."""
-    from vision.pipelines.finetune import predict_samples
+    from vision.pipelines.training.finetune import predict_samples
 
     return _metrics(task, predict_samples(model, task, samples, tta, refine, batch_size), samples, band, median)
 
 
 def _metrics(task, pred, samples, band, median: bool = False) -> dict:
     from vision.dense import median_scale
-    from vision.pipelines.finetune import stacked_targets
+    from vision.pipelines.training.finetune import stacked_targets
 
     target = stacked_targets(task, samples)
     valid = task.valid_mask(target)
@@ -70,8 +70,8 @@ def run(args) -> int:
     from vision.dense import TASKS
     from vision.dense.edges import edge_band
     from vision.pipelines.bench.timing import print_table
-    from vision.pipelines.dense_model import load_run
-    from vision.pipelines.finetune import mean_prediction
+    from vision.pipelines.training.dense_model import load_run
+    from vision.pipelines.training.finetune import mean_prediction
 
     if args.threads:
         torch.set_num_threads(args.threads)

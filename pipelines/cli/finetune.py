@@ -36,7 +36,7 @@ The run folder holds config.json, base.safetensors (the frozen backbone, once), 
 
 
 def add_parser(sub) -> None:
-    from vision.pipelines.dense_model import DenseConfig
+    from vision.pipelines.training.dense_model import DenseConfig
 
     d = DenseConfig()
     p = sub.add_parser("finetune", help="fine-tune a dense-prediction head (+ LoRA) on a backbone",
@@ -84,8 +84,8 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     import torch
 
-    from vision.pipelines.dense_model import DenseConfig
-    from vision.pipelines.finetune import train
+    from vision.pipelines.training.dense_model import DenseConfig
+    from vision.pipelines.training.finetune import train
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -74,7 +74,7 @@ def run(args) -> int:
     from vision.dense import TASKS
     from vision.dense.colourise import colourise
     from vision.io import read_image, write_image
-    from vision.pipelines.dense_model import load_run, predict_raw
+    from vision.pipelines.training.dense_model import load_run, predict_raw
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model, cfg = load_run(args.run, device)

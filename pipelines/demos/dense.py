@@ -25,7 +25,7 @@ def run(out_dir: Path, device: str) -> list[Path]:
     from vision.dense import TASKS
     from vision.dense.colourise import colourise
     from vision.figures import side_by_side
-    from vision.pipelines.dense_model import load_run, predict_raw
+    from vision.pipelines.training.dense_model import load_run, predict_raw
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

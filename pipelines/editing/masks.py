@@ -142,7 +142,7 @@ class _StoreCrossAttention:
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, temb=None,
                  *args, **kwargs):
         # shared with the editing pipeline's processor (imported here: that package imports this module)
-        from .structure_preserving_edit.attention_control import attention_input, attention_output
+        from .attention_control import attention_input, attention_output
 
         residual, hidden_states, shape = attention_input(attn, hidden_states, temb)
         batch, seq, _ = hidden_states.shape if encoder_hidden_states is None else encoder_hidden_states.shape

@@ -29,12 +29,12 @@ from diffusers import AutoencoderKL, DiffusionPipeline, ImagePipelineOutput, LCM
 from diffusers.image_processor import VaeImageProcessor
 from diffusers.utils.torch_utils import randn_tensor
 
-from vision.pipelines.spl_guidance import LatentRestorer
+from vision.pipelines.editing.spl_guidance import LatentRestorer
 
 try:  # a package import, or this folder loaded by diffusers as custom_pipeline=<folder>
     from .attention_control import AttentionControl, attention_control
 except ImportError:  # pragma: no cover - diffusers loads pipeline.py as a single module
-    from vision.pipelines.structure_preserving_edit.attention_control import AttentionControl, attention_control
+    from vision.pipelines.editing.attention_control import AttentionControl, attention_control
 
 
 class StructurePreservingEditPipeline(DiffusionPipeline):

@@ -1,0 +1,119 @@
+"""The layout's promises (ARCHITECTURE.md): no import cycle, light imports, no shadowing from the checkout root."""
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = {"vision": ROOT / "vision", "vision.kernels": ROOT / "kernels", "vision.pipelines": ROOT / "pipelines"}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for prefix, folder in LAYERS.items():
+        for path in folder.rglob("*.py"):
+            rel = path.relative_to(folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            name = ".".join([prefix, *parts])
+            if name.startswith("vision.") and any(name.startswith(p + ".") for p in LAYERS if p != "vision"):
+                pass
+            if prefix == "vision" and parts and parts[0] in ("kernels", "pipelines"):
+                continue
+            found[name] = path
+    return found
+
+
+def _imports(name: str, path: Path, modules) -> set[str]:
+    """Every module of ours that ``name`` imports, anywhere in its body (functions included)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in modules:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                out.add(t)
+    return out
+
+
+def test_no_import_cycle():
+    modules = _modules()
+    graph = {n: _imports(n, p, modules) for n, p in modules.items()}
+    # a package's __init__ importing its own submodules is how packages work; a cycle needs a way back
+    colour, stack, cycles = {}, [], []
+
+    def visit(n):
+        colour[n] = 1
+        stack.append(n)
+        for m in sorted(graph[n]):
+            if colour.get(m) == 1:
+                cycle = stack[stack.index(m):] + [m]
+                if not all(a == b.rpartition(".")[0] or b == a.rpartition(".")[0] for a, b in zip(cycle, cycle[1:])):
+                    cycles.append(" -> ".join(cycle))
+            elif m not in colour:
+                visit(m)
+        stack.pop()
+        colour[n] = 2
+
+    for n in sorted(graph):
+        if n not in colour:
+            visit(n)
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def _run(code: str, cwd=None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("module", ["vision", "vision.kernels", "vision.denoise"])
+def test_light_imports(module):
+    res = _run(f"import sys, {module}\nprint(sorted(m for m in ('timm', 'diffusers', 'transformers') if m in sys.modules))")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == "[]", f"import {module} loads {res.stdout.strip()}"
+
+
+def test_backbones_register_when_timm_is_imported():
+    res = _run("import vision, timm\nprint(type(timm.create_model('vig_tiny_patch16_224', num_classes=0)).__name__)")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == "ViG"
+
+
+def test_checkout_root_does_not_shadow_huggingface_kernels():
+    """Python started in the repository root sees kernels/ as a top-level package; transformers imports the name."""
+    pytest.importorskip("diffusers")
+    res = _run("from diffusers import StableDiffusionImg2ImgPipeline\nimport vision, vision.kernels, kernels\n"
+               "print(vision.kernels.__file__)\nprint(kernels.__file__)", cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-2000:]
+    ours, theirs = res.stdout.split()
+    assert Path(ours) == ROOT / "kernels" / "__init__.py" and Path(theirs).parent != ROOT / "kernels"
+
+
+def test_top_level_kernels_without_the_distribution_is_a_clear_import_error():
+    # -S: no site-packages, so only the checkout root offers a `kernels`
+    res = subprocess.run([sys.executable, "-S", "-c", "import kernels"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 1 and "ModuleNotFoundError: No module named 'kernels'" in res.stderr
+    assert "vision.kernels" in res.stderr
+
+
+def test_no_module_over_500_lines():
+    """Large modules are split by what they hold; a single Triton kernel family may be longer."""
+    allowed = {ROOT / "kernels" / "local_linear" / "triton_path.py"}
+    long = [f"{p.relative_to(ROOT)}: {n}" for p in _modules().values()
+            if p not in allowed and (n := len(p.read_text().splitlines())) > 500]
+    assert not long, long
