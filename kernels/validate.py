@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from .runtime import data_checks
+from .runtime.switches import data_checks
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 

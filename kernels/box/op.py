@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from ..border import check_border
-from ..dispatch import backend_for
+from ..runtime import backend_for
 from ..validate import check_finite, check_image, check_radius
 from . import torch_path
 

@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import torch
 
-from ..dispatch import forced_backend
+from ..runtime import forced_backend
 from .chunked import chunk_gla_scan
 
 __all__ = ["gla", "gla_bidirectional", "fla_available"]

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..border import check_border
-from ..dispatch import backend_for
+from ..runtime import backend_for
 from ..validate import check_all_finite, check_eps, check_image, check_radius, check_scale
 from . import cpu_banded, torch_path
 from .reference import low_res_radius, subsample_index

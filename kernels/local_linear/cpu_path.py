@@ -1,4 +1,4 @@
-"""numba loops for the CPU float32 forward of local linear regression (see :mod:`vision.kernels.jit`).
+"""numba loops for the CPU float32 forward of local linear regression (see :mod:`vision.kernels.runtime.jit`).
 
 Same functions as the cell moments of :func:`torch_path.cell_moments` (s > 1), the grid solve of
 :func:`torch_path.solve_band` and the apply of :func:`torch_path._apply_cells`, row by row: a row's sums,
@@ -8,9 +8,9 @@ over the whole grid. The loops run over the pixels of a row innermost, so they v
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange  # imported only where vision.kernels.jit.enabled() found numba
+from numba import njit, prange  # imported only where vision.kernels.runtime.jit.enabled() found numba
 
-from ..jit import kernel
+from ..runtime.jit import kernel
 
 
 @kernel("void(float32[:, :, :, ::1], float32[:, ::1], int64, int64, float32[:, :, :, :, ::1])")

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from ..border import check_border
-from ..dispatch import backend_for
+from ..runtime import backend_for
 from ..guided.reference import low_res_radius
 from ..validate import check_finite, check_image, check_radius, check_scale
 from . import torch_path

@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from ..border import source_index
-from ..dispatch import interpreting
+from ..runtime import interpreting
 from . import torch_path
 from .torch_path import grid_shape, layout
 

@@ -1,4 +1,4 @@
-"""Choose the implementation of an op: Triton kernel or PyTorch path.
+"""Choose the implementation of an op: Triton kernel or PyTorch path, and say which one a call takes.
 
 Triton runs when the tensor is on CUDA and Triton imports; the PyTorch path runs otherwise.
 ``VISION_BACKEND=torch|triton`` forces one (read at every call, so tests can switch it). Forcing
@@ -56,6 +56,16 @@ def backend_for(x: torch.Tensor) -> str:
     return "triton" if x.device.type == "cuda" and triton_available() else "torch"
 
 
+def set_backend(name: str | None) -> None:
+    """Force a backend for the process (``None``: automatic); overrides ``VISION_BACKEND``."""
+    if name is None:
+        os.environ.pop("VISION_BACKEND", None)
+        return
+    if name not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
+    os.environ["VISION_BACKEND"] = name
+
+
 @contextlib.contextmanager
 def use_backend(name: str):
     """Force a backend inside a ``with`` block: ``with use_backend("torch"): ...``."""
@@ -66,3 +76,21 @@ def use_backend(name: str):
         yield
     finally:
         _forced.pop()
+
+
+def explain(x: torch.Tensor) -> str:
+    """One line saying which backend an op on ``x`` runs with, and why. Example::
+
+        >>> from vision.kernels.runtime import explain
+        >>> explain(torch.zeros(1, 1, 8, 8))
+        'torch: the tensor is on cpu (Triton runs on CUDA tensors)'
+    """
+    forced = forced_backend()
+    if forced:
+        source = "use_backend()" if _forced else "VISION_BACKEND"
+        return f"{backend_for(x)}: forced by {source}={forced}"
+    if x.device.type != "cuda":
+        return f"torch: the tensor is on {x.device.type} (Triton runs on CUDA tensors)"
+    if not triton_available():
+        return "torch: triton does not import here"
+    return "triton: a CUDA tensor and triton imports"

@@ -6,7 +6,7 @@ arithmetic, is the time. A numba loop does the whole stage per row while the row
 
 Every kernel (``kernels/local_linear/cpu_path.py``, ``vision/denoise/flnr_cpu.py``) has a PyTorch path beside
 it (what autograd, CUDA, float64 and half precision take), and the tests compare both to float64 references.
-``VISION_NUMBA=0`` turns the numba paths off (read at every call). The kernels compile on first use (about
+``VISION_NUMBA=0`` (or ``runtime.set_numba(False)``) turns the numba paths off (read at every call). The kernels compile on first use (about
 20 s for all of them, once: the machine code is cached next to their module), and run on as many threads as
 torch's. Threads: a fork-safe numba threading layer, TBB (the ``tbb`` dependency; else numba's workqueue
 layer), unless ``NUMBA_THREADING_LAYER`` says otherwise. numba's GNU OpenMP layer was the fastest here (FLNR
@@ -22,6 +22,9 @@ import threading
 from functools import lru_cache
 
 import torch
+
+from .switches import numba_enabled
+from .threads import budget
 
 NOTICE_AFTER_S = 2.0  # a compilation still running after this long prints one notice per process (a cache load
 # takes well under a second; the first compile on a fresh install about 20 s in all)
@@ -46,7 +49,7 @@ def _numba():
 def enabled(*tensors: torch.Tensor) -> bool:
     """Whether the numba loops may take these tensors: numba imports, not turned off, CPU float32, nothing to
     differentiate."""
-    if os.environ.get("VISION_NUMBA", "1").strip() in ("0", "false", "no", "off"):
+    if not numba_enabled():
         return False
     if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in tensors):
         return False
@@ -89,13 +92,10 @@ def kernel(signature: str):
 
         def call(*args):
             """Run the kernel on NumPy views of the tensor arguments with the caller's thread budget."""
-            from .local_linear.torch_path import _local
-
             nb = _numba()
-            # inside :func:`~vision.kernels.local_linear.torch_path.own_threads` torch runs on one thread and
-            # the budget is its worker count
-            threads = max(1, min(getattr(_local, "workers", None) or torch.get_num_threads(),
-                                 nb.config.NUMBA_NUM_THREADS))
+            # inside :func:`~vision.kernels.runtime.threads.own_threads` torch runs on one thread and the budget is
+            # its worker count
+            threads = max(1, min(budget(), nb.config.NUMBA_NUM_THREADS))
             arrays = [a.detach().numpy() if isinstance(a, torch.Tensor) else a for a in args]
             before = torch.get_num_threads()
             with _lock:

@@ -1,8 +1,12 @@
-"""Every runtime switch of the kernels in one place: an environment variable, a setter and a context manager each.
+"""Runtime switches of the kernels: an environment variable, a setter and a context manager each.
 
-| switch | env var | values | default |
+| switch | env var | setter / context manager | values (default first) |
 |---|---|---|---|
-| input checks that read tensor data (NaN/Inf, eps > 0 of a tensor eps) | ``VISION_CHECKS`` | ``auto``, ``on``, ``off`` | ``auto`` |
+| input checks that read tensor data (NaN/Inf, eps > 0 of a tensor eps) | ``VISION_CHECKS`` | ``set_checks`` / ``checks`` | ``auto``, ``on``, ``off`` |
+| numba loops for the CPU float32 inference paths | ``VISION_NUMBA`` | ``set_numba`` / ``use_numba`` | ``1``, ``0`` |
+| backend of every op (:mod:`.backends`) | ``VISION_BACKEND`` | ``set_backend`` / ``use_backend`` | unset (automatic), ``torch``, ``triton`` |
+
+Switches are read at every call, so a test or a script can flip them at any time.
 
 ``auto`` runs the data checks on the PyTorch path (a CPU tensor costs nothing to read) and skips them on the
 Triton path, where reading a device tensor on the host would stall the GPU once per call and break CUDA graph
@@ -58,3 +62,29 @@ def checks(mode: str):
         yield
     finally:
         _checks_forced.pop()
+
+
+_numba_forced: list[bool] = []
+_OFF = ("0", "false", "no", "off")
+
+
+def numba_enabled() -> bool:
+    """Whether the numba CPU loops may run (they still need numba to import: :func:`.jit.enabled`)."""
+    if _numba_forced:
+        return _numba_forced[-1]
+    return os.environ.get("VISION_NUMBA", "1").strip().lower() not in _OFF
+
+
+def set_numba(on: bool) -> None:
+    """Turn the numba CPU loops on or off for the process (overrides ``VISION_NUMBA``)."""
+    os.environ["VISION_NUMBA"] = "1" if on else "0"
+
+
+@contextlib.contextmanager
+def use_numba(on: bool):
+    """numba CPU loops on or off inside a ``with`` block."""
+    _numba_forced.append(bool(on))
+    try:
+        yield
+    finally:
+        _numba_forced.pop()

@@ -6,7 +6,7 @@ import math
 import torch
 
 from ..border import check_border
-from ..dispatch import backend_for
+from ..runtime import backend_for
 from ..validate import check_all_finite, check_finite, check_image, check_radius
 from . import torch_path
 
