@@ -59,7 +59,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vision.kernels import jit
+from vision.kernels.runtime import jit
 
 from . import buffers as B
 from .flr import _area_down, _fit_radius, _full_size, _sample_down, _upsample_factor, check_phase, run_tiles

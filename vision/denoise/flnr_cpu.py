@@ -1,4 +1,4 @@
-"""numba loops for FLNR's per-pixel stages on CPU float32 without autograd (see :mod:`vision.kernels.jit`).
+"""numba loops for FLNR's per-pixel stages on CPU float32 without autograd (see :mod:`vision.kernels.runtime.jit`).
 
 :func:`guide_head` is :func:`vision.denoise.flnr._head_bands` and :func:`finish` is
 :meth:`vision.denoise.flnr.FLNR._blended_light` plus the emission, row by row: every intermediate (the
@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from vision.kernels.jit import kernel
+from vision.kernels.runtime.jit import kernel
 from vision.kernels.local_linear.cpu_path import cell_row, upsample_row
 
 _NONE = np.zeros((1, 1, 1, 1), np.float32)  # stands in for a missing buffer (its flag is 0)
