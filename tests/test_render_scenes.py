@@ -439,13 +439,13 @@ def test_command_is_deterministic_resumable_and_feeds_the_dataset(tmp_path, caps
 
 def test_variant_falls_back_to_scalar_with_one_note(monkeypatch):
     pytest.importorskip("mitsuba")
-    from vision.data import render
+    from vision.data import mitsuba_variant
 
-    monkeypatch.setattr(render, "_variant_cache", {})
+    monkeypatch.setattr(mitsuba_variant, "_variant_cache", {})
     monkeypatch.delenv("DRJIT_LIBLLVM_PATH", raising=False)
-    monkeypatch.setattr(render, "find_libllvm", lambda min_version=16: None)
+    monkeypatch.setattr(mitsuba_variant, "find_libllvm", lambda min_version=16: None)
     notes = []
-    assert render.choose_variant("auto", note=notes.append) == "scalar_rgb"
+    assert mitsuba_variant.choose_variant("auto", note=notes.append) == "scalar_rgb"
     assert len(notes) == 1 and "\n" not in notes[0] and "scalar_rgb" in notes[0]
 
 

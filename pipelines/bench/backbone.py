@@ -40,7 +40,7 @@ examples:
 
 Images/s use the same batch for every model; "x DeiT-T" is images/s over DeiT-T's at that size (above 1:
 faster), "mem x DeiT-T" peak memory over DeiT-T's (below 1: less). GLA rows give the best and the
-median of round-robin timed calls (ratios use the best). The CPU run ends with the issue's
+median of round-robin timed calls (ratios use the best). The CPU run ends with the
 acceptance checks: chunked GLA >= 20x faster than the naive recurrence at T = 4096, D = 64, and ViG-T at
 1024x1024 using less peak memory than DeiT-T; on CUDA: ViG-T at 1024x1024 >= 3x DeiT-T's images/s.
 """

@@ -34,7 +34,7 @@ examples:
   vision bench dense-head --device cuda --dtype bfloat16
 
 "x DPT" columns are ours over the DPT-style head's: parameters (below 1: fewer) and images/s (above 1:
-faster). Acceptance (issue 9): the token-local head has <= 1/10 of the DPT head's parameters and
+faster). Targets: the token-local head has <= 1/10 of the DPT head's parameters and
 >= 3x its throughput (forward and fwd+bwd, at every size).
 """
 

@@ -4,7 +4,7 @@ Builds the real Stable Diffusion 1.5 UNet and VAE architectures from their confi
 (nothing is downloaded; timing does not depend on the weights) and times, at the given resolution:
 one UNet step (batch 2, as with classifier-free guidance; and batch 1, as with LCM) and one guided SPL
 stage of :class:`vision.pipelines.editing.spl_guidance.LatentRestorer` (VAE decode, ``--spl-steps`` fused
-SPL + colour optimisation steps, VAE encode). The issue's target is SPL stage <= 1 UNet step at fp16
+SPL + colour optimisation steps, VAE encode). The target is an SPL stage <= 1 UNet step at fp16
 on CUDA; on CPU only the ratio means anything.
 """
 from __future__ import annotations

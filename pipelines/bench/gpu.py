@@ -30,7 +30,7 @@ import torch
 
 DESCRIPTION = "each operator's kernel time, call latency, syncs and GB/s against the bandwidth floor (GPU method)"
 EPILOG = """examples:
-  vision bench gpu                          # every case on CUDA at the issue's sizes
+  vision bench gpu                          # every case on CUDA at the target sizes
   vision bench gpu --only box guided        # some cases
   vision bench gpu --device cpu --small     # the same code on CPU at small sizes (a check, not a measurement)
   vision bench gpu --json gpu.json

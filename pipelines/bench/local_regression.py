@@ -35,7 +35,7 @@ examples:
   vision bench local-regression --threads 1 --clock cpu      # steady ratios on a busy shared machine
 
 Rows: "fit" = local_linear_fit alone, "fit+apply" = local_linear_apply(f, local_linear_fit(f, p, ...)).
-The peer runs fit+apply only. Ratios below 1 mean ours is faster. Acceptance (issue 3): on CPU at
+The peer runs fit+apply only. Ratios below 1 mean ours is faster. Targets: on CPU at
 1280x720, K=6, C=3, r=8: fit+apply at scale 1 >= 3x faster than the peer (forward), and fit+apply at
 scale 4 <= 150 ms; on CUDA at 1920x1080, scale 4: fit+apply <= 1 ms.
 """
