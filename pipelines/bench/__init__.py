@@ -19,6 +19,7 @@ BENCHES = {
     "denoise": "vision.pipelines.bench.denoise",
     "dense-head": "vision.pipelines.bench.dense_head",
     "gpu": "vision.pipelines.bench.gpu",
+    "startup": "vision.pipelines.bench.startup",
 }
 
 

@@ -1,0 +1,42 @@
+"""The measuring tools themselves: `vision bench gpu` (run on CPU at small sizes) and `vision bench startup`."""
+import json
+
+import pytest
+
+from vision.pipelines.cli import main
+
+
+def test_bench_gpu_runs_on_cpu_and_never_claims_a_target(tmp_path, capsys):
+    out = tmp_path / "gpu.json"
+    assert main(["bench", "gpu", "--device", "cpu", "--small", "--only", "box", "guided", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "box r=8 1ch 1024^2 |" in text and "ERROR" not in text
+    data = json.loads(out.read_text())
+    rows = {r["case"]: r for r in data["rows"]}
+    # the error column is a float64 comparison of the real op, so it is small but measured
+    assert 0 <= rows["box r=8 1ch 1024^2"]["err"] < 1e-5
+    assert 0 <= rows["guided colour 3+3 1024^2"]["err"] < 1e-5
+    assert data["targets"] and all("NOT MEASURED" in line for line in data["targets"])
+
+
+def test_bench_gpu_refuses_cuda_without_a_gpu(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert main(["bench", "gpu", "--device", "cuda"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_bench_startup(tmp_path, capsys):
+    out = tmp_path / "s.json"
+    assert main(["bench", "startup", "--repeat", "1", "--json", str(out)]) == 0
+    rows = {r["command"]: r for r in json.loads(out.read_text())}
+    assert set(rows) >= {"vision --help", "vision denoise --help", 'python -c "import torch"'}
+    assert all(r["median_s"] > 0 for r in rows.values())
+    assert "beyond torch" in capsys.readouterr().out
+
+
+def test_bench_startup_rejects_zero_repeats(capsys):
+    assert main(["bench", "startup", "--repeat", "0"]) == 2
+    assert "--repeat must be at least 1" in capsys.readouterr().err
