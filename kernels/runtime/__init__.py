@@ -1,7 +1,9 @@
 """The kernels' runtime in one place: backend choice, runtime switches, CPU threads and numba loops.
 
-- :mod:`.backends`: which implementation of an op runs (Triton on CUDA, the PyTorch path elsewhere), forced with
-  ``VISION_BACKEND`` / :func:`set_backend` / :func:`use_backend`; :func:`explain` says which path a call takes.
+- :mod:`.backends`: which backend runs (Triton on CUDA, PyTorch elsewhere), forced with ``VISION_BACKEND`` /
+  :func:`set_backend` / :func:`use_backend`; :func:`explain_backend` says why.
+- :mod:`.paths`: each op's paths (Triton kernel, PyTorch, CPU bands, numba...) declared with what they support;
+  :func:`choose` picks one per call and logs it once; :func:`explain` says which path a call takes and why.
 - :mod:`.switches`: every other switch (``VISION_CHECKS``, ``VISION_NUMBA``), each an env var + setter + context
   manager.
 - :mod:`.threads`: the CPU thread budget (worker pool, fork safety) shared by the PyTorch paths and numba.
@@ -9,11 +11,12 @@
 
 Nothing here imports an op; the ops import this package.
 """
-from .backends import (BACKENDS, backend_for, explain, forced_backend, interpreting, set_backend, triton_available,
-                       use_backend)
+from .backends import (BACKENDS, backend_for, explain as explain_backend, forced_backend, interpreting, set_backend,
+                       triton_available, use_backend)
+from .paths import choose, explain, register as register_path
 from .switches import (CHECK_MODES, checks, checks_mode, data_checks, numba_enabled, set_checks, set_numba,
                        use_numba)
 
-__all__ = ["BACKENDS", "backend_for", "explain", "forced_backend", "interpreting", "set_backend",
+__all__ = ["BACKENDS", "backend_for", "explain", "explain_backend", "choose", "register_path", "forced_backend", "interpreting", "set_backend",
            "triton_available", "use_backend", "CHECK_MODES", "checks", "checks_mode", "data_checks",
            "numba_enabled", "set_checks", "set_numba", "use_numba"]

@@ -1,0 +1,103 @@
+"""The implementation paths of each op, declared in one place per op, chosen the same way for all of them.
+
+An op registers its paths once, at import (``register``): a name, the backend that ``VISION_BACKEND`` /
+``use_backend`` select it by, a priority, and ``supports(**call)``, which returns ``None`` when the path takes the
+call or a short reason when it does not. ``choose(op, x, **call)`` returns the name of the first path, by
+priority, that belongs to the backend ``backend_for(x)`` picks and supports the call; if no Triton path supports it,
+the PyTorch paths are tried (unless Triton was forced). The choice is logged once per (op, path, reason) at debug
+level on the ``vision.kernels`` logger, and ``explain(op, x, **call)`` says which path a call takes and why the
+others do not. Example::
+
+    >>> from vision.kernels.runtime import explain
+    >>> print(explain("guided_filter", torch.rand(1, 3, 64, 64), radius=4, border="valid", scale=1,
+    ...                    grad=False))
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .backends import backend_for, explain as explain_backend, forced_backend
+
+log = logging.getLogger("vision.kernels")
+
+
+@dataclass(frozen=True)
+class Path:
+    op: str
+    name: str
+    backend: str  # "torch" or "triton"
+    priority: int
+    supports: Callable[..., str | None]
+
+
+_PATHS: dict[str, list[Path]] = {}
+_logged: set = set()
+
+
+def _always(**call) -> None:
+    return None
+
+
+def register(op: str, name: str, backend: str, priority: int = 0,
+             supports: Callable[..., str | None] | None = None) -> None:
+    """Declare a path of ``op``; a later registration of the same (op, name) replaces the earlier one."""
+    if backend not in ("torch", "triton"):
+        raise ValueError(f"backend must be 'torch' or 'triton', got {backend!r}")
+    paths = [p for p in _PATHS.get(op, []) if p.name != name]
+    paths.append(Path(op, name, backend, priority, supports or _always))
+    _PATHS[op] = sorted(paths, key=lambda p: -p.priority)
+
+
+def paths(op: str) -> list[Path]:
+    if op not in _PATHS:
+        raise ValueError(f"no paths are registered for op {op!r}; known ops: {sorted(_PATHS)}")
+    return _PATHS[op]
+
+
+def _decide(op: str, x: torch.Tensor, call: dict) -> tuple[Path, list[tuple[Path, str]]]:
+    backend = backend_for(x)
+    notes = []
+    for wanted in (backend,) if backend == "torch" or forced_backend() else (backend, "torch"):
+        for p in paths(op):
+            if p.backend != wanted:
+                continue
+            reason = p.supports(**call)
+            if reason is None:
+                return p, notes
+            notes.append((p, reason))
+    raise ValueError(f"{op}: no {backend} path takes this call: " + "; ".join(f"{p.name}: {r}" for p, r in notes))
+
+
+def choose(op: str, x: torch.Tensor, **call) -> str:
+    """The name of the path ``op`` runs for this call (see the module docstring)."""
+    path, notes = _decide(op, x, call)
+    key = (op, path.name, tuple(r for _, r in notes))
+    if key not in _logged and log.isEnabledFor(logging.DEBUG):
+        _logged.add(key)
+        skipped = "".join(f"; not {p.name}: {r}" for p, r in notes)
+        log.debug("%s runs the %s path (%s backend)%s", op, path.name, path.backend, skipped)
+    return path.name
+
+
+def explain(op: str, x: torch.Tensor, **call) -> str:
+    """Several lines: which path ``op`` takes for this call, and why each other path does not."""
+    backend = backend_for(x)
+    path, notes = _decide(op, x, call)
+    noted = {p.name: r for p, r in notes}
+    lines = [f"{op} on a {x.device.type} {str(x.dtype).replace('torch.', '')} tensor {tuple(x.shape)}: "
+             f"{path.name} ({path.backend})", f"  backend: {explain_backend(x)}"]
+    for p in paths(op):
+        if p is path:
+            why = "chosen"
+        elif p.name in noted:
+            why = f"not taken: {noted[p.name]}"
+        elif p.backend != backend and not (backend == "triton" and p.backend == "torch"):
+            why = f"not taken: the {backend} backend runs this call"
+        else:
+            why = "not tried: a path before it takes the call"
+        lines.append(f"  {p.name:12s} [{p.backend}, priority {p.priority}] {why}")
+    return "\n".join(lines)

@@ -1,0 +1,92 @@
+"""kernels.runtime: switches (env var + setter + context manager) and the per-op path registry."""
+import logging
+
+import pytest
+import torch
+
+from vision.kernels import runtime
+from vision.kernels.runtime import paths
+
+
+@pytest.fixture
+def toy_op():
+    paths.register("toy", "fast-cpu", "torch", 20, supports=lambda radius: None if radius < 4 else "radius >= 4")
+    paths.register("toy", "torch", "torch", 10)
+    paths.register("toy", "triton", "triton", 30, supports=lambda radius: None if radius < 8 else "radius >= 8")
+    yield "toy"
+    paths._PATHS.pop("toy")
+
+
+def test_choose_follows_priority_and_support(toy_op):
+    x = torch.zeros(1, 1, 4, 4)
+    assert runtime.choose(toy_op, x, radius=2) == "fast-cpu"
+    assert runtime.choose(toy_op, x, radius=5) == "torch"
+
+
+def test_a_triton_call_it_cannot_take_falls_back_to_torch_unless_forced(toy_op, monkeypatch):
+    x = torch.zeros(1, 1, 4, 4)
+    monkeypatch.setattr(paths, "backend_for", lambda t: "triton")
+    monkeypatch.setattr(paths, "forced_backend", lambda: None)
+    assert paths.choose(toy_op, x, radius=2) == "triton"
+    assert paths.choose(toy_op, x, radius=9) == "torch"
+    monkeypatch.setattr(paths, "forced_backend", lambda: "triton")
+    with pytest.raises(ValueError, match="no triton path takes this call: triton: radius >= 8"):
+        paths.choose(toy_op, x, radius=9)
+
+
+def test_explain_names_the_chosen_path_and_why_not_the_others(toy_op):
+    text = runtime.explain(toy_op, torch.zeros(1, 1, 4, 4), radius=5)
+    assert text.splitlines()[0].endswith(": torch (torch)")
+    assert "fast-cpu" in text and "not taken: radius >= 4" in text
+    assert "triton" in text and "not taken: the torch backend runs this call" in text
+    assert "the tensor is on cpu" in text
+
+
+def test_choice_logged_once_at_debug(toy_op, caplog):
+    with caplog.at_level(logging.DEBUG, logger="vision.kernels"):
+        for _ in range(3):
+            runtime.choose(toy_op, torch.zeros(1), radius=1)
+    assert [r.getMessage() for r in caplog.records] == ["toy runs the fast-cpu path (torch backend)"]
+
+
+def test_unknown_op_is_a_clear_error():
+    with pytest.raises(ValueError, match="no paths are registered for op 'nope'"):
+        runtime.choose("nope", torch.zeros(1))
+
+
+@pytest.mark.parametrize("switch,env,values", [
+    ("checks", "VISION_CHECKS", ("on", "off")),
+    ("numba", "VISION_NUMBA", (True, False)),
+])
+def test_each_switch_has_env_setter_and_context_manager(switch, env, values, monkeypatch):
+    monkeypatch.delenv(env, raising=False)
+    read = {"checks": runtime.checks_mode, "numba": runtime.numba_enabled}[switch]
+    setter = {"checks": runtime.set_checks, "numba": runtime.set_numba}[switch]
+    block = {"checks": runtime.checks, "numba": runtime.use_numba}[switch]
+    default = read()
+    setter(values[1])
+    assert read() == values[1]
+    with block(values[0]):
+        assert read() == values[0]
+    assert read() == values[1]
+    monkeypatch.delenv(env)
+    assert read() == default
+
+
+def test_data_checks_skip_the_triton_path_by_default(monkeypatch):
+    monkeypatch.delenv("VISION_CHECKS", raising=False)
+    assert runtime.data_checks("torch") and not runtime.data_checks("triton")
+    with runtime.checks("on"):
+        assert runtime.data_checks("triton")
+    with runtime.checks("off"):
+        assert not runtime.data_checks("torch")
+    with pytest.raises(ValueError, match="VISION_CHECKS must be one of"):
+        runtime.set_checks("sometimes")
+
+
+def test_backend_setter(monkeypatch):
+    monkeypatch.delenv("VISION_BACKEND", raising=False)
+    runtime.set_backend("torch")
+    assert runtime.forced_backend() == "torch"
+    runtime.set_backend(None)
+    assert runtime.forced_backend() is None
