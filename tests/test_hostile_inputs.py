@@ -94,8 +94,11 @@ def test_resume_state_is_safetensors_and_json_and_resumes(tmp_path, one_thread):
     run = tmp_path / "run"
     train(_tiny_cfg(epochs=1), run, train_set=data, val_set=data, progress=False, log=lambda *a: None)
     names = {p.name for p in run.iterdir()}
-    assert {"resume.safetensors", "resume.json"} <= names and "resume.pt" not in names
-    state = json.loads((run / "resume.json").read_text())
+    assert "resume.safetensors" in names and "resume.pt" not in names
+    from safetensors import safe_open
+
+    with safe_open(str(run / "resume.safetensors"), framework="pt") as fh:
+        state = json.loads(fh.metadata()["state"])  # everything that is not a tensor is JSON
     assert state["epoch"] == 1 and len(state["history"]) == 1
     logs = []
     history = train(_tiny_cfg(epochs=2), run, train_set=data, val_set=data, resume=True, progress=False,
@@ -106,6 +109,36 @@ def test_resume_state_is_safetensors_and_json_and_resumes(tmp_path, one_thread):
     with pytest.raises(ValueError, match="resume.safetensors"):
         train(_tiny_cfg(epochs=3), run, train_set=data, val_set=data, resume=True, progress=False,
               log=lambda *a: None)
+
+
+def test_resume_state_round_trips_the_optimiser_bit_for_bit(tmp_path):
+    from vision.pipelines.finetune import EMA, _read_resume, _save_resume
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.8, 0.95))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 ** s)
+    ema = EMA(model, 0.9)
+    for _ in range(3):
+        model(torch.rand(5, 4)).square().mean().backward()
+        opt.step()
+        sched.step()
+        ema.update(model)
+    history = [{"epoch": 1, "loss": 0.25, "baseline": {"absrel": 1.0}, "saved": True}]
+    _save_resume(tmp_path / "resume.safetensors", model.state_dict(), opt.state_dict(), sched.state_dict(), ema, 1,
+                 history)
+    got = _read_resume(tmp_path)
+    assert got["epoch"] == 1 and got["history"] == history and got["ema_step"] == 3
+    want = opt.state_dict()
+    assert got["optimizer"]["param_groups"] == want["param_groups"]
+    for pid, entry in want["state"].items():
+        assert set(got["optimizer"]["state"][pid]) == set(entry)
+        for key, value in entry.items():
+            assert torch.equal(got["optimizer"]["state"][pid][key], value)
+    fresh = torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.8, 0.95))
+    fresh.load_state_dict(got["optimizer"])  # what resuming does
+    assert all(torch.equal(got["ema"][n], t) for n, t in ema.shadow.items())
+    assert got["scheduler"]["last_epoch"] == 3
 
 
 # --------------------------------------------------------------------------- vision edit, offline

@@ -55,12 +55,14 @@ def output_stems(paths: Iterable, name: str = "input") -> list[str]:
     return stems
 
 
-def inside(folder, name: str, flag: str = "-o") -> Path:
-    """``folder / name``, refused unless it is a file name that stays inside ``folder`` once resolved."""
+def inside(folder, name: str, flag: str = "-o", inputs: Iterable[tuple[str, object]] = ()) -> Path:
+    """``folder / name``, refused unless it is a file name that stays inside ``folder`` once resolved and
+    is none of ``inputs`` (see :func:`refuse_inputs`)."""
     folder = Path(folder)
     if not name or "\x00" in name or os.sep in name or (os.altsep and os.altsep in name) or name in (".", ".."):
         raise ValueError(f"output name {name!r} is not a plain file name inside {flag} {folder}")
     path = folder / name
+    refuse_inputs(path, inputs, flag)
     root, target = folder.resolve(), path.resolve()
     if target == root or root not in target.parents:
         raise ValueError(f"output {path} resolves to {target}, outside {flag} {folder}; refusing to write there")
