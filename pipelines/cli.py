@@ -96,18 +96,18 @@ def torch_device(text: str | None, flag: str = "--device"):
     return device
 
 
-def read_input(reader, path, flag: str):
+def read_input(reader, path, flag: str, what: str = "image"):
     """``reader(path)`` with any failure to decode the file reported as one line naming ``flag`` and the
     path as given (decoders raise ValueError, RuntimeError or OSError with their own wording)."""
     try:
         return reader(path)
     except FileNotFoundError as err:
-        raise FileNotFoundError(f"{flag} {path}: no such file") from err
+        raise FileNotFoundError(f"{flag} {path}: no such {what} file") from None
     except (ValueError, RuntimeError, OSError) as err:
-        text = str(err)
+        text = (str(err).strip().splitlines() or [type(err).__name__])[0]
         if text.startswith(f"{path}: "):  # the decoder named the file already
             raise ValueError(f"{flag} {text}") from None
-        raise ValueError(f"{flag} {path}: cannot read it ({text})") from None
+        raise ValueError(f"{flag} {path}: not a readable {what} ({text})") from None
 
 
 if __name__ == "__main__":

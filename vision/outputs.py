@@ -37,7 +37,8 @@ def refuse_inputs(output, inputs: Iterable[tuple[str, object]], flag: str = "-o"
     """Refuse ``output`` when it is, or links to, any of ``inputs`` (pairs of argument name and path)."""
     for name, path in inputs:
         if path is not None and same_file(output, path):
-            raise ValueError(f"{flag} {output} would overwrite the input {path} ({name}); choose another output")
+            raise ValueError(f"{flag} {output} would overwrite the input {path} ({name}); refusing to overwrite an "
+                             "input, choose another output")
 
 
 def output_stems(paths: Iterable, name: str = "input") -> list[str]:
