@@ -93,16 +93,15 @@ def run(args) -> int:
     from vision.dense import TASKS
     from vision.dense.colourise import colourise
     from vision.io import read_image, write_image
-    from vision.outputs import inside, output_stems, prepare_folder
+    from vision.outputs import InputIndex, inside, output_stems, prepare_folder
     from vision.pipelines import dense_model
     from vision.pipelines.cli import read_input, torch_device
 
     device = torch_device(args.device)
     paths = _expand(args.images)
     run_dir = Path(args.run)
-    inputs = [("IMAGES", p) for p in paths] + [("RUN", run_dir / name) for name in (dense_model.CONFIG,
-                                                                                      dense_model.BASE,
-                                                                                      dense_model.WEIGHTS)]
+    inputs = InputIndex([("IMAGES", p) for p in paths] + [("RUN", run_dir / name) for name in (
+        dense_model.CONFIG, dense_model.BASE, dense_model.WEIGHTS)])
     names = [(inside(args.out, f"{stem}.{args.format}", "-o", inputs),
               inside(args.out, f"{stem}_preview.png", "-o", inputs)) for stem in output_stems(paths, "IMAGES")]
     prepare_folder(args.out, "-o")

@@ -33,12 +33,42 @@ def same_file(a, b) -> bool:
     return a.resolve() == b.resolve()
 
 
-def refuse_inputs(output, inputs: Iterable[tuple[str, object]], flag: str = "-o") -> None:
-    """Refuse ``output`` when it is, or links to, any of ``inputs`` (pairs of argument name and path)."""
-    for name, path in inputs:
-        if path is not None and same_file(output, path):
-            raise ValueError(f"{flag} {output} would overwrite the input {path} ({name}); refusing to overwrite an "
-                             "input, choose another output")
+class InputIndex:
+    """The files a command reads, by resolved path and by inode, so that checking each of many outputs
+    against all inputs costs one lookup (a sequence of thousands of frames stays fast)."""
+
+    def __init__(self, inputs: Iterable[tuple[str, object]]):
+        self.paths: dict[Path, tuple[str, Path]] = {}
+        self.inodes: dict[tuple[int, int], tuple[str, Path]] = {}
+        for name, path in inputs:
+            if path is None:
+                continue
+            path = Path(path)
+            self.paths.setdefault(path.resolve(), (name, path))
+            with contextlib.suppress(OSError):
+                st = path.stat()
+                self.inodes.setdefault((st.st_dev, st.st_ino), (name, path))
+
+    def find(self, output) -> tuple[str, Path] | None:
+        """(argument name, path) of the input ``output`` is or links to, else None."""
+        output = Path(output)
+        hit = self.paths.get(output.resolve())
+        if hit is None and self.inodes:
+            with contextlib.suppress(OSError):
+                st = output.stat()
+                hit = self.inodes.get((st.st_dev, st.st_ino))
+        return hit
+
+
+def refuse_inputs(output, inputs, flag: str = "-o") -> None:
+    """Refuse ``output`` when it is, or links to, any of ``inputs`` (pairs of argument name and path, or an
+    :class:`InputIndex` of them)."""
+    index = inputs if isinstance(inputs, InputIndex) else InputIndex(inputs)
+    hit = index.find(output)
+    if hit is not None:
+        name, path = hit
+        raise ValueError(f"{flag} {output} would overwrite the input {path} ({name}); refusing to overwrite an "
+                         "input, choose another output")
 
 
 def output_stems(paths: Iterable, name: str = "input") -> list[str]:
@@ -56,7 +86,7 @@ def output_stems(paths: Iterable, name: str = "input") -> list[str]:
     return stems
 
 
-def inside(folder, name: str, flag: str = "-o", inputs: Iterable[tuple[str, object]] = ()) -> Path:
+def inside(folder, name: str, flag: str = "-o", inputs=()) -> Path:
     """``folder / name``, refused unless it is a file name that stays inside ``folder`` once resolved and
     is none of ``inputs`` (see :func:`refuse_inputs`)."""
     folder = Path(folder)
