@@ -246,3 +246,21 @@ def test_edit_model_index_that_is_not_json(tmp_path, capsys):
     assert main(["edit", str(img), "--prompt", "x", "--model", str(model), "-o", str(tmp_path / "o.png"),
                  "--device", "cpu"]) == 2
     one_line_error(capsys, "--model", "model_index.json")
+
+
+# --------------------------------------------------------------------------- vision evaluate --json
+
+def test_evaluate_json_is_checked_before_scoring(run_dir, tmp_path, capsys, monkeypatch):
+    from vision.pipelines import predict_cli
+
+    monkeypatch.setattr(predict_cli, "load_run_for_cli", lambda *a, **k: pytest.fail("runs loaded before the check"))
+    data = tmp_path / "data"
+    data.mkdir()
+    (tmp_path / "dir.json").mkdir()
+    assert main(["evaluate", str(run_dir), "--data", str(data), "--json", str(tmp_path / "dir.json")]) == 2
+    one_line_error(capsys, "--json", "dir.json", "folder")
+    assert main(["evaluate", str(run_dir), "--data", str(data), "--json", str(run_dir / "config.json")]) == 2
+    one_line_error(capsys, "--json", "would overwrite the input")
+    locked = unwritable_folder(tmp_path)
+    assert main(["evaluate", str(run_dir), "--data", str(data), "--json", str(locked / "s.json")]) == 2
+    one_line_error(capsys, "--json", locked)
