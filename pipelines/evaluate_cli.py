@@ -86,7 +86,7 @@ def run(args) -> int:
     loaded = [load_run_for_cli(r) for r in args.runs]
     tasks = {cfg.task for _, cfg in loaded}
     if len(tasks) != 1:
-        raise ValueError(f"runs must share one task, got {sorted(tasks)}")
+        raise ValueError(f"the RUN folders must share one task, got {sorted(tasks)}")
     task = TASKS[tasks.pop()]
     if args.median_scale and task.name != "depth":
         raise ValueError(f"--median-scale is for depth runs, not {task.name}")

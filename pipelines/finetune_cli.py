@@ -96,7 +96,7 @@ def run(args) -> int:
     head_kwargs = _json_object(args.head_kwargs, "--head-kwargs")
     task_kwargs = _json_object(args.task_kwargs, "--task-kwargs")
     if not args.data.is_dir():
-        raise FileNotFoundError(f"no data folder at {args.data}")
+        raise FileNotFoundError(f"--data {args.data}: no such folder")
     from vision.outputs import prepare_folder, same_file
 
     read = [args.data, args.data / "images", args.data / "targets"]  # folders whose files are read as data

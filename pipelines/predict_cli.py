@@ -38,7 +38,10 @@ def _expand(patterns) -> list[Path]:
     for pat in patterns:
         hits = sorted(glob.glob(pat)) if any(c in pat for c in "*?[") else [pat]
         if not hits:
-            raise FileNotFoundError(f"no files match {pat}")
+            raise FileNotFoundError(f"IMAGES {pat}: no files match")
+        missing = [h for h in hits if not Path(h).is_file()]
+        if missing:  # before any output is written
+            raise FileNotFoundError(f"IMAGES {missing[0]}: no such image file")
         out += [Path(h) for h in hits]
     return out
 

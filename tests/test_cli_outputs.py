@@ -264,3 +264,17 @@ def test_evaluate_json_is_checked_before_scoring(run_dir, tmp_path, capsys, monk
     locked = unwritable_folder(tmp_path)
     assert main(["evaluate", str(run_dir), "--data", str(data), "--json", str(locked / "s.json")]) == 2
     one_line_error(capsys, "--json", locked)
+
+
+def test_finetune_out_that_is_a_file_or_the_data_is_refused_before_training(tmp_path, capsys):
+    data = tmp_path / "data"
+    (data / "images").mkdir(parents=True)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    base = ["finetune", "--task", "depth", "--data", str(data), "--epochs", "1"]
+    assert main(base + ["-o", str(blocker)]) == 2
+    one_line_error(capsys, "-o", blocker, "not a folder")
+    assert main(base + ["-o", str(data / "images" / "run")]) == 2
+    one_line_error(capsys, "-o", "--data")
+    assert main(base[:4] + [str(tmp_path / "nowhere")] + base[5:] + ["-o", str(tmp_path / "r")]) == 2
+    one_line_error(capsys, "--data", "nowhere")
