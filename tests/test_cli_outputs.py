@@ -278,3 +278,15 @@ def test_finetune_out_that_is_a_file_or_the_data_is_refused_before_training(tmp_
     one_line_error(capsys, "-o", "--data")
     assert main(base[:4] + [str(tmp_path / "nowhere")] + base[5:] + ["-o", str(tmp_path / "r")]) == 2
     one_line_error(capsys, "--data", "nowhere")
+
+
+def test_truncated_tiff_and_jpeg_are_one_line_even_from_the_decoder(tmp_path, capfd):
+    a = picture(tmp_path / "a.png")
+    for name in ("t.tif", "t.jpg"):
+        full = picture(tmp_path / ("full" + name[1:]), 2)
+        data = full.read_bytes()
+        (tmp_path / name).write_bytes(data[: len(data) // 2])
+        assert main(["restore-structure", "--source", str(a), "--edited", str(tmp_path / name),
+                     "-o", str(tmp_path / "o.png")]) == 2
+        err = capfd.readouterr().err.strip()  # file descriptor 2: OpenCV's own logging lands there
+        assert len(err.splitlines()) == 1 and "--edited" in err and name in err, err
