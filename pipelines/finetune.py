@@ -153,6 +153,13 @@ def _preview(task, samples, pred, path: Path, count: int = 4) -> Path:
     return side_by_side(rows, [" | ".join(labels[k:k + 3]) for k in range(0, len(labels), 3)], path)
 
 
+def _json_scalar(value):
+    """One-element tensors (a learning rate some optimisers keep as a tensor) as JSON numbers."""
+    if torch.is_tensor(value) and value.numel() == 1:
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def _save_resume(path: Path, live: dict, opt_state: dict, sched_state: dict, ema, epoch: int,
                  history: list) -> None:
     """The training state as one safetensors file: every tensor in it, everything else as JSON in its
@@ -176,7 +183,8 @@ def _save_resume(path: Path, live: dict, opt_state: dict, sched_state: dict, ema
     state = {"epoch": epoch, "history": history, "ema": ema is not None, "ema_step": ema.step if ema else 0,
              "optimizer": {"param_groups": opt_state["param_groups"], "state": opt_rest}, "scheduler": sched_state}
     with atomic_path(path) as tmp:
-        save_file(tensors, str(tmp), metadata={"format": "vision-finetune-resume/1", "state": json.dumps(state)})
+        save_file(tensors, str(tmp), metadata={"format": "vision-finetune-resume/1",
+                                               "state": json.dumps(state, default=_json_scalar)})
 
 
 def _read_resume(run: Path) -> dict | None:

@@ -87,6 +87,20 @@ def test_resume_never_unpickles_a_crafted_checkpoint(tmp_path, one_thread):
     assert "pickle" in str(info.value)
 
 
+def test_cli_resume_with_a_crafted_checkpoint_is_one_line(tmp_path, capsys):
+    import pickle
+
+    marker = tmp_path / "pwned"
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "resume.pt").write_bytes(pickle.dumps(_Payload(marker)))
+    (tmp_path / "data" / "images").mkdir(parents=True)
+    assert main(["finetune", "--task", "depth", "--data", str(tmp_path / "data"), "-o", str(run), "--resume"]) == 2
+    assert not marker.exists()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "resume.pt" in err and "not loaded" in err, err
+
+
 def test_resume_state_is_safetensors_and_json_and_resumes(tmp_path, one_thread):
     from vision.pipelines.finetune import train
 
