@@ -107,6 +107,11 @@ def run(args) -> int:
         dense_model.CONFIG, dense_model.BASE, dense_model.WEIGHTS)])
     names = [(inside(args.out, f"{stem}.{args.format}", "-o", inputs),
               inside(args.out, f"{stem}_preview.png", "-o", inputs)) for stem in output_stems(paths, "IMAGES")]
+    owner: dict[Path, Path] = {}
+    for path, pair in zip(paths, names):
+        for target in pair:  # x.png's preview and an input named x_preview.png would share a file
+            if owner.setdefault(target, path) != path:
+                raise ValueError(f"IMAGES {owner[target]} and {path} would both write {target}; rename one")
     prepare_folder(args.out, "-o")
     model, cfg = load_run_for_cli(run_dir, device)
     task = TASKS[cfg.task]

@@ -139,6 +139,9 @@ def test_predict_names_outputs_by_the_whole_stem(run_dir, tmp_path, capsys):
     assert main(["predict", str(run_dir), str(a), str(c), "-o", str(tmp_path / "o2")]) == 2
     one_line_error(capsys, "shot.v1")
     assert not (tmp_path / "o2").exists() or not any((tmp_path / "o2").iterdir())
+    d = picture(src / "shot.v1_preview.png", 4)  # its prediction would land on shot.v1's preview
+    assert main(["predict", str(run_dir), str(a), str(d), "-o", str(tmp_path / "o3"), "--format", "png"]) == 2
+    one_line_error(capsys, "would both write")
 
 
 def test_predict_bad_files_folders_and_devices_are_one_line(run_dir, tmp_path, capsys, no_compute):
