@@ -13,6 +13,7 @@ target, so a crash never leaves a half-written image behind. EXR lives in ``visi
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from pathlib import Path
@@ -36,6 +37,20 @@ def _extension(path: Path, allowed) -> str:
     return ext
 
 
+@contextlib.contextmanager
+def _decoder_quiet(cv2):
+    log = getattr(getattr(cv2, "utils", None), "logging", None)
+    if log is None:
+        yield
+        return
+    level = log.getLogLevel()
+    log.setLogLevel(log.LOG_LEVEL_SILENT)
+    try:
+        yield
+    finally:
+        log.setLogLevel(level)
+
+
 def read_image(path) -> np.ndarray:
     """Read a PNG, JPEG or TIFF (8 or 16 bit) as a float32 ``(H, W, C)`` array in [0, 1], RGB(A) order.
 
@@ -50,7 +65,8 @@ def read_image(path) -> np.ndarray:
         raise ImageNotFoundError(f"{path}: no such image file")
     # Decode from bytes: cv2.imread cannot open non-ASCII paths on some platforms, and returns None silently.
     data = np.fromfile(path, dtype=np.uint8)
-    img = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+    with _decoder_quiet(cv2):  # a damaged file is reported once, below, not also by libtiff through OpenCV's log
+        img = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
     if img is None:
         raise ValueError(f"{path}: not a readable image (empty or corrupt file?)")
     if img.ndim == 2:

@@ -52,17 +52,62 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
     try:
-        return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError, FileExistsError) as err:
-        # Bad input is the user's to fix: one clear line, no traceback.
-        print(f"vision {args.command}: error: {err}", file=sys.stderr)
-        return 2
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        try:
+            return int(args.func(args) or 0)
+        except (ValueError, FileNotFoundError, FileExistsError) as err:
+            # Bad input is the user's to fix: one clear line, no traceback.
+            print(f"vision {args.command}: error: {err}", file=sys.stderr)
+            return 2
+        except OSError as err:  # permissions, full disks, folders where files belong: the system's words
+            where = f"{err.filename}: " if getattr(err, "filename", None) else ""
+            print(f"vision {args.command}: error: {where}{err.strerror or err}", file=sys.stderr)
+            return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def torch_device(text: str | None, flag: str = "--device"):
+    """The torch device a ``--device`` value names (None: cuda when available, else cpu), refused with
+    one line when it is malformed or absent from this machine, before anything is loaded onto it."""
+    import torch
+
+    if text is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"{flag} {text}: not a device name (use cpu, cuda, cuda:N or mps)") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{flag} {text}: no CUDA GPU is usable here; use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"{flag} {text}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError(f"{flag} {text}: MPS is not available here; use --device cpu")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"{flag} {text}: unsupported device type; use cpu, cuda or mps")
+    return device
+
+
+def read_input(reader, path, flag: str, what: str = "image"):
+    """``reader(path)`` with any failure to decode the file reported as one line naming ``flag`` and the
+    path as given (decoders raise ValueError, RuntimeError or OSError with their own wording)."""
+    try:
+        return reader(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{flag} {path}: no such {what} file") from None
+    except (ValueError, RuntimeError, OSError) as err:
+        text = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        if text.startswith(f"{path}: "):  # the decoder named the file already
+            raise ValueError(f"{flag} {text}") from None
+        raise ValueError(f"{flag} {path}: not a readable {what} ({text})") from None
 
 
 if __name__ == "__main__":

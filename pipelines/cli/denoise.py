@@ -149,8 +149,14 @@ def buffer_path(pattern: str, frame: Path) -> Path:
 
 
 def output_path(out: Path, frame: Path, suffix: str) -> Path:
+    """``out/<stem><suffix>.exr``; a suffix with a path separator, or a name that resolves outside ``out``
+    (a link placed there), is refused: outputs stay in the output folder."""
+    from vision.outputs import inside
+
+    if any(sep and sep in suffix for sep in (os.sep, os.altsep, "\x00")):
+        raise ValueError(f"--suffix {suffix!r} must not contain a path separator; outputs stay in -o {out}")
     stem = frame.name[:-4] if frame.name.lower().endswith(".exr") else frame.stem
-    return out / f"{stem}{suffix}.exr"
+    return inside(out, f"{stem}{suffix}.exr", "-o")
 
 
 # --------------------------------------------------------------------------- reading
@@ -209,6 +215,23 @@ def write_atomic(path: Path, rgb: np.ndarray, header: dict) -> None:
             tmp.unlink()
 
 
+def _load_weights(load, path):
+    """``load(path)``, with weights that are missing or not FLNR safetensors reported as one line."""
+    from safetensors import SafetensorError
+
+    try:
+        return load(path)
+    except FileNotFoundError:
+        if path is None:
+            raise
+        raise FileNotFoundError(f"--weights {path}: no such file") from None
+    except (SafetensorError, ValueError, KeyError, RuntimeError, OSError) as err:
+        if path is None:
+            raise
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ValueError(f"--weights {path}: not FLNR weights from vision train-denoiser ({first})") from None
+
+
 def parse_phase(text):
     """``"DY,DX"`` -> (DY, DX) ints >= 0, or None; ValueError for anything else."""
     if text is None:
@@ -226,6 +249,8 @@ def run(args) -> int:
     from tqdm import tqdm
 
     from vision.denoise import BufferWarning, TemporalFLR, denoise
+    from vision.outputs import InputIndex, prepare_folder, refuse_inputs
+    from vision.pipelines.cli import torch_device
 
     net = None
     if args.model == "flnr":
@@ -233,7 +258,7 @@ def run(args) -> int:
 
         if args.temporal:
             raise ValueError("--temporal works with --model flr only")
-        net = load_flnr(args.weights)
+        net = _load_weights(load_flnr, args.weights)
         defaults = (None, None, net.scale)  # radius None: the trained per-cell blend of its radii
     else:
         if args.weights is not None:
@@ -246,23 +271,21 @@ def run(args) -> int:
             or args.tile < 0):
         raise ValueError("--radius must be >= 0, --scale >= 1, --eps > 0 and --tile >= 0")
     phase = parse_phase(args.phase)
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch_device(args.device)
     frames = expand_frames(args.frames)
     index, count = parse_shard(args.shard)
     mine = shard(frames, index, count)
     patterns = {name: getattr(args, name) for name in BUFFERS}
     out = Path(args.out)
-    # never overwrite an input: no output may be a frame or a buffer file of this run
-    inputs = {f.resolve() for f in frames}
-    for f in mine:
-        inputs |= {buffer_path(p, f).resolve() for p in patterns.values() if p}
+    # never overwrite an input: no output may be, or link to, a frame, a buffer file or the weights
+    inputs = InputIndex([("FRAMES", f) for f in frames] + [("--weights", args.weights)]
+                        + [(f"--{name}", buffer_path(p, f)) for f in mine for name, p in patterns.items() if p])
     targets = [output_path(out, f, args.suffix) for f in mine]
-    for f, t in zip(mine, targets):
-        if t.resolve() in inputs:
-            raise ValueError(f"output {t} would overwrite an input; choose another -o folder or a --suffix")
+    for t in targets:
+        refuse_inputs(t, inputs, "-o")
     if len(set(targets)) != len(targets):
         raise ValueError("two frames map to the same output name; use frames with distinct file names")
-    out.mkdir(parents=True, exist_ok=True)
+    prepare_folder(out, "-o")  # before any compute
     eps_text = "learned" if args.eps is None else f"{args.eps:g}"
     radius_text = args.radius if args.radius is not None else "blend " + ",".join(map(str, net.config["radii"]))
     header = {"vision.denoiser": f"{args.model} radius={radius_text} eps={eps_text} scale={args.scale}"

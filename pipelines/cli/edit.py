@@ -9,7 +9,9 @@ InfEdit's virtual inversion and unified attention control, SPL guidance and post
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import warnings
 from pathlib import Path
 
 DEFAULT_MODEL = "SimianLuo/LCM_Dreamshaper_v7"  # the SD1.5-based LCM the paper uses
@@ -105,19 +107,55 @@ def missing_model_message(model: str) -> str:
             f"with `hf download {model}` (or pass --model with a folder written by save_pretrained)")
 
 
+def hub_offline() -> None:
+    """Put the Hugging Face hub client in offline mode for this process, so that loading by Hub id reads
+    the local cache and never opens a connection. The client reads ``HF_HUB_OFFLINE`` when it is first
+    imported, and libraries copy the flag at their own import, so modules already loaded get it set too."""
+    import sys
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] in ("huggingface_hub", "diffusers", "transformers") and \
+                isinstance(getattr(module, "HF_HUB_OFFLINE", None), bool):
+            module.HF_HUB_OFFLINE = True
+
+
 def _load_local(cls, model: str, torch_dtype=None):
     """``cls.from_pretrained`` of a local folder, or of a cached model id without any download."""
+    import json
+
+    hub_offline()
     path = Path(os.path.expanduser(model))
     kwargs = dict(torch_dtype=torch_dtype) if torch_dtype is not None else {}
     if path.exists():
-        if not (path / "model_index.json").is_file():
+        index = path / "model_index.json"
+        if not index.is_file():
             raise FileNotFoundError(f"{path} is not a diffusers model folder (no model_index.json); "
                                     "write one with pipeline.save_pretrained(folder)")
-        return cls.from_pretrained(path, local_files_only=True, **kwargs)
+        try:
+            json.loads(index.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as err:
+            raise ValueError(f"--model {model}: {index} is not valid JSON ({err})") from None
+        try:
+            with _quiet_hub():
+                return cls.from_pretrained(path, local_files_only=True, **kwargs)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise ValueError(f"--model {model}: cannot load the diffusers model in {path} ({first})") from None
     try:
-        return cls.from_pretrained(model, local_files_only=True, **kwargs)
+        with _quiet_hub():
+            return cls.from_pretrained(model, local_files_only=True, **kwargs)
     except (OSError, ValueError) as err:  # huggingface_hub raises OSError subclasses for cache misses
         raise FileNotFoundError(missing_model_message(model)) from err
+
+
+@contextlib.contextmanager
+def _quiet_hub():
+    """Silence the hub client's deprecation notice about ``local_dir_use_symlinks`` (diffusers passes it):
+    it speaks of "downloading", which this command never does."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*local_dir_use_symlinks.*")
+        yield
 
 
 def load_pipeline(model: str, torch_dtype=None):
@@ -260,6 +298,7 @@ def edit(pipe, image, prompt: str, *, source_prompt=None, mask=None, mask_words=
 
 
 def run(args) -> int:
+    hub_offline()  # before diffusers imports the hub client: this command never downloads
     import torch
 
     from vision.io import read_image, write_image
@@ -267,15 +306,22 @@ def run(args) -> int:
     if args.source_prompt is None and (args.cross_replace_steps is not None or args.self_replace_steps is not None
                                        or args.blend_words):
         raise ValueError("--cross-replace-steps, --self-replace-steps and --blend-words need --source-prompt")
-    if not args.image.is_file():
-        raise FileNotFoundError(f"no such image: {args.image}")
-    if args.mask is not None and not args.mask.is_file():
-        raise FileNotFoundError(f"no such mask: {args.mask}")
-    if args.output.resolve() == args.image.resolve():
-        raise FileExistsError(f"refusing to overwrite the input {args.image}; choose another -o")
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = getattr(torch, args.dtype) if args.dtype else (torch.float16 if device == "cuda" else None)
-    image = read_image(args.image)
+    from vision.io import WRITE_BITS
+    from vision.outputs import prepare_file, refuse_inputs
+    from vision.pipelines.cli import read_input, torch_device
+
+    from vision.pipelines.editing.masks import load_mask
+
+    if args.output.suffix.lower() not in WRITE_BITS and not args.output.is_dir():
+        raise ValueError(f"-o {args.output}: unsupported image extension {args.output.suffix or '(none)'!r}; "
+                         f"use one of {', '.join(WRITE_BITS)}")
+    refuse_inputs(args.output, [("image", args.image), ("--mask", args.mask)])
+    prepare_file(args.output, "-o")
+    device = torch_device(args.device)
+    dtype = getattr(torch, args.dtype) if args.dtype else (torch.float16 if device.type == "cuda" else None)
+    image = read_input(read_image, args.image, "image")
+    if args.mask is not None:
+        read_input(lambda p: load_mask(str(p)), args.mask, "--mask", "mask")  # a bad mask fails before the model loads
     loader = load_pipeline if args.source_prompt is None else load_edit_pipeline
     pipe = loader(args.model, torch_dtype=dtype).to(device)
     pipe.set_progress_bar_config(desc="vision edit")

@@ -70,15 +70,23 @@ def run(args) -> int:
     from vision.dense import TASKS
     from vision.dense.edges import edge_band
     from vision.pipelines.bench.timing import print_table
-    from vision.pipelines.training.dense_model import load_run
+    from vision.pipelines.cli.predict import load_run_for_cli
     from vision.pipelines.training.finetune import mean_prediction
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    loaded = [load_run(r) for r in args.runs]
+    if args.json is not None:  # before any compute, and never over a file the evaluation reads
+        from vision.outputs import prepare_file, refuse_inputs
+
+        refuse_inputs(args.json, [("RUN", r / name) for r in args.runs for name in ("config.json", "model.safetensors",
+                                                                                    "base.safetensors")], "--json")
+        if args.json.exists() and args.data.resolve() in args.json.resolve().parents:
+            raise ValueError(f"--json {args.json} would overwrite a file of --data {args.data}; write it elsewhere")
+        prepare_file(args.json, "--json")
+    loaded = [load_run_for_cli(r) for r in args.runs]
     tasks = {cfg.task for _, cfg in loaded}
     if len(tasks) != 1:
-        raise ValueError(f"runs must share one task, got {sorted(tasks)}")
+        raise ValueError(f"the RUN folders must share one task, got {sorted(tasks)}")
     task = TASKS[tasks.pop()]
     if args.median_scale and task.name != "depth":
         raise ValueError(f"--median-scale is for depth runs, not {task.name}")
@@ -104,5 +112,7 @@ def run(args) -> int:
                 + (f"; edge_ = within {args.band} px of an instance / depth edge ({float(band.float().mean()):.1%} "
                    "of pixels)" if band is not None else ""))
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        from vision.outputs import write_text_atomic
+
+        write_text_atomic(args.json, json.dumps(rows, indent=1))
     return 0

@@ -30,7 +30,8 @@ resolution) and dpt (a DPT-style convolutional decoder, the baseline).
 weights: then use --lora-rank 0 (adapters on a random backbone learn little).
 
 The run folder holds config.json, base.safetensors (the frozen backbone, once), model.safetensors
-(trainable tensors only; EMA weights of the best validation epoch), resume.pt, metrics.jsonl and previews/epoch_NNN.png
+(trainable tensors only; EMA weights of the best validation epoch), resume.safetensors (optimiser, schedule,
+EMA, epoch: tensors, and JSON in its header; never a pickle), metrics.jsonl and previews/epoch_NNN.png
 (image | target | prediction on validation scenes). `vision predict RUN IMAGES... -o OUT` uses it.
 """
 
@@ -95,7 +96,15 @@ def run(args) -> int:
     head_kwargs = _json_object(args.head_kwargs, "--head-kwargs")
     task_kwargs = _json_object(args.task_kwargs, "--task-kwargs")
     if not args.data.is_dir():
-        raise FileNotFoundError(f"no data folder at {args.data}")
+        raise FileNotFoundError(f"--data {args.data}: no such folder")
+    from vision.outputs import prepare_folder, same_file
+
+    read = [args.data, args.data / "images", args.data / "targets"]  # folders whose files are read as data
+    if any(same_file(args.out, d) or d.resolve() in args.out.resolve().parents for d in read[1:]) \
+            or same_file(args.out, args.data):
+        raise ValueError(f"-o {args.out} would be read as --data {args.data}; write the run elsewhere")
+    if args.out.exists() and not args.out.is_dir():
+        raise ValueError(f"-o {args.out} is a file, not a folder; give a run folder (it is created if missing)")
     cfg = DenseConfig(task=args.task, backbone=args.backbone, head=args.head, img_size=args.img_size,
                       lora_rank=args.lora_rank, pretrained=args.pretrained, epochs=args.epochs,
                       batch_size=args.batch_size, lr=args.lr, backbone_lr=args.backbone_lr,
@@ -105,6 +114,7 @@ def run(args) -> int:
                       extra=extra, head_kwargs=head_kwargs, task_kwargs=task_kwargs)
     if args.out.exists() and any(args.out.iterdir()) and not args.resume:
         raise FileExistsError(f"{args.out} is not empty; pass --resume to continue it or choose another folder")
+    prepare_folder(args.out, "-o")  # writable before any training, not after the first epoch
     history = train(cfg, args.out, resume=args.resume, progress=not args.quiet)
     if history:
         last = history[-1]

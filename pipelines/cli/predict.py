@@ -14,7 +14,8 @@ For each IMAGE it writes OUT/NAME.<format> (the decoded prediction: depth in the
 units, unit normals, alpha / albedo in [0, 1], label ids for segmentation) and OUT/NAME_preview.png
 (colourised). Formats: png (16-bit; depth as 65535 * d / max d, normals as (n + 1) / 2), exr
 (float32), npy (float32, (H, W, C)). Images of any size are padded to the backbone's 16-pixel patch
-and cropped back. Existing outputs are replaced.
+and cropped back. Existing outputs are replaced, inputs never: an output that is, or links to,
+an input image or a RUN file is refused, as are two IMAGES with the same name (minus extension).
 """
 
 
@@ -37,35 +38,56 @@ def _expand(patterns) -> list[Path]:
     for pat in patterns:
         hits = sorted(glob.glob(pat)) if any(c in pat for c in "*?[") else [pat]
         if not hits:
-            raise FileNotFoundError(f"no files match {pat}")
+            raise FileNotFoundError(f"IMAGES {pat}: no files match")
+        missing = [h for h in hits if not Path(h).is_file()]
+        if missing:  # before any output is written
+            raise FileNotFoundError(f"IMAGES {missing[0]}: no such image file")
         out += [Path(h) for h in hits]
     return out
 
 
 def write_prediction(path: Path, task: str, value, fmt: str) -> Path:
-    """Write a decoded (C, H, W) prediction as 16-bit PNG, float EXR or NPY; returns the path."""
+    """Write a decoded (C, H, W) prediction as 16-bit PNG, float EXR or NPY at ``path`` + ``.fmt`` (the
+    extension is appended, so a stem with dots keeps them), atomically; returns the path."""
     import numpy as np
 
+    from vision.outputs import atomic_path
+
     a = np.transpose(value.detach().float().cpu().numpy(), (1, 2, 0))
-    path = path.with_suffix("." + fmt)
-    if fmt == "npy":
-        np.save(path, a.astype(np.float32))
-    elif fmt == "exr":
-        from vision.data.exr import write_exr
+    path = path.with_name(f"{path.name}.{fmt}")
+    with atomic_path(path) as tmp:
+        if fmt == "npy":
+            np.save(tmp, a.astype(np.float32))
+        elif fmt == "exr":
+            from vision.data.exr import write_exr
 
-        names = ["Y"] if a.shape[2] == 1 else ["R", "G", "B", "A"][: a.shape[2]] if task != "normals" else ["X", "Y", "Z"]
-        write_exr(path, {n: a[:, :, i].astype(np.float32) for i, n in enumerate(names)})
-    else:
-        from vision.io import write_image
+            names = ["Y"] if a.shape[2] == 1 else ["R", "G", "B", "A"][: a.shape[2]] if task != "normals" else ["X", "Y", "Z"]
+            write_exr(tmp, {n: a[:, :, i].astype(np.float32) for i, n in enumerate(names)})
+        else:
+            from vision.io import write_image
 
-        if task == "depth":
-            a = a / max(float(a.max()), 1e-12)
-        elif task == "normals":
-            a = (a + 1) / 2
-        elif task in ("semantic",):
-            a = a / 65535.0
-        write_image(path, np.clip(a, 0, 1), bits=16)
+            if task == "depth":
+                a = a / max(float(a.max()), 1e-12)
+            elif task == "normals":
+                a = (a + 1) / 2
+            elif task in ("semantic",):
+                a = a / 65535.0
+            write_image(tmp, np.clip(a, 0, 1), bits=16)
     return path
+
+
+def load_run_for_cli(run_dir: Path, device="cpu"):
+    """:func:`load_run`, with a missing, damaged or foreign run folder reported as one line naming RUN."""
+    from safetensors import SafetensorError
+
+    from vision.pipelines.training.dense_model import CONFIG, WEIGHTS, load_run
+
+    if not (run_dir / CONFIG).is_file() or not (run_dir / WEIGHTS).is_file():
+        raise FileNotFoundError(f"RUN {run_dir} is not a finished `vision finetune` run (needs {CONFIG} and {WEIGHTS})")
+    try:
+        return load_run(run_dir, device)
+    except (SafetensorError, ValueError, TypeError, KeyError, OSError) as err:
+        raise ValueError(f"RUN {run_dir}: cannot load this run ({err})") from None
 
 
 def run(args) -> int:
@@ -74,21 +96,33 @@ def run(args) -> int:
     from vision.dense import TASKS
     from vision.dense.colourise import colourise
     from vision.io import read_image, write_image
-    from vision.pipelines.training.dense_model import load_run, predict_raw
+    from vision.outputs import InputIndex, inside, output_stems, prepare_folder
+    from vision.pipelines.training import dense_model
+    from vision.pipelines.cli import read_input, torch_device
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model, cfg = load_run(args.run, device)
-    task = TASKS[cfg.task]
+    device = torch_device(args.device)
     paths = _expand(args.images)
-    args.out.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(args.run)
+    inputs = InputIndex([("IMAGES", p) for p in paths] + [("RUN", run_dir / name) for name in (
+        dense_model.CONFIG, dense_model.BASE, dense_model.WEIGHTS)])
+    names = [(inside(args.out, f"{stem}.{args.format}", "-o", inputs),
+              inside(args.out, f"{stem}_preview.png", "-o", inputs)) for stem in output_stems(paths, "IMAGES")]
+    owner: dict[Path, Path] = {}
+    for path, pair in zip(paths, names):
+        for target in pair:  # x.png's preview and an input named x_preview.png would share a file
+            if owner.setdefault(target, path) != path:
+                raise ValueError(f"IMAGES {owner[target]} and {path} would both write {target}; rename one")
+    prepare_folder(args.out, "-o")
+    model, cfg = load_run_for_cli(run_dir, device)
+    task = TASKS[cfg.task]
     from tqdm.auto import tqdm
 
-    for path in tqdm(paths, desc="predict", disable=len(paths) < 2):
-        img = read_image(path)
+    for path, (out, preview) in tqdm(list(zip(paths, names)), desc="predict", disable=len(paths) < 2):
+        img = read_input(read_image, path, "IMAGES")
         img = img[:, :, :3] if img.shape[2] >= 3 else img.repeat(3, axis=2)
         x = torch.from_numpy(img).permute(2, 0, 1)[None].to(device)
-        pred = task.decode(predict_raw(model, task, x, tta=not args.no_tta).float())[0]
-        out = write_prediction(args.out / path.stem, cfg.task, pred, args.format)
-        write_image(args.out / f"{path.stem}_preview.png", colourise(cfg.task, pred))
+        pred = task.decode(dense_model.predict_raw(model, task, x, tta=not args.no_tta).float())[0]
+        out = write_prediction(out.with_name(out.stem), cfg.task, pred, args.format)
+        write_image(preview, colourise(cfg.task, pred))
         print(f"wrote {out}")
     return 0

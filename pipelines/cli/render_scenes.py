@@ -4,15 +4,18 @@ Each scene gets noisy 1-spp frames (one EXR per seed, guide buffers and referenc
 contact sheet and a manifest; see ``vision.data.render`` for what every pass is and
 ``vision.data.exr.LAYERS`` for the channel names. Runs are deterministic for a seed and resumable:
 finished scenes (those with a manifest) are skipped, so rerunning after an interruption, or with a
-larger ``--count``, renders only what is missing.
+larger ``--count``, renders only what is missing. Nothing the run did not create is deleted: a scene
+folder without a manifest stops the command, named, before anything is rendered.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
+import uuid
 from pathlib import Path
 
 EPILOG = """examples:
@@ -91,8 +94,27 @@ def command_line(args, kinds) -> str:
             f"--max-depth {args.max_depth} --variant {args.variant}")
 
 
+def _read_index(path: Path) -> dict:
+    try:
+        index = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not the JSON index render-scenes writes ({err}); use another --out") from None
+    if not isinstance(index, dict):
+        raise ValueError(f"{path} is not the index render-scenes writes; use another --out")
+    return index
+
+
 def run(args) -> int:
     kinds = check_args(args)
+    out = Path(args.out)
+    names = [f"scene_{i:05d}" for i in range(args.count)]
+    todo = [i for i, name in enumerate(names) if not (out / name / "manifest.json").exists()]
+    # a scene folder without a manifest was not made by this run: never delete or overwrite it
+    foreign = [out / names[i] for i in todo if os.path.lexists(out / names[i])]
+    if foreign:
+        raise ValueError(f"{foreign[0]} exists but holds no manifest.json, so it is not a finished scene; "
+                         f"render-scenes deletes nothing it did not create: move it out of --out {out} and rerun"
+                         + (f" ({len(foreign) - 1} more such)" if len(foreign) > 1 else ""))
     try:
         import mitsuba  # noqa: F401
     except ImportError:
@@ -102,13 +124,13 @@ def run(args) -> int:
 
     from vision.data.render import choose_variant, render_scene, write_scene
     from vision.data.scenes import make_scene, scene_seed
+    from vision.outputs import write_text_atomic
 
-    out = Path(args.out)
     settings = {"size": args.size, "spp_ref": args.spp_ref, "noisy_seeds": args.noisy_seeds, "seed": args.seed,
                 "kinds": kinds, "ao_rays": args.ao_rays, "max_depth": args.max_depth}
     index_path = out / "dataset.json"
     if index_path.exists():
-        old = json.loads(index_path.read_text()).get("settings", {})
+        old = _read_index(index_path).get("settings", {})
         diff = [k for k in _SETTINGS if k in old and old[k] != settings[k]]
         if diff:
             k = diff[0]
@@ -116,8 +138,6 @@ def run(args) -> int:
                              f"use another --out, or the same settings to resume")
 
     variant = choose_variant(args.variant, note=lambda msg: print(msg, file=sys.stderr))
-    names = [f"scene_{i:05d}" for i in range(args.count)]
-    todo = [i for i, name in enumerate(names) if not (out / name / "manifest.json").exists()]
     skipped = args.count - len(todo)
     cmd = command_line(args, kinds)
 
@@ -129,15 +149,19 @@ def run(args) -> int:
         t0 = time.perf_counter()
         render = render_scene(spec, args.size, spp_ref=args.spp_ref, noisy_seeds=args.noisy_seeds,
                               ao_rays=args.ao_rays, max_depth=args.max_depth, variant=variant)
-        # write into a temporary folder, then rename: a folder with a manifest is always complete
-        tmp = out / f".{names[i]}.partial"
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        write_scene(render, tmp, names[i], extra={"index": i, "command": cmd})
-        final = out / names[i]
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
+        # write into a fresh temporary folder of this run, then rename: a folder with a manifest is always
+        # complete, and only what this run created is ever removed
+        tmp = out / f".{names[i]}.partial-{uuid.uuid4().hex[:12]}"
+        tmp.mkdir()  # not mkdtemp: the scene keeps the user's umask, not 0700
+        try:
+            write_scene(render, tmp, names[i], extra={"index": i, "command": cmd})
+            final = out / names[i]
+            if os.path.lexists(final):
+                raise ValueError(f"{final} appeared while rendering; left as it is, this scene is not written")
+            tmp.rename(final)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp)
         times.append(time.perf_counter() - t0)
         bar.set_postfix_str(f"{kind}, {times[-1]:.1f} s")
         bar.update(1)
@@ -146,9 +170,9 @@ def run(args) -> int:
     index = {"command": cmd, "settings": settings, "variant": variant,
              "scenes": [n for n in names if (out / n / "manifest.json").exists()]}
     if index_path.exists():  # keep scenes of earlier, larger runs
-        old = json.loads(index_path.read_text())
+        old = _read_index(index_path)
         index["scenes"] = sorted(set(index["scenes"]) | {n for n in old.get("scenes", []) if (out / n / "manifest.json").exists()})
-    index_path.write_text(json.dumps(index, indent=1))
+    write_text_atomic(index_path, json.dumps(index, indent=1))
 
     if times:
         total = sum(times)

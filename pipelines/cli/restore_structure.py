@@ -7,7 +7,6 @@ never replaces one of the inputs.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 import numpy as np
@@ -57,15 +56,6 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        if a.exists() and b.exists():
-            return os.path.samefile(a, b)
-    except OSError:
-        pass
-    return a.resolve() == b.resolve()
-
-
 def read_any(path: Path) -> tuple[np.ndarray, bool]:
     """(H, W, C) float32 and whether the values are unbounded (EXR / float TIFF)."""
     ext = path.suffix.lower()
@@ -92,9 +82,12 @@ def read_any(path: Path) -> tuple[np.ndarray, bool]:
 def write_any(path: Path, img: np.ndarray, bits: int, quality: int) -> Path:
     if path.suffix.lower() == ".exr":
         from vision.data.exr import write_exr
+        from vision.outputs import atomic_path
 
         names = ("R", "G", "B", "A")[: img.shape[2]] if img.shape[2] != 1 else ("Y",)
-        return write_exr(path, {n: np.ascontiguousarray(img[:, :, i], dtype=np.float32) for i, n in enumerate(names)})
+        with atomic_path(path) as tmp:
+            write_exr(tmp, {n: np.ascontiguousarray(img[:, :, i], dtype=np.float32) for i, n in enumerate(names)})
+        return path
     from vision.io import write_image
 
     if path.suffix.lower() in (".jpg", ".jpeg"):
@@ -107,6 +100,8 @@ def run(args) -> int:
 
     from vision.io import to_image, to_tensor
     from vision.kernels import structure_loss
+    from vision.outputs import prepare_file, refuse_inputs
+    from vision.pipelines.cli import read_input, torch_device
     from vision.restore import restore_structure
 
     inputs = [("--source", args.source), ("--edited", args.edited)] + ([("--mask", args.mask)] if args.mask else [])
@@ -114,15 +109,15 @@ def run(args) -> int:
     if out.suffix.lower() not in EXTENSIONS:
         raise ValueError(f"-o {out}: unsupported extension {out.suffix or '(none)'!r}; "
                          f"use one of {', '.join(EXTENSIONS)}")
-    for flag, path in inputs:
-        if _same_file(out, Path(path)):
-            raise ValueError(f"-o {out} is the {flag} input; refusing to overwrite an input (choose another name)")
+    refuse_inputs(out, [(flag, Path(path)) for flag, path in inputs])
+    prepare_file(out, "-o")  # before any compute: a folder, or an unwritable place, fails now
     if out.suffix.lower() in (".jpg", ".jpeg") and args.bits != 8:
         raise ValueError("JPEG output is 8-bit only; drop --bits 16 or write a .png/.tif")
     if args.steps < 0:
         raise ValueError(f"--steps must be >= 0, got {args.steps}")
-    src, src_hdr = read_any(Path(args.source))
-    edit, edit_hdr = read_any(Path(args.edited))
+    device = torch_device(args.device)
+    src, src_hdr = read_input(read_any, Path(args.source), "--source")
+    edit, edit_hdr = read_input(read_any, Path(args.edited), "--edited")
     if src.shape[:2] != edit.shape[:2]:
         raise ValueError(f"--source is {src.shape[1]}x{src.shape[0]} but --edited is {edit.shape[1]}x{edit.shape[0]} "
                          "(width x height); they must be the same size")
@@ -132,7 +127,7 @@ def run(args) -> int:
         src = np.repeat(src, 3, axis=2) if src.shape[2] == 1 else src.mean(2, keepdims=True)
     mask = None
     if args.mask:
-        m, _ = read_any(Path(args.mask))
+        m, _ = read_input(read_any, Path(args.mask), "--mask", "mask")
         if m.shape[:2] != src.shape[:2]:
             raise ValueError(f"--mask is {m.shape[1]}x{m.shape[0]} but the images are {src.shape[1]}x{src.shape[0]}")
         m = m[:, :, :3].mean(2)
@@ -142,7 +137,6 @@ def run(args) -> int:
     for flag, arr in (("--source", src), ("--edited", edit)):
         if not np.isfinite(arr).all():
             raise ValueError(f"{flag} image contains NaN or Inf values")
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     s = to_tensor(src, device=device)
     e = to_tensor(edit, device=device)
     mk = None if mask is None else torch.from_numpy(np.ascontiguousarray(mask, dtype=np.float32)).to(device)
@@ -156,7 +150,6 @@ def run(args) -> int:
     img = to_image(restored)
     if alpha is not None:
         img = np.concatenate([img, alpha], axis=2)
-    out.parent.mkdir(parents=True, exist_ok=True)
     write_any(out, img, args.bits, args.quality)
     if not args.quiet:
         print(f"structure loss {before:.4g} -> {after:.4g}; wrote {out}")

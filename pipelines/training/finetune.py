@@ -22,7 +22,8 @@ import torch
 
 from .dense_model import DenseConfig, build_model, predict_raw, save_run_files, trainable_state
 
-RESUME = "resume.pt"
+RESUME = "resume.safetensors"  # tensors, with the rest of the training state as JSON in its header
+LEGACY_RESUME = "resume.pt"    # the pickle format of earlier versions: never loaded
 
 
 class EMA:
@@ -152,6 +153,80 @@ def _preview(task, samples, pred, path: Path, count: int = 4) -> Path:
     return side_by_side(rows, [" | ".join(labels[k:k + 3]) for k in range(0, len(labels), 3)], path)
 
 
+def _json_scalar(value):
+    """One-element tensors (a learning rate some optimisers keep as a tensor) as JSON numbers."""
+    if torch.is_tensor(value) and value.numel() == 1:
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _save_resume(path: Path, live: dict, opt_state: dict, sched_state: dict, ema, epoch: int,
+                 history: list) -> None:
+    """The training state as one safetensors file: every tensor in it, everything else as JSON in its
+    metadata, so resuming reads data only (a pickle would run whatever code the file holds). Written to a
+    temporary name and renamed, so an interruption never leaves a state file half written."""
+    from safetensors.torch import save_file
+
+    from vision.outputs import atomic_path
+
+    tensors = {f"model/{n}": t.detach().contiguous().cpu() for n, t in live.items()}
+    if ema is not None:
+        tensors.update({f"ema/{n}": t.detach().contiguous().cpu() for n, t in ema.shadow.items()})
+    opt_rest = {}
+    for pid, entry in opt_state["state"].items():
+        opt_rest[str(pid)] = {}
+        for key, value in entry.items():
+            if torch.is_tensor(value):
+                tensors[f"optimizer/{pid}/{key}"] = value.detach().contiguous().cpu()
+            else:
+                opt_rest[str(pid)][key] = value
+    state = {"epoch": epoch, "history": history, "ema": ema is not None, "ema_step": ema.step if ema else 0,
+             "optimizer": {"param_groups": opt_state["param_groups"], "state": opt_rest}, "scheduler": sched_state}
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata={"format": "vision-finetune-resume/1",
+                                               "state": json.dumps(state, default=_json_scalar)})
+
+
+def _read_resume(run: Path) -> dict | None:
+    """The state :func:`_save_resume` wrote into ``run`` (None when there is none), as the dicts the
+    model, optimiser and scheduler load. A pickle checkpoint is refused, unread."""
+    path = run / RESUME
+    if not path.is_file():
+        if (run / LEGACY_RESUME).exists():
+            raise ValueError(f"{run / LEGACY_RESUME} is a pickle checkpoint of an earlier version and is not loaded "
+                             f"(unpickling runs code stored in the file); resume needs {RESUME}: start a new run "
+                             "folder, or delete the file to retrain this one from the start")
+        return None
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as fh:
+            meta = fh.metadata() or {}
+            tensors = {k: fh.get_tensor(k) for k in fh.keys()}
+        state = json.loads(meta["state"])
+        opt = state["optimizer"]
+        opt_state = {int(pid): dict(rest) for pid, rest in opt["state"].items()}
+        model, ema = {}, {}
+        for key, t in tensors.items():
+            kind, _, name = key.partition("/")
+            if kind == "model":
+                model[name] = t
+            elif kind == "ema":
+                ema[name] = t
+            elif kind == "optimizer":
+                pid, _, field = name.partition("/")
+                opt_state.setdefault(int(pid), {})[field] = t
+        for group in opt["param_groups"]:
+            if isinstance(group.get("betas"), list):
+                group["betas"] = tuple(group["betas"])
+        return {"model": model, "ema": ema if state["ema"] else None, "ema_step": int(state["ema_step"]),
+                "optimizer": {"state": opt_state, "param_groups": opt["param_groups"]},
+                "scheduler": state["scheduler"], "epoch": int(state["epoch"]), "history": list(state["history"])}
+    except (SafetensorError, OSError, KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ValueError(f"{path} is not a readable resume state ({str(err).splitlines()[0] if str(err) else err!r}); "
+                         "start a new run folder") from None
+
+
 def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bool = False, progress: bool = True,
           log=print) -> list[dict]:
     """Fine-tune ``cfg``'s model on ``cfg.data`` (or the given datasets); write the run folder; return the
@@ -164,6 +239,7 @@ def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bo
 
     run = Path(run_dir)
     task = task_of(cfg)
+    saved = _read_resume(run) if resume else None  # before any work: a bad state file fails at once
     cuda = torch.cuda.is_available()
     acc = Accelerator(mixed_precision="bf16" if cuda else "no", cpu=not cuda)
     set_seed(cfg.seed)
@@ -184,14 +260,17 @@ def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bo
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _schedule(s, total, max(1, int(cfg.warmup * total))))
     ema = EMA(model, cfg.ema) if cfg.ema > 0 else None
     start, history = 0, []
-    if resume and (run / RESUME).is_file():
-        state = torch.load(run / RESUME, map_location="cpu", weights_only=False)
-        model.load_state_dict(state["model"], strict=False)
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        if ema is not None and state.get("ema") is not None:
-            ema.shadow, ema.step = state["ema"], state["ema_step"]
-        start, history = state["epoch"], state["history"]
+    if saved is not None:
+        try:
+            model.load_state_dict(saved["model"], strict=False)
+            opt.load_state_dict(saved["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as err:
+            raise ValueError(f"{run / RESUME} does not fit this model and its settings "
+                             f"({str(err).strip().splitlines()[0]})") from None
+        sched.load_state_dict(saved["scheduler"])
+        if ema is not None and saved["ema"] is not None:
+            ema.shadow, ema.step = saved["ema"], saved["ema_step"]
+        start, history = saved["epoch"], saved["history"]
         log(f"resuming {run} after epoch {start}")
     model, opt, loader, sched = acc.prepare(model, opt, loader, sched)
     core = acc.unwrap_model(model)
@@ -247,10 +326,7 @@ def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bo
             if record["saved"]:
                 save_run_files(run, cfg, core, weights)
             _preview(task, val_set, pred, run / "previews" / f"epoch_{epoch + 1:03d}.png")
-            torch.save({"model": live, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                        "ema": ema.shadow if ema is not None else None, "ema_step": ema.step if ema else 0,
-                        "epoch": epoch + 1, "history": history + [record]}, run / (RESUME + ".tmp"))
-            (run / (RESUME + ".tmp")).replace(run / RESUME)
+            _save_resume(run / RESUME, live, opt.state_dict(), sched.state_dict(), ema, epoch + 1, history + [record])
             with open(run / "metrics.jsonl", "a") as fh:
                 fh.write(json.dumps(record) + "\n")
             log(f"epoch {epoch + 1}: loss {record['loss']:.4f}, " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())

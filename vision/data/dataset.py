@@ -39,6 +39,23 @@ def list_scenes(root) -> list[Path]:
     return sorted(p.parent for p in root.glob("*/manifest.json") if not p.parent.name.startswith("."))
 
 
+def _read_manifest(path: Path) -> dict:
+    """A scene's manifest, refused unless every frame it lists is a file inside the scene's folder (a
+    ``../`` or absolute name would read outside the dataset)."""
+    try:
+        manifest = json.loads(path.read_text())
+        files = [f["file"] for f in manifest["frames"]]
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{path}: not a scene manifest with a frames list of files ({err})") from None
+    root = path.parent.resolve()
+    for name in files:
+        inside = isinstance(name, str) and name and not Path(name).is_absolute() and ".." not in Path(name).parts
+        if not inside or root not in (root / name).resolve().parents:
+            raise ValueError(f"{path}: frame file {name!r} is not inside the scene folder {path.parent}; "
+                             "refusing to read it")
+    return manifest
+
+
 class RenderedScenes(Dataset):
     """Frames of rendered scenes as dicts of ``(C, H, W)`` tensors, split by scene.
 
@@ -82,7 +99,7 @@ class RenderedScenes(Dataset):
         self.items: list[tuple[Path, int, str]] = []
         self.manifests: dict[str, dict] = {}
         for folder in self.scenes:
-            manifest = json.loads((folder / "manifest.json").read_text())
+            manifest = _read_manifest(folder / "manifest.json")
             self.manifests[folder.name] = manifest
             wanted = range(len(manifest["frames"])) if frames is None else list(frames)
             for k in wanted:
