@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.abc
-import importlib.util
+import importlib.machinery
 import sys
 
 
@@ -18,14 +18,17 @@ class TimmHook(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path, target=None):
         if fullname != "timm":
             return None
-        sys.meta_path.remove(self)  # find timm's own spec with the ordinary finders, once
-        spec = importlib.util.find_spec("timm")
+        # PathFinder directly: asking importlib.util.find_spec would come back here. A mere probe (libraries ask
+        # find_spec("timm") to see whether it is installed) gets a spec too, and the hook stays until timm runs.
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         run_timm = spec.loader.exec_module
 
         def exec_module(module):
             run_timm(module)
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
             importlib.import_module("vision.backbones")
 
         spec.loader.exec_module = exec_module
