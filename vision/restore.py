@@ -17,6 +17,7 @@ Step sizes do not depend on the image size: each mean-loss is multiplied by (its
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable
 
@@ -37,6 +38,13 @@ def chroma_jacobian(device=None) -> torch.Tensor:
     basis = torch.cat([torch.zeros(1, 3), torch.eye(3)]).view(4, 3, 1, 1)
     ycc = rgb_to_ycbcr(basis)[:, 1:, 0, 0]
     return (ycc[1:] - ycc[0]).T.contiguous().to(device)
+
+
+@functools.lru_cache(maxsize=1)
+def _chroma_gram() -> tuple[float, ...]:
+    """J^T J of :func:`chroma_jacobian`, row-major, as host floats."""
+    J = chroma_jacobian().double()
+    return tuple(float(v) for v in (J.T @ J).reshape(-1))
 
 
 def _check_images(source, edited):
@@ -127,8 +135,9 @@ class RestoreObjective:
         self.Q = self.Q_host = None
         if self.channels == 3 and self.color_weight:
             J = chroma_jacobian()
-            self.Q_host = (self.color_weight / REFERENCE_PIXELS) * (J.T @ J)  # (3, 3), on the host for kernel args
-            self.Q = self.Q_host.to(e0.device)
+            self.Q = ((self.color_weight / REFERENCE_PIXELS) * (J.T @ J)).to(e0.device)  # (3, 3)
+            # the fused step takes Q as nine kernel scalars: read once from the host-side Jacobian, never the device
+            self.Q_host = tuple(self.color_weight / REFERENCE_PIXELS * v for v in _chroma_gram())
 
     def value_and_grad(self, x: torch.Tensor, value: bool = True):
         """``(f(x) or None, df/dx)`` for ``x`` of the edit's shape; ``value=False`` skips the value."""

@@ -94,13 +94,13 @@ class FusedSGD:
 
     ``S``: (B, 1, H, W) centred gray source; ``e0``: (B, C, H, W) the edit (the colour term's target);
     ``mask``/``color_mask``: checked (1 or B, 1, H, W) weights or None; ``g_spl``: 0-d device tensor;
-    ``Q``: (3, 3) host-side float matrix or None; ``clamp``: clamp x to [0, 1] after each step.
+    ``Q``: the (3, 3) matrix as nine host floats, row-major, or None; ``clamp``: clamp x to [0, 1] after each step.
     """
 
     def __init__(self, S, e0, mask, color_mask, g_spl, Q, radius: int, eps: float, bidirectional: bool,
                  lr: float, momentum: float, clamp: bool):
         self.S, self.e0, self.mask, self.color_mask, self.g_spl = S, e0, mask, color_mask, g_spl
-        self.Q = [0.0] * 9 if Q is None else [float(v) for v in Q.reshape(-1)]
+        self.Q = [0.0] * 9 if Q is None else list(Q)
         self.chroma = Q is not None
         self.radius, self.eps, self.bidirectional = radius, float(eps), bool(bidirectional)
         self.lr, self.momentum, self.clamp = float(lr), float(momentum), bool(clamp)
