@@ -358,6 +358,7 @@ def _capture(objective, e0, steps, lr, momentum, clamp):
     torch.cuda.current_stream(e0.device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
+        fused.prepare()
         for _ in range(steps):
             fused.step(x, buf)
     return static, x, buf, graph

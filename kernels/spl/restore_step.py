@@ -105,7 +105,12 @@ class FusedSGD:
         self.radius, self.eps, self.bidirectional = radius, float(eps), bool(bidirectional)
         self.lr, self.momentum, self.clamp = float(lr), float(momentum), bool(clamp)
         self.zero = torch.zeros(S.shape[0], device=S.device, dtype=torch.float32)
-        self.cE = e0.mean((1, 2, 3))
+        self.cE = torch.empty(S.shape[0], device=S.device, dtype=torch.float32)
+        self.prepare()
+
+    def prepare(self):
+        """Recompute the centring constants from ``e0`` (a captured graph runs this on each call's new edit)."""
+        torch.mean(self.e0, (1, 2, 3), out=self.cE)
 
     def step(self, x: torch.Tensor, buf: torch.Tensor):
         """Update contiguous float32 ``x`` and its momentum ``buf`` in place; returns the (n, 2) SPL tile partials
