@@ -23,7 +23,7 @@ from .triton_kernels import BX, BY, NUM_WARPS, _tile, _vsum_planes
 from .triton_path import _grid, _mask_args, adjoint, fit, moments
 
 
-@triton.jit(do_not_specialize=["R"])
+@triton.jit(do_not_specialize=["R", "C", "clamp"])
 def _restore_update(U_ptr, S_ptr, X_ptr, E0_ptr, B_ptr, cE_ptr, W_ptr, CM_ptr, H, W, R, C, inv_c,
                     w_sb, w_sy, w_sx, cm_sb, cm_sy, cm_sx,
                     q00, q01, q02, q10, q11, q12, q20, q21, q22, lr, momentum, lo, hi, clamp,

@@ -48,7 +48,7 @@ def _gray(ptr, b, C, sb, sc, offs, m, inv_c, centre):
     return tl.where(m, acc * inv_c - centre, 0.0)
 
 
-@triton.jit(do_not_specialize=["R"])
+@triton.jit(do_not_specialize=["R", "CS", "CE"])
 def _hsum_moments(S_ptr, E_ptr, W_ptr, cS_ptr, cE_ptr, M_ptr, H, W, R,
                   CS, s_sb, s_sc, s_sy, s_sx, inv_cs, CE, e_sb, e_sc, e_sy, e_sx, inv_ce, w_sb, w_sy, w_sx,
                   MASKED: tl.constexpr, BY: tl.constexpr, BX: tl.constexpr):
@@ -95,7 +95,8 @@ def _hsum_moments(S_ptr, E_ptr, W_ptr, cS_ptr, cE_ptr, M_ptr, H, W, R,
         tl.store(out + 5 * hw, a5, mask=m)
 
 
-@triton.jit(do_not_specialize=["R"])
+# runtime flags are not specialised (Triton would compile a variant per flag value 1): one compile per mask mode
+@triton.jit(do_not_specialize=["R", "bidir", "detach", "write_d", "nplanes", "per_weight"])
 def _vsum_fit(M_ptr, D_ptr, P_ptr, part_ptr, H, W, R, eps, empty, bidir, detach, write_d, nplanes, per_weight,
               MASKED: tl.constexpr, BY: tl.constexpr, BX: tl.constexpr):
     b = tl.program_id(2)
@@ -197,7 +198,7 @@ def _finish(part_ptr, n, loss_ptr, invw_ptr, BLOCK: tl.constexpr):
     tl.store(invw_ptr, inv)
 
 
-@triton.jit(do_not_specialize=["R"])
+@triton.jit(do_not_specialize=["R", "use_k", "nplanes"])
 def _hsum_adjoint(P_ptr, G_ptr, g_sb, g_sy, g_sx, K_ptr, use_k, U_ptr, H, W, R, nplanes,
                   BY: tl.constexpr, BX: tl.constexpr):
     bp = tl.program_id(2)
@@ -239,7 +240,7 @@ def _vsum_planes(U_ptr, b, nplanes, y, x, H, W, R, BY: tl.constexpr, BX: tl.cons
     return u0, u1, u2, u3, u4
 
 
-@triton.jit(do_not_specialize=["R"])
+@triton.jit(do_not_specialize=["R", "nplanes", "CS", "CE"])
 def _vsum_grad(U_ptr, S_ptr, E_ptr, W_ptr, cS_ptr, cE_ptr, dS_ptr, dE_ptr, H, W, R, nplanes,
                CS, s_sb, s_sc, s_sy, s_sx, inv_cs, CE, e_sb, e_sc, e_sy, e_sx, inv_ce, w_sb, w_sy, w_sx,
                MASKED: tl.constexpr, BY: tl.constexpr, BX: tl.constexpr):
