@@ -75,8 +75,9 @@ def _value_range(source, edited, value_range):
             raise ValueError(f"value_range must be 'auto', None or (lo, hi), got {value_range!r}")
         if edited.dtype == torch.uint8:
             return 0.0, 255.0
-        lo = min(float(source.min()), float(edited.min()))
-        hi = max(float(source.max()), float(edited.max()))
+        # one host read for all four extremes (each float() would wait for the device separately)
+        smin, emin, smax, emax = torch.stack([v.float() for v in (source.min(), edited.min(), source.max(), edited.max())]).tolist()
+        lo, hi = min(smin, emin), max(smax, emax)
         tol = 1e-3
         if lo >= -tol and hi <= 1 + tol:
             return 0.0, 1.0
