@@ -116,12 +116,17 @@ def test_custom_op_compiles_into_one_graph(rng, backend):
     assert np.abs(e.grad.double().numpy() - 2.0 * rde).max() <= 1e-5 * np.abs(2.0 * rde).max()
 
 
-def test_custom_op_registrations_are_consistent(rng):
+@pytest.mark.parametrize("masked", [False, True])
+def test_custom_op_registrations_are_consistent(backend, masked):
+    """Schema, fake (meta) kernel, autograd registration and AOT dispatch agree with the real op."""
     from vision.kernels.spl.op import _spl_op
 
-    s, e = torch.rand(1, 3, 12, 14), torch.rand(1, 3, 12, 14)
-    torch.library.opcheck(_spl_op, (s, e, None, 2, 1e-3, True, True, "mean", "valid", True, True, "torch"),
-                          test_utils=("test_schema", "test_faketensor"))
+    g = torch.Generator().manual_seed(2)
+    s = torch.rand(1, 3, 12, 14, generator=g, requires_grad=True)
+    e = torch.rand(1, 3, 12, 14, generator=g, requires_grad=True)
+    m = torch.rand(1, 1, 12, 14, generator=g) if masked else None
+    torch.library.opcheck(_spl_op, (s, e, m, 2, 1e-3, True, True, "none" if masked else "mean", "valid", True, True,
+                                    backend))
 
 
 STATIC = r"""
