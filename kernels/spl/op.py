@@ -1,4 +1,9 @@
-"""Public Structure Preservation Loss: validation, gray conversion and centring, and the autograd Function."""
+"""Public Structure Preservation Loss: validation, and the custom op ``vision::structure_loss`` with its autograd.
+
+The op takes the images as they are (any strides, 1 or 3 channels); gray conversion and centring happen
+inside it (fused into the first kernel on the Triton path). Being a ``torch.library`` custom op with a fake
+kernel and a registered backward, it stays one node under ``torch.compile(fullgraph=True)``.
+"""
 from __future__ import annotations
 
 import math
