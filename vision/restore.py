@@ -11,6 +11,10 @@ Step sizes do not depend on the image size: each mean-loss is multiplied by (its
 512^2 (see :class:`RestoreObjective`), so the published settings (SGD, lr 1, momentum 0.9, weights
 1e4 / 1e3, tuned on 512 x 512 images) behave the same at any resolution.
 
+On the Triton path an SGD step is four fused launches (``vision.kernels.spl.restore_step``) and reads nothing
+on the host; on CUDA, without a callback or progress bar, the whole loop is captured once per shape and
+settings as a CUDA graph and replayed on later calls (``USE_CUDA_GRAPHS = False`` launches eagerly instead).
+
     >>> restored = restore_structure(source, edited)                       # (B, 3, H, W), same range and dtype
     >>> restored = restore_structure(source, edited, mask=m, optimizer="adam", steps=200)
     >>> value, grad = RestoreObjective(source, edited).value_and_grad(x)   # the objective, for your own loop
