@@ -13,10 +13,8 @@ import triton
 from .reference import EMPTY_WEIGHT
 from .triton_kernels import BX, BY, NUM_WARPS, _finish, _hsum_adjoint, _hsum_moments, _vsum_fit, _vsum_grad
 
-MAX_RADIUS = 1 << 20  # the tap loops run at any radius; kept for callers that ask
-
-
 def supported(r: int, border: str) -> bool:
+    """The tap loops run at any radius (cost grows as 2r+1 loads per pixel and pass); only "valid" borders."""
     return border == "valid"
 
 
