@@ -213,8 +213,8 @@ def test_triton_kernels_match_reference(rng, backend, case):
     rv, rds, rde = ref(src, edit, radius, eps, mask, bidirectional, detach, reduction, "valid", g)
     # A window's residual is var_E - a (c + a eps): a difference of second moments, so its float32 rounding
     # is relative to the images' variance, not to the (much smaller) residual of a good fit. Where one window
-    # covers the whole image (the 5 x 4 case) the loss is a single such difference, and how BLAS orders the
-    # interpreter's tl.dot sums moves it by ~1e-5 relative (seen 1.04e-5 on an AVX-512 machine).
+    # covers the whole image (the 5 x 4 case) the loss is a single such difference, and the order of the float32
+    # window sums moves it by ~1e-5 relative (seen 1.04e-5 on an AVX-512 machine with the older dot-product sums).
     scale = sum(float(x.mean(1).var()) for x in (src, edit))
     assert np.abs(np.asarray(v) - rv).max() <= 1e-5 * np.abs(rv).max() + 32 * np.finfo(np.float32).eps * scale
     if np.abs(rds).max() == 0:  # r = 0: nothing to fit, nothing to differentiate

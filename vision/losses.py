@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from vision.kernels import structure_loss
+from vision.kernels.runtime import backend_for
 from vision.kernels.spl.op import check_mask
 from vision.kernels.validate import check_all_finite, check_image
 
@@ -28,7 +29,13 @@ def _check_pair(reference: torch.Tensor, edited: torch.Tensor, what: str) -> Non
                          "must have the same shape")
     if reference.device != edited.device:
         raise ValueError(f"{what}: reference is on {reference.device} but edited on {edited.device}")
-    check_all_finite((reference, "reference"), (edited, "edited"))
+    check_all_finite((reference, "reference"), (edited, "edited"), backend=_checks(edited))
+
+
+def _checks(x: torch.Tensor) -> str:
+    """Which data checks apply: those of the backend the SPL kernels run on for ``x`` (none by default on a GPU,
+    where reading values stalls the device), and none inside a compiled graph."""
+    return "triton" if torch.compiler.is_compiling() else backend_for(x)
 
 
 def color_preservation_loss(reference: torch.Tensor, edited: torch.Tensor,
@@ -57,7 +64,7 @@ def color_preservation_loss(reference: torch.Tensor, edited: torch.Tensor,
     sq = d * d
     if mask is None:
         return sq.mean()
-    m = check_mask(mask, edited).to(sq.dtype)
+    m = check_mask(mask, edited, _checks(edited)).to(sq.dtype)
     total = (m * sq).sum()
     weight = m.expand(sq.shape[0], 1, *sq.shape[2:]).sum() * 2.0
     return torch.where(weight > 0, total / weight.clamp_min(1e-30), total * 0.0)

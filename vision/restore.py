@@ -11,17 +11,23 @@ Step sizes do not depend on the image size: each mean-loss is multiplied by (its
 512^2 (see :class:`RestoreObjective`), so the published settings (SGD, lr 1, momentum 0.9, weights
 1e4 / 1e3, tuned on 512 x 512 images) behave the same at any resolution.
 
+On the Triton path an SGD step is four fused launches (``vision.kernels.spl.restore_step``) and reads nothing
+on the host; on CUDA, without a callback or progress bar, the whole loop is captured once per shape and
+settings as a CUDA graph and replayed on later calls (``USE_CUDA_GRAPHS = False`` launches eagerly instead).
+
     >>> restored = restore_structure(source, edited)                       # (B, 3, H, W), same range and dtype
     >>> restored = restore_structure(source, edited, mask=m, optimizer="adam", steps=200)
     >>> value, grad = RestoreObjective(source, edited).value_and_grad(x)   # the objective, for your own loop
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable
 
 import torch
 
+from vision.kernels.runtime import backend_for
 from vision.kernels.spl.op import check_mask, value_and_grad
 from vision.kernels.validate import check_finite, check_radius
 
@@ -36,6 +42,13 @@ def chroma_jacobian(device=None) -> torch.Tensor:
     basis = torch.cat([torch.zeros(1, 3), torch.eye(3)]).view(4, 3, 1, 1)
     ycc = rgb_to_ycbcr(basis)[:, 1:, 0, 0]
     return (ycc[1:] - ycc[0]).T.contiguous().to(device)
+
+
+@functools.lru_cache(maxsize=1)
+def _chroma_gram() -> tuple[float, ...]:
+    """J^T J of :func:`chroma_jacobian`, row-major, as host floats."""
+    J = chroma_jacobian().double()
+    return tuple(float(v) for v in (J.T @ J).reshape(-1))
 
 
 def _check_images(source, edited):
@@ -66,8 +79,9 @@ def _value_range(source, edited, value_range):
             raise ValueError(f"value_range must be 'auto', None or (lo, hi), got {value_range!r}")
         if edited.dtype == torch.uint8:
             return 0.0, 255.0
-        lo = min(float(source.min()), float(edited.min()))
-        hi = max(float(source.max()), float(edited.max()))
+        # one host read for all four extremes (each float() would wait for the device separately)
+        smin, emin, smax, emax = torch.stack([v.float() for v in (source.min(), edited.min(), source.max(), edited.max())]).tolist()
+        lo, hi = min(smin, emin), max(smax, emax)
         tol = 1e-3
         if lo >= -tol and hi <= 1 + tol:
             return 0.0, 1.0
@@ -116,16 +130,19 @@ class RestoreObjective:
         self.edited, self.channels = e0, e0.shape[1]
         self.radius, self.eps, self.bidirectional = radius, float(eps), bool(bidirectional)
         self.spl_weight, self.color_weight = float(spl_weight), float(color_weight)
-        self.mask = None if mask is None else check_mask(mask, e0).to(torch.float32).contiguous()
-        self.color_mask = None if color_mask is None else check_mask(color_mask, e0).to(torch.float32)
+        checks = backend_for(e0)
+        self.mask = None if mask is None else check_mask(mask, e0, checks).to(torch.float32).contiguous()
+        self.color_mask = None if color_mask is None else check_mask(color_mask, e0, checks).to(torch.float32)
         src = source.to(torch.float32)
         S = src.mean(1, keepdim=True) if src.shape[1] == 3 else src
         self.S = (S - S.mean((2, 3), keepdim=True)).contiguous()
         self.g_spl = torch.tensor(self.spl_weight / REFERENCE_PIXELS, dtype=torch.float32, device=e0.device)
-        self.Q = None
+        self.Q = self.Q_host = None
         if self.channels == 3 and self.color_weight:
-            J = chroma_jacobian(e0.device)
-            self.Q = (self.color_weight / REFERENCE_PIXELS) * (J.T @ J)  # (3, 3)
+            J = chroma_jacobian()
+            self.Q = ((self.color_weight / REFERENCE_PIXELS) * (J.T @ J)).to(e0.device)  # (3, 3)
+            # the fused step takes Q as nine kernel scalars: read once from the host-side Jacobian, never the device
+            self.Q_host = tuple(self.color_weight / REFERENCE_PIXELS * v for v in _chroma_gram())
 
     def value_and_grad(self, x: torch.Tensor, value: bool = True):
         """``(f(x) or None, df/dx)`` for ``x`` of the edit's shape; ``value=False`` skips the value."""
@@ -202,7 +219,7 @@ def restore_structure(source: torch.Tensor, edited: torch.Tensor, mask: torch.Te
         raise ValueError(f"eps must be a positive float, got {eps!r}")
     for name, x in (("source", source), ("edited", edited)):
         if x.is_floating_point():
-            check_finite(x, name)
+            check_finite(x, name, backend_for(x))
     squeeze = edited.dim() == 3
     if squeeze:
         source, edited = source[None], edited[None]
@@ -214,35 +231,139 @@ def restore_structure(source: torch.Tensor, edited: torch.Tensor, mask: torch.Te
     src = (source.to(torch.float32) - lo) / span
     e0 = ((edited.to(torch.float32) - lo) / span).contiguous()
     objective = RestoreObjective(src, e0, mask, color_mask, spl_weight, color_weight, radius, eps, bidirectional)
-    x = e0.clone().requires_grad_(True)
-    opt = (torch.optim.SGD([x], lr=lr, momentum=momentum) if optimizer == "sgd"
-           else torch.optim.Adam([x], lr=lr))
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=steps, desc="restore-structure", unit="step")
-    try:
-        with torch.no_grad():
-            for step in range(steps):
-                report = callback is not None or (bar is not None and (step % 10 == 9 or step == steps - 1))
-                value, x.grad = objective.value_and_grad(x, value=report)
-                opt.step()
-                if rng is not None:
-                    x.clamp_(0.0, 1.0)
-                if report:
-                    value = float(value)  # the objective where the gradient was taken
-                    if callback is not None:
-                        callback(step, value)
-                    if bar is not None:
-                        bar.set_postfix(loss=f"{value:.4g}")
-                if bar is not None:
-                    bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
-    out = x.detach() * span + lo
+    if optimizer == "sgd" and backend_for(e0) == "triton":
+        x = _restore_fused(objective, e0, steps, lr, momentum, rng is not None, callback, progress)
+    else:
+        x = _restore_eager(objective, e0, steps, lr, momentum, optimizer, rng is not None, callback, progress)
+    out = x * span + lo
     if not out_dtype.is_floating_point:
         out = out.round().clamp(rng[0], rng[1])
     out = out.to(out_dtype)
     return out[0] if squeeze else out
+
+
+class _Progress:
+    """tqdm bar and user callback; ``wants(step)``: whether this step's objective value must be read (a sync)."""
+
+    def __init__(self, steps, callback, progress):
+        self.steps, self.callback, self.bar = steps, callback, None
+        if progress:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=steps, desc="restore-structure", unit="step")
+
+    def wants(self, step):
+        return self.callback is not None or (self.bar is not None and (step % 10 == 9 or step == self.steps - 1))
+
+    def done(self, step, value):
+        if value is not None:
+            value = float(value)  # the objective where the gradient was taken
+            if self.callback is not None:
+                self.callback(step, value)
+            if self.bar is not None:
+                self.bar.set_postfix(loss=f"{value:.4g}")
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _restore_eager(objective, e0, steps, lr, momentum, optimizer, clamp, callback, progress):
+    x = e0.clone().requires_grad_(True)
+    opt = (torch.optim.SGD([x], lr=lr, momentum=momentum) if optimizer == "sgd"
+           else torch.optim.Adam([x], lr=lr))
+    bar = _Progress(steps, callback, progress)
+    try:
+        with torch.no_grad():
+            for step in range(steps):
+                report = bar.wants(step)
+                value, x.grad = objective.value_and_grad(x, value=report)
+                opt.step()
+                if clamp:
+                    x.clamp_(0.0, 1.0)
+                bar.done(step, value if report else None)
+    finally:
+        bar.close()
+    return x.detach()
+
+
+def _fused(objective, e0, lr, momentum, clamp):
+    from vision.kernels.spl.restore_step import FusedSGD
+
+    o = objective
+    return FusedSGD(o.S, e0, o.mask, o.color_mask, o.g_spl, o.Q_host, o.radius, o.eps,
+                    o.bidirectional, lr, momentum, clamp)
+
+
+def _restore_fused(objective, e0, steps, lr, momentum, clamp, callback, progress):
+    """SGD with momentum on the fused Triton step (4 launches a step); on CUDA, without a callback or a
+    progress bar, all steps replay from one CUDA graph per shape and settings."""
+    if e0.is_cuda and steps and callback is None and not progress and USE_CUDA_GRAPHS:
+        out = _graph_run(objective, e0, steps, lr, momentum, clamp)
+        if out is not None:
+            return out
+    fused = _fused(objective, e0, lr, momentum, clamp)
+    x, buf = e0.clone(), torch.zeros_like(e0)
+    bar = _Progress(steps, callback, progress)
+    try:
+        for step in range(steps):
+            report = bar.wants(step)
+            value = objective.value_and_grad(x, value=True)[0] if report else None
+            fused.step(x, buf)
+            bar.done(step, value)
+    finally:
+        bar.close()
+    return x
+
+
+USE_CUDA_GRAPHS = True  # set False to run the fused steps eagerly on CUDA too
+_GRAPHS: dict = {}  # settings and shapes -> (static inputs, x, graph); a few entries, oldest dropped first
+_MAX_GRAPHS = 4
+
+
+def _graph_run(objective, e0, steps, lr, momentum, clamp):
+    """Replay a captured ``steps``-step loop on copies of this call's inputs; None where capture fails."""
+    o = objective
+    shape = lambda t: None if t is None else tuple(t.shape)  # noqa: E731
+    key = (e0.device, tuple(e0.shape), shape(o.mask), shape(o.color_mask), steps, lr, momentum, clamp, o.radius,
+           o.eps, o.bidirectional, o.spl_weight, o.color_weight if o.Q is not None else None)
+    entry = _GRAPHS.get(key)
+    if entry is None:
+        try:
+            entry = _capture(objective, e0, steps, lr, momentum, clamp)
+        except Exception:  # capture is impossible here (e.g. inside another capture): run eagerly
+            return None
+        if len(_GRAPHS) >= _MAX_GRAPHS:
+            _GRAPHS.pop(next(iter(_GRAPHS)))
+        _GRAPHS[key] = entry
+    static, x, buf, graph = entry
+    for dst, src in zip(static, (o.S, e0, o.mask, o.color_mask)):
+        if dst is not None:
+            dst.copy_(src)
+    x.copy_(e0)
+    buf.zero_()
+    graph.replay()
+    return x.clone()
+
+
+def _capture(objective, e0, steps, lr, momentum, clamp):
+    o = objective
+    static = [None if t is None else t.clone() for t in (o.S, e0, o.mask, o.color_mask)]
+    from vision.kernels.spl.restore_step import FusedSGD
+
+    fused = FusedSGD(static[0], static[1], static[2], static[3], o.g_spl.clone(),
+                     o.Q_host, o.radius, o.eps, o.bidirectional, lr, momentum, clamp)
+    x, buf = e0.clone(), torch.zeros_like(e0)
+    side = torch.cuda.Stream(e0.device)
+    side.wait_stream(torch.cuda.current_stream(e0.device))
+    with torch.cuda.stream(side):
+        fused.step(x, buf)  # compiles the kernels before capture
+    torch.cuda.current_stream(e0.device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fused.prepare()
+        for _ in range(steps):
+            fused.step(x, buf)
+    return static, x, buf, graph

@@ -1,54 +1,111 @@
-"""Public Structure Preservation Loss: validation, gray conversion and centring, and the autograd Function."""
+"""Public Structure Preservation Loss: validation, and the custom op ``vision::structure_loss`` with its autograd.
+
+The op takes the images as they are (any strides, 1 or 3 channels); gray conversion and centring happen
+inside it (fused into the first kernel on the Triton path). Being a ``torch.library`` custom op with a fake
+kernel and a registered backward, it stays one node under ``torch.compile(fullgraph=True)``.
+"""
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 
 from ..border import check_border
-from ..runtime import backend_for
+from ..runtime import backend_for, data_checks
 from ..validate import check_all_finite, check_finite, check_image, check_radius
 from . import torch_path
 
 REDUCTIONS = ("mean", "none")
 
 
-def _impl(backend: str, border: str, radius: int, dtype: torch.dtype):
-    if backend == "triton" and dtype == torch.float32:
+def _triton_ok(backend: str, border: str, dtype: torch.dtype) -> bool:
+    # float64 (gradcheck, references) and padded border modes run the PyTorch path
+    return backend == "triton" and dtype == torch.float32 and border == "valid"
+
+
+def _torch_gray(x, c):
+    return _gray(x, x.dtype) - c.view(-1, 1, 1, 1)
+
+
+@torch.library.custom_op("vision::structure_loss", mutates_args=())
+def _spl_op(source: torch.Tensor, edited: torch.Tensor, mask: Optional[torch.Tensor], radius: int, eps: float,
+            bidirectional: bool, detach: bool, reduction: str, border: str, need_grad: bool,
+            need_source_grad: bool, backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                            torch.Tensor]:
+    """(loss or map, coefficient planes (or an empty tensor), 1 / sum(omega), centre of S, centre of E)."""
+    if _triton_ok(backend, border, source.dtype):
         from . import triton_path
 
-        if triton_path.supported(radius, border):
-            return triton_path
-    # float64 (gradcheck, references), padded border modes and very large windows run the PyTorch path
-    return torch_path
+        cS, cE = triton_path.centres(source, edited)
+        out, planes, invw = triton_path.forward(source, edited, mask, cS, cE, eps, radius, bidirectional, detach,
+                                                reduction, need_grad, need_source_grad)
+    else:
+        cS = _gray(source, source.dtype).mean((1, 2, 3))
+        cE = _gray(edited, edited.dtype).mean((1, 2, 3))
+        res, saved = torch_path.forward(_torch_gray(source, cS), _torch_gray(edited, cE), mask, eps, radius, border,
+                                        bidirectional, detach, reduction, need_grad, need_source_grad)
+        weight = res["weight"]
+        invw = torch.where(weight > 0, 1.0 / weight.clamp_min(1e-30), 0.0)
+        out = res["map"] if reduction == "none" else res["total"] * invw
+        planes = saved["planes"] if saved is not None else None
+    if planes is None:
+        planes = source.new_empty(0)
+    return out.clone() if out is source else out, planes, invw, cS, cE
 
 
-class _StructureLoss(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, S, E, w, eps, r, border, bidirectional, detach, reduction, backend):
-        impl = _impl(backend, border, r, S.dtype)
-        need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
-        out, saved = impl.forward(S, E, w, eps, r, border, bidirectional, detach, reduction, need_grad,
-                                  ctx.needs_input_grad[0])
-        ctx.impl, ctx.saved, ctx.reduction = impl, saved, reduction
-        if reduction == "none":
-            return out["map"]
-        weight = out["weight"]
-        ctx.weight = weight
-        return torch.where(weight > 0, out["total"] / weight.clamp_min(1e-30), 0.0)
+@_spl_op.register_fake
+def _(source, edited, mask, radius, eps, bidirectional, detach, reduction, border, need_grad, need_source_grad,
+      backend):
+    b, _, h, w = source.shape
+    out = source.new_empty((b, 1, h, w) if reduction == "none" else ())
+    planes = source.new_empty((b, 5 if need_source_grad else 3, h, w) if need_grad else (0,))
+    return out, planes, source.new_empty(()), source.new_empty((b,)), source.new_empty((b,))
 
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):
-        if ctx.saved is None:
-            return (None,) * 10
-        if ctx.reduction == "none":
-            g = grad.contiguous()
-        else:
-            weight = ctx.weight
-            g = torch.where(weight > 0, grad / weight.clamp_min(1e-30), 0.0)
-        dS, dE = ctx.impl.backward(ctx.saved, g)
-        return dS, dE, None, None, None, None, None, None, None, None
+
+@torch.library.custom_op("vision::structure_loss_backward", mutates_args=())
+def _spl_backward_op(grad: torch.Tensor, source: torch.Tensor, edited: torch.Tensor, mask: Optional[torch.Tensor],
+                     cS: torch.Tensor, cE: torch.Tensor, planes: torch.Tensor, invw: torch.Tensor, radius: int,
+                     border: str, reduction: str, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(d gray(source) / C_S or an empty tensor, d gray(edited) / C_E), each (B, 1, H, W)."""
+    if _triton_ok(backend, border, source.dtype):
+        from . import triton_path
+
+        dS, dE = triton_path.backward(grad, source, edited, mask, cS, cE, planes, invw, radius, reduction)
+    else:
+        g = grad.contiguous() if reduction == "none" else grad * invw
+        saved = dict(S=_torch_gray(source, cS), E=_torch_gray(edited, cE), w=mask, planes=planes, r=radius,
+                     border=border)
+        dS, dE = torch_path.backward(saved, g)
+        dE = dE / edited.shape[1]
+        dS = None if dS is None else dS / source.shape[1]
+    return (source.new_empty(0) if dS is None else dS), dE
+
+
+@_spl_backward_op.register_fake
+def _(grad, source, edited, mask, cS, cE, planes, invw, radius, border, reduction, backend):
+    b, _, h, w = source.shape
+    return source.new_empty((b, 1, h, w) if planes.shape[1] == 5 else (0,)), source.new_empty((b, 1, h, w))
+
+
+def _setup_context(ctx, inputs, output):
+    source, edited, mask, radius, _, _, _, reduction, border, need_grad, _, backend = inputs
+    _, planes, invw, cS, cE = output
+    ctx.save_for_backward(source, edited, mask, cS, cE, planes, invw)
+    ctx.args = (radius, border, reduction, backend, need_grad)
+
+
+def _backward(ctx, grad, *_):
+    source, edited, mask, cS, cE, planes, invw = ctx.saved_tensors
+    radius, border, reduction, backend, need_grad = ctx.args
+    if not need_grad:
+        return (None,) * 12
+    dS, dE = _spl_backward_op(grad, source, edited, mask, cS, cE, planes, invw, radius, border, reduction, backend)
+    dS = dS.expand(source.shape) if dS.dim() == 4 else None  # the gray mean spreads the gradient over the channels
+    return dS, dE.expand(edited.shape), None, None, None, None, None, None, None, None, None, None
+
+
+_spl_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def value_and_grad(S: torch.Tensor, E: torch.Tensor, w: torch.Tensor | None, radius: int, eps: float,
@@ -60,11 +117,21 @@ def value_and_grad(S: torch.Tensor, E: torch.Tensor, w: torch.Tensor | None, rad
     ``weight = sum_k omega_k`` (so the loss is ``total / weight``) and ``dE = grad_scale * d total / dE``
     (``grad_scale`` a float or a 0-d tensor on the device).
     """
-    impl = _impl(backend_for(S), "valid", radius, S.dtype)
-    out, saved = impl.forward(S, E, w, eps, radius, "valid", bidirectional, detach_coefficients, "mean", True, False)
     if not isinstance(grad_scale, torch.Tensor):
         grad_scale = torch.tensor(float(grad_scale), dtype=S.dtype, device=S.device)
-    _, dE = impl.backward(saved, grad_scale)
+    if _triton_ok(backend_for(S), "valid", S.dtype):
+        from . import triton_path
+
+        zero = torch.zeros(S.shape[0], device=S.device, dtype=torch.float32)
+        M = triton_path.moments(S, E, w, zero, zero, radius)
+        _, planes, part = triton_path.fit(M, w is not None, eps, radius, bidirectional, detach_coefficients, False,
+                                          3, False)
+        sums = part.sum((0, 1, 2))
+        _, dE = triton_path.backward(grad_scale, S, E, w, zero, zero, planes, None, radius, "none")
+        return sums[0], sums[1], dE
+    out, saved = torch_path.forward(S, E, w, eps, radius, "valid", bidirectional, detach_coefficients, "mean", True,
+                                    False)
+    _, dE = torch_path.backward(saved, grad_scale)
     return out["total"], out["weight"], dE
 
 
@@ -73,7 +140,7 @@ def _gray(x: torch.Tensor, work: torch.dtype) -> torch.Tensor:
     return x if x.shape[1] == 1 else x.mean(1, keepdim=True)
 
 
-def check_mask(mask, like: torch.Tensor) -> torch.Tensor:
+def check_mask(mask, like: torch.Tensor, backend: str = "torch") -> torch.Tensor:
     """``mask`` checked against images ``like`` (B, C, H, W): a float (B or 1, 1, H, W) tensor in [0, 1]."""
     if not isinstance(mask, torch.Tensor):
         raise ValueError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
@@ -92,7 +159,9 @@ def check_mask(mask, like: torch.Tensor) -> torch.Tensor:
         m = m.to(like.dtype)
     if not m.is_floating_point():
         raise ValueError(f"mask must be a float or bool tensor with values in [0, 1], got {m.dtype}")
-    check_finite(m, "mask")
+    if not data_checks(backend):
+        return m
+    check_finite(m, "mask", backend)
     if bool((m < 0).any()) or bool((m > 1).any()):
         raise ValueError(f"mask values must lie in [0, 1], got min {float(m.min()):g}, max {float(m.max()):g}")
     return m
@@ -155,15 +224,18 @@ def structure_loss(source: torch.Tensor, edited: torch.Tensor, radius: int = 5, 
         raise ValueError(f"eps must be a positive float, got {eps!r}") from None
     if not (math.isfinite(eps) and eps > 0):
         raise ValueError(f"eps must be positive and finite (it regularises flat windows), got {eps}")
-    check_all_finite((source, "source"), (edited, "edited"))
+    backend = backend_for(source)
+    # compiled graphs cannot read tensor values either: check there as on the Triton path
+    checks = "triton" if torch.compiler.is_compiling() else backend
+    check_all_finite((source, "source"), (edited, "edited"), backend=checks)
     work = torch.float64 if torch.float64 in (source.dtype, edited.dtype) else torch.float32
-    w = None if mask is None else check_mask(mask, source).to(work).contiguous()
-    S, E = _gray(source, work), _gray(edited, work)
-    # The fits are shift invariant: removing each image's mean keeps the second moments small, so
-    # m_SS - m_S^2 does not cancel catastrophically in float32.
-    S = (S - S.detach().mean((2, 3), keepdim=True)).contiguous()
-    E = (E - E.detach().mean((2, 3), keepdim=True)).contiguous()
-    out = _StructureLoss.apply(S, E, w, eps, radius, border, bool(bidirectional), bool(detach_coefficients),
-                               reduction, backend_for(S))
+    w = None if mask is None else check_mask(mask, source, checks).to(work)
     out_dtype = edited.dtype if edited.dtype == source.dtype else work
+    source, edited = source.to(work), edited.to(work)
+    need_source = source.requires_grad and torch.is_grad_enabled()
+    need_grad = need_source or (edited.requires_grad and torch.is_grad_enabled())
+    # The fits are shift invariant: each image is centred by its mean (inside the op), which keeps the second
+    # moments small, so m_SS - m_S^2 does not cancel catastrophically in float32.
+    out = _spl_op(source, edited, w, radius, eps, bool(bidirectional), bool(detach_coefficients), reduction, border,
+                  need_grad, need_source, backend)[0]
     return out.to(out_dtype)
