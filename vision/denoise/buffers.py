@@ -93,6 +93,14 @@ def host_reads(t: torch.Tensor) -> bool:
     return data_checks(backend_for(t))
 
 
+def cpu_path(t: torch.Tensor) -> bool:
+    """Whether ``t`` takes the denoiser's CPU-specialised code (OpenCV, numba loops, bands of rows): a CPU tensor on
+    the PyTorch backend. On the Triton path, interpreted on CPU, the code is the one CUDA runs."""
+    from vision.kernels.dispatch import backend_for
+
+    return t.device.type == "cpu" and backend_for(t) == "torch"
+
+
 def repair_nonfinite(x: torch.Tensor, name: str, warn: bool = True) -> tuple[torch.Tensor, int | torch.Tensor]:
     """Replace NaN/Inf samples by the mean of the finite samples in their 3x3 neighbourhood (0 if none).
 

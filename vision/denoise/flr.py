@@ -37,7 +37,7 @@ def _area_down(x: torch.Tensor | None, u: int) -> torch.Tensor | None:
     if x is None or u == 1:
         return x
     h, w = x.shape[-2:]
-    if x.device.type == "cpu" and x.dtype == torch.float32 and not (x.requires_grad and torch.is_grad_enabled()) \
+    if B.cpu_path(x) and x.dtype == torch.float32 and not (x.requires_grad and torch.is_grad_enabled()) \
             and h % u == 0 and w % u == 0 and x.dim() == 4:
         # OpenCV's area resize by an integer factor is this block mean, 2-3x faster than avg_pool2d, and it
         # reads HWC buffers (channels-last tensors) as they lie
