@@ -131,3 +131,48 @@ def test_bad_arguments_raise_a_clear_value_error(kw):
     name = next(iter(kw))
     with pytest.raises(ValueError, match=name):
         denoise(np.ones((16, 16, 3), np.float32), **kw)
+
+
+def test_graph_plumbing_with_a_stand_in_capture(frame, monkeypatch):
+    """vision.denoise.graphs without CUDA: a stand-in capture that replays by running the frame on the static
+    inputs. One capture per kind of frame, each call's own content, the eager result; a failed capture warns once
+    and falls back to eager frames."""
+    from vision.denoise import graphs
+
+    captures = []
+
+    def stand_in(fn, inputs):
+        captures.append(1)
+        out = fn(*inputs)
+        return (lambda: out.copy_(fn(*inputs))), out
+
+    monkeypatch.setenv("VISION_CHECKS", "off")  # no host reads: what makes a frame capturable
+    monkeypatch.setattr(graphs, "_on_cuda", lambda ts: True)
+    monkeypatch.setattr(graphs, "_capture", stand_in)
+    graphs.clear()
+    a, b = _crop(frame, 32), _crop({k: v[32:] for k, v in frame.items()}, 32)
+    g = [{k: torch.from_numpy(f[k]) for k in GUIDES} for f in (a, b)]
+    colors = [torch.from_numpy(f["color"]) for f in (a, b)]
+    graphs.set_enabled(False)
+    want = [denoise(c, **gf) for c, gf in zip(colors, g)]
+    graphs.set_enabled(None)
+    got = [denoise(c, **gf) for c, gf in zip(colors, g)]
+    assert len(captures) == 1 and len(graphs._graphs) == 1
+    for x, y in zip(got, want):
+        np.testing.assert_array_equal(x.numpy(), y.numpy())
+    denoise(colors[0], **g[0], radius=4)  # other settings: another graph
+    assert len(captures) == 2
+
+    def broken(fn, inputs):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(graphs, "_capture", broken)
+    graphs.clear()
+    with pytest.warns(RuntimeWarning, match="graph capture failed"):
+        first = denoise(colors[0], **g[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        second = denoise(colors[1], **g[1])
+    np.testing.assert_array_equal(first.numpy(), want[0].numpy())
+    np.testing.assert_array_equal(second.numpy(), want[1].numpy())
+    graphs.clear()
