@@ -176,3 +176,20 @@ def test_graph_plumbing_with_a_stand_in_capture(frame, monkeypatch):
     np.testing.assert_array_equal(first.numpy(), want[0].numpy())
     np.testing.assert_array_equal(second.numpy(), want[1].numpy())
     graphs.clear()
+
+
+def test_bench_device_rows_on_cpu(capsys):
+    """`vision bench denoise --cuda-size WxH --device cpu --timing-only`: the GPU script's command on CPU tensors,
+    one row per method with per-call time, host syncs per frame and graph columns; the sync counter counts the
+    host reads of one call."""
+    from vision.pipelines.bench.denoise_device import count_host_syncs
+    from vision.pipelines.cli import main
+
+    x = torch.ones(3)
+    assert count_host_syncs(lambda: (bool(x.sum()), float(x[0]), x.tolist()), torch.device("cpu")) == 3
+    assert main(["bench", "denoise", "--cuda-size", "32x24", "--device", "cpu", "--timing-only", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "cpu time per 32x24 frame" in out and "host syncs/frame" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("flr", "flnr"))]
+    assert [r[0] for r in rows] == ["flr", "flr", "flr", "flnr"]
+    assert all(r[-1] == "no" and r[-2].isdigit() for r in rows)  # no graphs on CPU; a sync count per row
