@@ -112,6 +112,10 @@ def repair_nonfinite(x: torch.Tensor, name: str, warn: bool = True) -> tuple[tor
     reads = host_reads(x)
     if reads and bool(torch.isfinite(_dense(x).sum(dtype=torch.float32))):  # one reduction in the common case
         return x, 0
+    if not reads and _fused_fill(x):
+        from .fill_triton import fill
+
+        return fill(x)
     bad = ~torch.isfinite(x)
     count = bad.sum()
     if reads:
@@ -125,9 +129,21 @@ def repair_nonfinite(x: torch.Tensor, name: str, warn: bool = True) -> tuple[tor
     return fixed, count
 
 
+def _fused_fill(x: torch.Tensor) -> bool:
+    """Whether :mod:`.fill_triton` may do the repair: the Triton path, a float32/16 buffer, nothing to differentiate."""
+    from vision.kernels.dispatch import backend_for
+
+    return (backend_for(x) == "triton" and x.dtype in (torch.float32, torch.float16, torch.bfloat16)
+            and not (x.requires_grad and torch.is_grad_enabled()))
+
+
 def fill_from_neighbours(x: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
     """``x`` with its ``bad`` samples (a boolean mask broadcastable to ``x``) replaced by the mean of the good
     ones among their 3x3 neighbours inside the frame (0 if none); good samples are returned as they are."""
+    if bad.shape[1] == 1 and _fused_fill(x):  # per-pixel flags: one pass in Triton (x is finite here)
+        from .fill_triton import fill
+
+        return fill(x, bad)[0]
     bad = bad.expand_as(x) if bad.shape[1] != x.shape[1] else bad
     good = (~bad).to(x.dtype)
     clean = torch.where(bad, torch.zeros_like(x), x)
