@@ -1,5 +1,6 @@
 """The denoiser's device path: no host reads per frame, robust to extreme and negative colour samples, argument
 errors. The Triton path runs through the interpreter on CPU tensors (small frames); on CUDA the same code runs."""
+import os
 import sys
 import traceback
 import warnings
@@ -250,3 +251,41 @@ def test_triton_fill_compiles_for_hopper_without_spills():
     for line in res.stdout.split("\n")[:2]:
         regs, stack = map(int, line.split())
         assert stack == 0 and regs <= 128
+
+
+@pytest.mark.parametrize("model", ["flr", "flnr"])
+def test_denoiser_code_under_no_host_sync(frame, model, monkeypatch):
+    """The whole denoise() call under tests/sync_trap.no_host_sync() on the Triton path (interpreted), with the
+    trap lifted only inside the ops of vision.kernels (local linear fit and apply, box filter: rebuilt
+    separately; the test above lists what they still read): every other step, repairs, checks, statistics, the
+    network, reads nothing on the host."""
+    import vision.kernels as K
+    from sync_trap import TRAPPED as TRAP_NAMES, no_host_sync
+    from vision.kernels.dispatch import interpreting
+
+    if not interpreting() and not torch.cuda.is_available():
+        pytest.skip("needs TRITON_INTERPRET=1 (tests/conftest.py sets it without CUDA)")
+    originals = {n: getattr(torch.Tensor, n) for n in TRAP_NAMES}
+
+    def untrapped(fn):
+        def call(*args, **kwargs):
+            trapped = {n: getattr(torch.Tensor, n) for n in TRAP_NAMES}
+            for n, f in originals.items():
+                setattr(torch.Tensor, n, f)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                for n, f in trapped.items():
+                    setattr(torch.Tensor, n, f)
+        return call
+
+    monkeypatch.setattr(K, "local_linear_fit", untrapped(K.local_linear_fit))
+    monkeypatch.setattr(K, "local_linear_apply", untrapped(K.local_linear_apply))
+    monkeypatch.setattr(K, "box_filter", untrapped(K.box_filter))  # its check_finite reads on every backend
+    monkeypatch.setenv("VISION_BACKEND", "triton")
+    d = _torch_frame(_crop(frame, 48))
+    c = d["color"].clone()
+    c[0, 0, 3, 5], c[0, 2, 20, 30], c[0, 0, 40, 41] = float("nan"), 1e30, -0.5
+    with no_host_sync():
+        out = denoise(c, **{k: d[k] for k in GUIDES}, model=model)
+    assert torch.isfinite(out).all()

@@ -234,7 +234,7 @@ class TemporalFLR:
 
     def reset(self) -> None:
         self.history = self.count = self.previous = None
-        self.rejected = 0  # pixels whose history was rejected at the last call
+        self.rejected = 0  # pixels whose history was rejected at the last call (a 0-dim tensor on the GPU)
         self.phase, self._mixed = None, False  # the history's sampling phase; whether phases were mixed
 
     def accumulate(self, color, phase=None, **guides) -> torch.Tensor:
@@ -267,7 +267,9 @@ class TemporalFLR:
         self.count = torch.where(keep, self.count + 1, torch.ones_like(self.count))
         a = torch.clamp(1.0 / self.count, min=self.alpha)
         self.history = torch.where(keep, (1 - a) * self.history + a * c, c)
-        self.previous, self.rejected = g, int((~keep).sum())
+        rejected = (~keep).sum()
+        # a count read on the host only where that is free (CPU): on the GPU a 0-dim tensor, read when wanted
+        self.previous, self.rejected = g, int(rejected) if B.host_reads(rejected) else rejected
         return self.history
 
     def _same_buffers(self, g) -> bool:
