@@ -153,11 +153,14 @@ def fill_from_neighbours(x: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
     return torch.where(bad, fill, x)
 
 
-# A colour sample whose light (colour minus emission, largest channel) exceeds this many times the 0.9 quantile of
-# the frame's positive light is an outlier no 1-spp path produces (the bundled frames peak at ~50x): a broken
-# sample (a float overflow, a division by a ~0 pdf) that one window's least squares fit would spread over its whole
-# window, so it is dropped and refilled from its neighbours, as renderer denoisers reject fireflies.
-FIREFLY_RATIO = 1e4
+# Fireflies: a colour sample whose light (colour minus emission, largest channel) exceeds FIREFLY_RATIO times the 0.9
+# quantile of the frame's positive light while at most one of its 8 neighbours does (the bundled 1-spp frames peak
+# at ~50x the quantile), or BROKEN_RATIO times it whatever its neighbours (a float overflow, a ~0 pdf), is dropped and
+# refilled from its neighbours, as renderer denoisers reject fireflies: one window's least squares fit would spread
+# it over the whole window as a bright square. Bright regions (a light seen without an emission buffer, the sun, up
+# to BROKEN_RATIO) stay whole: their pixels have bright neighbours.
+FIREFLY_RATIO = 1e3
+BROKEN_RATIO = 1e8
 QUANTILE_SAMPLES = 1 << 16  # the quantile reads a strided subsample of at most about this many pixels
 
 
@@ -175,8 +178,8 @@ def light_level(light: torch.Tensor) -> torch.Tensor:
 def suppress_fireflies(color: torch.Tensor, emission: torch.Tensor | None = None, name: str = "color"
                        ) -> torch.Tensor:
     """Negative colour samples clamped to 0; samples whose light (colour minus ``emission``, at the colour's size,
-    largest channel) exceeds :data:`FIREFLY_RATIO` times :func:`light_level` replaced by the mean of their other 3x3
-    neighbours. Branch-free on the device; where :func:`host_reads` allows (CPU) the steps with nothing to do are
+    largest channel) exceeds :data:`FIREFLY_RATIO` times :func:`light_level` with at most one such neighbour, or
+    :data:`BROKEN_RATIO` times it, replaced by the mean of their other 3x3 neighbours. Branch-free on the device; where :func:`host_reads` allows (CPU) the steps with nothing to do are
     skipped (the same values) and one :class:`BufferWarning` gives the counts."""
     reads = host_reads(color)
     neg = 0
@@ -187,7 +190,10 @@ def suppress_fireflies(color: torch.Tensor, emission: torch.Tensor | None = None
         x = color.clamp_min(0)
     light = x if emission is None else x - emission
     top = light.amax(1, keepdim=True)
-    hot = top > FIREFLY_RATIO * light_level(top)
+    level = light_level(top)
+    bright = (top > FIREFLY_RATIO * level).to(top.dtype)
+    lit = F.avg_pool2d(bright, 3, 1, 1, count_include_pad=True) * 9  # bright pixels in the 3x3 block, centre included
+    hot = ((bright > 0) & (lit < 2.5)) | (top > BROKEN_RATIO * level)
     hits = 0
     if reads:
         hits = int(hot.sum())
@@ -197,7 +203,7 @@ def suppress_fireflies(color: torch.Tensor, emission: torch.Tensor | None = None
         x = fill_from_neighbours(x, hot)
     if neg or hits:
         parts = ([f"{neg} negative value(s) clamped to 0"] if neg else []) + \
-            ([f"{hits} extreme sample(s) (light above {FIREFLY_RATIO:g} x the frame's 0.9 quantile) replaced by the "
+            ([f"{hits} extreme sample(s) (isolated light above {FIREFLY_RATIO:g} x the frame's 0.9 quantile, or any above {BROKEN_RATIO:g} x) replaced by the "
               f"mean of their neighbours"] if hits else [])
         warnings.warn(f"{name}: {'; '.join(parts)}", BufferWarning, stacklevel=3)
     return x
