@@ -278,10 +278,11 @@ def _device_acceptance(args, res: dict) -> bool:
     ok = True
     if args.device != "cuda":
         return ok
-    for key, limit in (("flr", 1e-3), ("flnr", 5e-3)):
+    for key, limit, target in (("flr", 1e-3, 1e-3), ("flnr", 5e-3, 2e-3)):
         if isinstance(res.get(key), float):
-            print(f"acceptance 5: {key.upper()} at {args.cuda_size} on the GPU = {res[key] * 1e3:.2f} ms "
-                  f"(<= {limit * 1e3:.0f} ms): {'PASS' if res[key] <= limit else 'FAIL'}")
+            print(f"acceptance 5: {key.upper()} at {args.cuda_size} on the GPU = {res[key] * 1e3:.2f} ms per call "
+                  f"(<= {limit * 1e3:.0f} ms): {'PASS' if res[key] <= limit else 'FAIL'}; target <= "
+                  f"{target * 1e3:.0f} ms: {'met' if res[key] <= target else 'not met'}")
             ok &= res[key] <= limit
     return ok
 
