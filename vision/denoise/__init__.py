@@ -122,7 +122,9 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
     # a frame that reads no tensor on the host (repair on, data checks off) can be a CUDA graph
     if (graphs.wanted(inputs, needs_grad) and repair and not buffers.host_reads(c)
             and not isinstance(eps, torch.Tensor)):
-        key = (model, id(net), radius, eps, scale, tile, phase, names, forced_backend())
+        # the graph reads the network's weights where they lie: moved (nn.Module.to replaces them), a new graph
+        weights_at = () if net is None else tuple(t.data_ptr() for t in (*net.parameters(), *net.buffers()))
+        key = (model, id(net), weights_at, radius, eps, scale, tile, phase, names, forced_backend())
         out = graphs.run(key, frame, inputs)
     else:
         out = frame(*inputs)

@@ -179,8 +179,9 @@ def suppress_fireflies(color: torch.Tensor, emission: torch.Tensor | None = None
                        ) -> torch.Tensor:
     """Negative colour samples clamped to 0; samples whose light (colour minus ``emission``, at the colour's size,
     largest channel) exceeds :data:`FIREFLY_RATIO` times :func:`light_level` with at most one such neighbour, or
-    :data:`BROKEN_RATIO` times it, replaced by the mean of their other 3x3 neighbours. Branch-free on the device; where :func:`host_reads` allows (CPU) the steps with nothing to do are
-    skipped (the same values) and one :class:`BufferWarning` gives the counts."""
+    :data:`BROKEN_RATIO` times it, replaced by the mean of their other 3x3 neighbours. Branch-free on the device;
+    where :func:`host_reads` allows (CPU) the steps with nothing to do are skipped (the same values) and one
+    :class:`BufferWarning` gives the counts."""
     reads = host_reads(color)
     neg = 0
     if reads:
@@ -203,8 +204,8 @@ def suppress_fireflies(color: torch.Tensor, emission: torch.Tensor | None = None
         x = fill_from_neighbours(x, hot)
     if neg or hits:
         parts = ([f"{neg} negative value(s) clamped to 0"] if neg else []) + \
-            ([f"{hits} extreme sample(s) (isolated light above {FIREFLY_RATIO:g} x the frame's 0.9 quantile, or any above {BROKEN_RATIO:g} x) replaced by the "
-              f"mean of their neighbours"] if hits else [])
+            ([f"{hits} extreme sample(s) (isolated light above {FIREFLY_RATIO:g} x the frame's 0.9 quantile, or any "
+              f"above {BROKEN_RATIO:g} x) replaced by the mean of their neighbours"] if hits else [])
         warnings.warn(f"{name}: {'; '.join(parts)}", BufferWarning, stacklevel=3)
     return x
 
