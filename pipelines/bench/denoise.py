@@ -302,8 +302,13 @@ def run(args) -> int:
         if args.timing_only:
             frames = load_frames(args)
             cuda = time_device(args, frames, torch.device(args.device))
-            _device_acceptance(args, cuda)
-            return 0
+            ok = _device_acceptance(args, cuda)
+            if args.json:
+                args.json.write_text(json.dumps({"timing_cuda": {k: v if isinstance(v, float) else repr(v)
+                                                                 for k, v in cuda.items()},
+                                                 "timing_cuda_rows": args.device_rows}, indent=1))
+                print(f"wrote {args.json}")
+            return 0 if ok or not args.strict else 1
     try:
         import flip_evaluator  # noqa: F401
         has_flip = True
@@ -414,6 +419,7 @@ def run(args) -> int:
         cuda = {k: v if isinstance(v, float) else repr(v) for k, v in cuda.items()}
     if args.json:
         args.json.write_text(json.dumps({"size": [h, w], "rows": records, "timing_large": timing,
-                                         "timing_cuda": cuda}, indent=1))
+                                         "timing_cuda": cuda,
+                                         "timing_cuda_rows": getattr(args, "device_rows", None)}, indent=1))
         print(f"wrote {args.json}")
     return 0 if ok or not args.strict else 1
