@@ -166,3 +166,48 @@ def test_denoisers_on_the_device_match_their_cpu_results(dev, model):
         got = denoise(crop["color"].to(dev), **{k: v.to(dev) for k, v in crop.items() if k != "color"}, model=model)
     assert got.device.type == dev.type
     np.testing.assert_allclose(got.cpu().numpy(), want.numpy(), rtol=0, atol=1e-4 * float(want.abs().max()))
+
+
+def _crop_frame(dev, scene=2, size=(64, 96)):
+    from vision.bundled import asset_path
+    from vision.data import read_frame
+
+    d = read_frame(asset_path("scenes", f"scene_{scene:05d}", "frame_00.exr"))
+    return {k: torch.from_numpy(np.ascontiguousarray(d[k][:size[0], :size[1]])).permute(2, 0, 1)[None].to(dev)
+            for k in ("color", "albedo", "normal", "depth", "ao", "emission")}
+
+
+@pytest.mark.parametrize("model", ["flr", "flnr"])
+def test_denoisers_as_cuda_graphs_match_eager_frames_and_read_nothing_on_the_host(dev, model, monkeypatch):
+    """Two frames of one shape through the captured graph (the second replays it on new content) against the same
+    frames with capture off; with CUDA's sync debug mode on error, the replay synchronises with nothing."""
+    import warnings
+
+    from vision.denoise import denoise, graphs
+
+    if dev.type != "cuda":
+        pytest.skip("CUDA graphs need CUDA")
+    a, b = _crop_frame(dev, 2), _crop_frame(dev, 1)
+    g = [{k: v for k, v in f.items() if k != "color"} for f in (a, b)]
+    with torch.no_grad():
+        monkeypatch.setenv("VISION_CUDA_GRAPHS", "off")
+        want = [denoise(f["color"], **gf, model=model) for f, gf in zip((a, b), g)]
+        monkeypatch.setenv("VISION_CUDA_GRAPHS", "on")
+        graphs.clear()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = [denoise(f["color"], **gf, model=model) for f, gf in zip((a, b), g)]
+        for x, y in zip(got, want):
+            np.testing.assert_allclose(x.cpu().numpy(), y.cpu().numpy(), rtol=0, atol=1e-5 * float(y.abs().max()))
+        failed = [str(w.message) for w in caught if "graph capture failed" in str(w.message)]
+        if failed:
+            pytest.xfail(f"capture fell back to eager frames (results checked): {failed[0][:300]}")
+        assert len(graphs._graphs) == 1
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            again = denoise(a["color"], **g[0], model=model)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        np.testing.assert_allclose(again.cpu().numpy(), want[0].cpu().numpy(), rtol=0,
+                                   atol=1e-5 * float(want[0].abs().max()))

@@ -351,11 +351,11 @@ def test_antialias_model_blends_the_light_where_the_buffers_have_edges(frame, gr
     emission is added back unblended. Without autograd the last steps run band by band (here also in bands of
     7 rows, the last one partial: the 3 x 3 means at their edges must see the neighbouring bands) or, with
     numba, row by row."""
-    from vision.denoise import flnr as FL
+    from vision.denoise import flnr as FL, flnr_stages
 
     monkeypatch.setenv("VISION_NUMBA", loops)
     if band:
-        monkeypatch.setattr(FL, "FINISH_BAND_PIXELS", band)
+        monkeypatch.setattr(flnr_stages, "FINISH_BAND_PIXELS", band)
 
     aa = _random_model(7, antialias=True)
     with torch.no_grad():

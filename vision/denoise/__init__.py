@@ -10,11 +10,18 @@ Metrics with their conventions are in :mod:`vision.denoise.metrics`.
 """
 from __future__ import annotations
 
+import functools
+import math
+
+import numpy as np
 import torch
 
-from . import buffers
+from vision.kernels.dispatch import forced_backend
+
+from . import buffers, graphs
 from .buffers import BufferWarning, find_fields
-from .flr import DEFAULT_EPS, DEFAULT_RADIUS, TemporalFLR, _full_size, _upsample_factor, flr, flr_tiled
+from .flr import (DEFAULT_EPS, DEFAULT_RADIUS, TemporalFLR, _full_size, _sample_down, _upsample_factor, check_phase,
+                  flr, flr_tiled)
 from .flnr import FLNR, load_flnr
 
 MODELS = ("flr", "flnr")
@@ -61,10 +68,27 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
         The denoised radiance, same kind (NumPy / torch) and layout (HWC / BCHW) as ``color``.
 
     Raises:
-        ValueError: mis-sized buffers, albedo outside [0, 1], normals outside [-1, 1], unknown model.
+        ValueError: mis-sized buffers, albedo outside [0, 1], normals outside [-1, 1] (checked where the
+            buffers may be read on the host: on CPU, or with ``VISION_CHECKS=on``), unknown model, a
+            ``radius``, ``scale`` or ``tile`` that is not a positive int, an ``eps`` that is not positive.
+
+    Colour samples that are negative are clamped to 0, and extreme ones (a broken sample, e.g. 1e30) are replaced
+    by the mean of their neighbours (:func:`.buffers.suppress_fireflies`; with a :class:`BufferWarning` on CPU).
+    On CUDA (and on the Triton path) the call reads no tensor value on the host: the repairs run branch-free on
+    the device and do not warn.
     """
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; choose from {', '.join(MODELS)}")
+    radius, scale, tile = (_positive_int(v, n) for v, n in ((radius, "radius"), (scale, "scale"), (tile, "tile")))
+    if eps is not None and not isinstance(eps, torch.Tensor):
+        try:
+            ok = math.isfinite(float(eps)) and float(eps) > 0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"eps must be a positive finite float or None, got {eps!r}")
+    if not isinstance(repair, (bool, np.bool_)):
+        raise ValueError(f"repair must be True or False, got {repair!r}")
     c = buffers.to_bchw(color, "color", 3)
     device = c.device
     named = {"albedo": albedo, "normal": normal, "depth": depth, "ao": ao, "emission": emission,
@@ -78,38 +102,74 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
     if present:
         size = next(iter(present.values())).shape[-2:]
         buffers.check_sizes(present, size, c.shape[0])
-    for name, t in [("color", c), *present.items()]:
-        if repair:
-            fixed, _ = buffers.repair_nonfinite(t, name)
-        else:
-            bad = int((~torch.isfinite(t)).sum())
-            if bad:
-                raise ValueError(f"{name} contains {bad} NaN or Inf values")
-            fixed = t
-        if name == "color":
-            c = fixed
-        else:
-            guides[name] = fixed
-    buffers.check_ranges(guides["albedo"], guides["normal"])
+    u = _upsample_factor(tuple(c.shape[-2:]), _full_size(c, guides))
+    phase = check_phase(phase, u)
+    net = None
     if model == "flnr":
-        net = load_flnr(weights, upsample=_upsample_factor(tuple(c.shape[-2:]), _full_size(c, guides)))
-        from .flnr import flnr as run_flnr, flnr_tiled
-
-        with torch.set_grad_enabled(torch.is_grad_enabled() and (c.requires_grad or net.training)):
-            if tile:
-                out = flnr_tiled(c, guides, net, radius, eps, scale, int(tile), phase=phase)
-            else:
-                out = run_flnr(c, guides, net, radius, eps, scale, phase=phase)
-        return buffers.like(out, color)
-    radius = DEFAULT_RADIUS if radius is None else int(radius)
-    eps = DEFAULT_EPS if eps is None else eps
-    scale = 1 if scale is None else int(scale)
-    with torch.set_grad_enabled(torch.is_grad_enabled() and c.requires_grad):
-        if tile:
-            out = flr_tiled(c, guides, radius, eps, scale, int(tile), phase=phase)
-        else:
-            out = flr(c, guides, radius, eps, scale, phase=phase)
+        net = load_flnr(weights, upsample=u)
+        p = next(net.parameters())
+        if p.device != c.device or p.dtype != c.dtype:
+            net = net.to(device=c.device, dtype=c.dtype)  # nn.Module.to moves in place: once per cached model
+    else:
+        radius = DEFAULT_RADIUS if radius is None else radius
+        eps = DEFAULT_EPS if eps is None else eps
+        scale = 1 if scale is None else scale
+    names = tuple(present)
+    inputs = [c, *(guides[k] for k in names)]
+    needs_grad = torch.is_grad_enabled() and (c.requires_grad or (net is not None and net.training))
+    frame = functools.partial(_frame, names=names, model=model, net=net, radius=radius, eps=eps, scale=scale,
+                              tile=tile, phase=phase, repair=repair, needs_grad=needs_grad)
+    # a frame that reads no tensor on the host (repair on, data checks off) can be a CUDA graph
+    if (graphs.wanted(inputs, needs_grad) and repair and not buffers.host_reads(c)
+            and not isinstance(eps, torch.Tensor)):
+        # the graph reads the network's weights where they lie: moved (nn.Module.to replaces them), a new graph
+        weights_at = () if net is None else tuple(t.data_ptr() for t in (*net.parameters(), *net.buffers()))
+        key = (model, id(net), weights_at, radius, eps, scale, tile, phase, names, forced_backend())
+        out = graphs.run(key, frame, inputs)
+    else:
+        out = frame(*inputs)
     return buffers.like(out, color)
+
+
+def _frame(c, *present, names, model, net, radius, eps, scale, tile, phase, repair, needs_grad):
+    """One frame of :func:`denoise` on validated (B, C, H, W) buffers: repairs, checks, the model."""
+    guides = dict.fromkeys(("albedo", "normal", "depth", "ao", "emission", "position"))
+    guides.update(zip(names, present))
+    u = _upsample_factor(tuple(c.shape[-2:]), _full_size(c, guides))
+    with torch.set_grad_enabled(needs_grad):
+        for name, t in [("color", c), *zip(names, present)]:
+            if repair:
+                fixed, _ = buffers.repair_nonfinite(t, name)
+            else:  # raising needs the values on the host: one synchronisation per buffer on a GPU
+                bad = int((~torch.isfinite(t)).sum())
+                if bad:
+                    raise ValueError(f"{name} contains {bad} NaN or Inf values")
+                fixed = t
+            if name == "color":
+                c = fixed
+            else:
+                guides[name] = fixed
+        if buffers.host_reads(c):  # range checks read the buffers: on the GPU only with VISION_CHECKS=on
+            buffers.check_ranges(guides["albedo"], guides["normal"])
+        c = buffers.suppress_fireflies(c, _sample_down(guides["emission"], u, phase))
+        if model == "flnr":
+            from .flnr import flnr as run_flnr, flnr_tiled
+
+            if tile is not None:
+                return flnr_tiled(c, guides, net, radius, eps, scale, tile, phase=phase)
+            return run_flnr(c, guides, net, radius, eps, scale, phase=phase)
+        if tile is not None:
+            return flr_tiled(c, guides, radius, eps, scale, tile, phase=phase)
+        return flr(c, guides, radius, eps, scale, phase=phase)
+
+
+def _positive_int(value, name: str) -> int | None:
+    """``value`` as an int >= 1 (None stays None); ValueError for anything else (bools, fractions, 0, negatives)."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or int(value) < 1:
+        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+    return int(value)
 
 
 __all__ = ["denoise", "TemporalFLR", "flr", "flr_tiled", "FLNR", "load_flnr", "find_fields", "BufferWarning", "buffers", "MODELS"]

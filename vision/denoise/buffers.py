@@ -13,6 +13,7 @@ the usual Mitsuba 3 AOV names (``albedo``, ``sh_normal`` / ``nn``, ``depth`` / `
 """
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Iterable
 
@@ -82,27 +83,131 @@ def like(out: torch.Tensor, template):
 
 # --------------------------------------------------------------------------- validation
 
-def repair_nonfinite(x: torch.Tensor, name: str, warn: bool = True) -> tuple[torch.Tensor, int]:
+def host_reads(t: torch.Tensor) -> bool:
+    """Whether the denoiser may read ``t``'s values on the host: :func:`vision.kernels.runtime.data_checks` for
+    the backend its ops run with (by default yes for CPU tensors on the PyTorch path; no on CUDA or the Triton
+    path, where every read stalls the GPU and breaks CUDA graph capture; ``VISION_CHECKS=on`` allows it)."""
+    from vision.kernels.dispatch import backend_for
+    from vision.kernels.runtime import data_checks
+
+    return data_checks(backend_for(t))
+
+
+def cpu_path(t: torch.Tensor) -> bool:
+    """Whether ``t`` takes the denoiser's CPU-specialised code (OpenCV, numba loops, bands of rows): a CPU tensor on
+    the PyTorch backend. On the Triton path, interpreted on CPU, the code is the one CUDA runs."""
+    from vision.kernels.dispatch import backend_for
+
+    return t.device.type == "cpu" and backend_for(t) == "torch"
+
+
+def repair_nonfinite(x: torch.Tensor, name: str, warn: bool = True) -> tuple[torch.Tensor, int | torch.Tensor]:
     """Replace NaN/Inf samples by the mean of the finite samples in their 3x3 neighbourhood (0 if none).
 
     Returns the repaired tensor and the number of repaired values; warns (:class:`BufferWarning`)
-    with that count when there were any.
+    with that count when there were any. Where :func:`host_reads` forbids reading ``x`` (CUDA, the Triton
+    path) the repair runs unconditionally on the device (the same values: finite samples are kept as
+    they are), nothing warns and the count is a 0-dim tensor (reading it is a host synchronisation).
     """
-    if bool(torch.isfinite(_dense(x).sum(dtype=torch.float32))):  # one reduction in the common, finite case
+    reads = host_reads(x)
+    if reads and bool(torch.isfinite(_dense(x).sum(dtype=torch.float32))):  # one reduction in the common case
         return x, 0
+    if not reads and _fused_fill(x):
+        from .fill_triton import fill
+
+        return fill(x)
     bad = ~torch.isfinite(x)
-    count = int(bad.sum())
-    if not count:
-        return x, 0
+    count = bad.sum()
+    if reads:
+        count = int(count)
+        if not count:
+            return x, 0
+    fixed = fill_from_neighbours(x, bad)
+    if warn and reads:
+        warnings.warn(f"{name}: {count} NaN/Inf value(s) repaired with the mean of their finite neighbours",
+                      BufferWarning, stacklevel=3)
+    return fixed, count
+
+
+def _fused_fill(x: torch.Tensor) -> bool:
+    """Whether :mod:`.fill_triton` may do the repair: the Triton path, a float32/16 buffer, nothing to differentiate."""
+    from vision.kernels.dispatch import backend_for
+
+    return (backend_for(x) == "triton" and x.dtype in (torch.float32, torch.float16, torch.bfloat16)
+            and not (x.requires_grad and torch.is_grad_enabled()))
+
+
+def fill_from_neighbours(x: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
+    """``x`` with its ``bad`` samples (a boolean mask broadcastable to ``x``) replaced by the mean of the good
+    ones among their 3x3 neighbours inside the frame (0 if none); good samples are returned as they are."""
+    if bad.shape[1] == 1 and _fused_fill(x):  # per-pixel flags: one pass in Triton (x is finite here)
+        from .fill_triton import fill
+
+        return fill(x, bad)[0]
+    bad = bad.expand_as(x) if bad.shape[1] != x.shape[1] else bad
     good = (~bad).to(x.dtype)
     clean = torch.where(bad, torch.zeros_like(x), x)
     num = F.avg_pool2d(clean, 3, 1, 1, count_include_pad=False)
     den = F.avg_pool2d(good, 3, 1, 1, count_include_pad=False)
     fill = torch.where(den > 0, num / den.clamp_min(1e-12), torch.zeros_like(x))
-    if warn:
-        warnings.warn(f"{name}: {count} NaN/Inf value(s) repaired with the mean of their finite neighbours",
-                      BufferWarning, stacklevel=3)
-    return torch.where(bad, fill, x), count
+    return torch.where(bad, fill, x)
+
+
+# Fireflies: a colour sample whose light (colour minus emission, largest channel) exceeds FIREFLY_RATIO times the 0.9
+# quantile of the frame's positive light while at most one of its 8 neighbours does (the bundled 1-spp frames peak
+# at ~50x the quantile), or BROKEN_RATIO times it whatever its neighbours (a float overflow, a ~0 pdf), is dropped and
+# refilled from its neighbours, as renderer denoisers reject fireflies: one window's least squares fit would spread
+# it over the whole window as a bright square. Bright regions (a light seen without an emission buffer, the sun, up
+# to BROKEN_RATIO) stay whole: their pixels have bright neighbours.
+FIREFLY_RATIO = 1e3
+BROKEN_RATIO = 1e8
+QUANTILE_SAMPLES = 1 << 16  # the quantile reads a strided subsample of at most about this many pixels
+
+
+def light_level(light: torch.Tensor) -> torch.Tensor:
+    """The 0.9 quantile of the positive values of ``light`` (B, 1, H, W) per image, (B, 1, 1, 1), on the device
+    (from a strided subsample); +inf where the subsample has no positive value."""
+    b, _, h, w = light.shape
+    step = max(1, math.ceil(math.sqrt(h * w / QUANTILE_SAMPLES)))
+    sub = light[..., ::step, ::step].reshape(b, -1).float()
+    sub = torch.where(sub > 0, sub, torch.full_like(sub, float("nan")))  # the quantile of the lit pixels only
+    q = torch.nanquantile(sub, 0.9, dim=1)
+    return torch.where(torch.isnan(q), torch.full_like(q, float("inf")), q).view(b, 1, 1, 1).to(light.dtype)
+
+
+def suppress_fireflies(color: torch.Tensor, emission: torch.Tensor | None = None, name: str = "color"
+                       ) -> torch.Tensor:
+    """Negative colour samples clamped to 0; samples whose light (colour minus ``emission``, at the colour's size,
+    largest channel) exceeds :data:`FIREFLY_RATIO` times :func:`light_level` with at most one such neighbour, or
+    :data:`BROKEN_RATIO` times it, replaced by the mean of their other 3x3 neighbours. Branch-free on the device;
+    where :func:`host_reads` allows (CPU) the steps with nothing to do are skipped (the same values) and one
+    :class:`BufferWarning` gives the counts."""
+    reads = host_reads(color)
+    neg = 0
+    if reads:
+        neg = int((color < 0).sum())
+        x = color.clamp_min(0) if neg else color
+    else:
+        x = color.clamp_min(0)
+    light = x if emission is None else x - emission
+    top = light.amax(1, keepdim=True)
+    level = light_level(top)
+    bright = (top > FIREFLY_RATIO * level).to(top.dtype)
+    lit = F.avg_pool2d(bright, 3, 1, 1, count_include_pad=True) * 9  # bright pixels in the 3x3 block, centre included
+    hot = ((bright > 0) & (lit < 2.5)) | (top > BROKEN_RATIO * level)
+    hits = 0
+    if reads:
+        hits = int(hot.sum())
+        if hits:
+            x = fill_from_neighbours(x, hot)
+    else:
+        x = fill_from_neighbours(x, hot)
+    if neg or hits:
+        parts = ([f"{neg} negative value(s) clamped to 0"] if neg else []) + \
+            ([f"{hits} extreme sample(s) (isolated light above {FIREFLY_RATIO:g} x the frame's 0.9 quantile, or any "
+              f"above {BROKEN_RATIO:g} x) replaced by the mean of their neighbours"] if hits else [])
+        warnings.warn(f"{name}: {'; '.join(parts)}", BufferWarning, stacklevel=3)
+    return x
 
 
 def _dense(t: torch.Tensor) -> torch.Tensor:
@@ -175,7 +280,8 @@ def demodulate(color: torch.Tensor, albedo: torch.Tensor | None, emission: torch
     factor = torch.ones_like(color) if albedo is None else torch.where(albedo >= floor, albedo, 1.0).expand_as(color)
     target.div_(factor)
     mask = emitter_mask(emission, color) if mask is None else mask
-    if mask is not None and bool(mask.any()):
+    # the fill leaves a frame without emitter pixels as it is: skipping it is only worth a host read on CPU
+    if mask is not None and (not host_reads(mask) or bool(mask.any())):
         target, factor = fill_emitters(target, factor, albedo, mask, fill_radius, floor)
     return target, factor, add
 
@@ -221,7 +327,7 @@ def guide_list(available: Iterable[str], max_channels: int = 8) -> list[str]:
 def log_depth(depth: torch.Tensor) -> torch.Tensor:
     """``log(depth)``, where pixels with no surface (depth <= 0, e.g. the sky) take the frame's largest depth."""
     far = depth.amax()  # the largest valid depth, when there is one (invalid ones are <= 0)
-    far = far if float(far) > 0 else torch.ones_like(far)
+    far = torch.where(far > 0, far, torch.ones_like(far))  # on the device: no host read
     return torch.log(torch.where(depth > 0, depth, far).clamp_min(1e-6))
 
 

@@ -54,7 +54,6 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -62,12 +61,12 @@ from torch import nn
 from vision.kernels.runtime import jit
 
 from . import buffers as B
+from .flnr_net import (CELL, FEATURES, GUIDES, NET_IN, FLNRNet, _pointwise, _pool, _resize, cell_guides,  # noqa: F401
+                       cell_inputs, frame_stats, guide_buffers, guide_stats)
+from .flnr_stages import (FINISH_BAND_PIXELS, HEAD_BAND_PIXELS, _banded, _cv2_planes, _finish_bands,  # noqa: F401
+                          _head_bands, _mean3, antialias, local_contrast)
 from .flr import _area_down, _fit_radius, _full_size, _sample_down, _upsample_factor, check_phase, run_tiles
 
-GUIDES = ("normal", "depth", "ao", "albedo")  # fixed layout of the buffers: 3 + 1 + 1 + 3 = 8 channels
-FEATURES = 8
-CELL = 4  # the network's cells, in full-resolution pixels
-NET_IN = FEATURES + 3 + 1 + 1  # cell means of the guides, log1p(colour), emitter mask; spread of log-luminance
 DEFAULT_CONFIG = {"widths": [16, 24, 32, 48], "hidden": 16, "guides": 4, "radii": [4, 8, 16], "scale": 4,
                   "fit_down": 1, "eps": 1e-2, "antialias": False}
 FILL_RADIUS = 8  # emitter pixels take the mean signal of the emitter-free pixels within this radius
@@ -77,231 +76,7 @@ BUNDLED_UPSAMPLE = {2: ("weights", "flnr_up2.safetensors"), 4: ("weights", "flnr
 CONFIG_KEY = "vision.flnr.config"
 # FLNR's antialias at the start of training: logit = BLEND_BIAS + EDGE_GAIN c(albedo), the weight 0.5 sigmoid(logit)
 EDGE_GAIN, BLEND_BIAS = 200.0, -5.0
-
-
-def _conv(cin, cout, k=3):
-    return nn.Conv2d(cin, cout, k, padding=k // 2)
-
-
-class FLNRNet(nn.Module):
-    r"""The cell network: ``(B, 13, h, w)`` statistics of 4 x 4 cells -> ``(B, code + R, h, w)``.
-
-    A 1 x 1 stem at the cells' resolution, then a U-Net whose 3 x 3 convolutions start one level down:
-    ``widths[1:]`` at 1/2, 1/4, ... of the cell grid (two convolutions per level, average-pool down,
-    bilinear up, skip concatenation), and a 1 x 1 layer back at the cell grid that joins the stem. Output
-    channels ``0..code-1`` are the code the guide head adds to its hidden layer, the last R the radius
-    logits. Any h, w work (inputs are padded by replication to a multiple of ``2 ** (len(widths) - 1)``).
-
-    Example:
-        >>> net = FLNRNet()
-        >>> net(torch.rand(1, 13, 45, 80)).shape
-        torch.Size([1, 19, 45, 80])
-    """
-
-    def __init__(self, widths=(16, 24, 32, 48), code: int = 16, n_radii: int = 3, in_channels: int = NET_IN):
-        super().__init__()
-        w = [int(v) for v in widths]
-        if len(w) < 2 or min(w) < 1:
-            raise ValueError(f"widths must list at least two positive widths, got {widths}")
-        act = nn.LeakyReLU(0.1, inplace=True)  # after every convolution: no copy (their backward needs no output)
-        self.stem = nn.Sequential(nn.Conv2d(in_channels, w[0], 1), act)
-        self.down = nn.ModuleList()
-        for cin, cout in zip(w[:-1], w[1:]):
-            self.down.append(nn.Sequential(_conv(cin, cout), act, _conv(cout, cout), act))
-        self.up = nn.ModuleList(nn.Sequential(_conv(w[i + 1] + w[i], w[i]), act) for i in range(len(w) - 2, 0, -1))
-        self.top = nn.Sequential(nn.Conv2d(w[1] + w[0], w[0], 1), act)
-        self.out = nn.Conv2d(w[0], code + n_radii, 1)
-        self.multiple = 2 ** (len(w) - 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h, w = x.shape[-2:]
-        m = self.multiple
-        ph, pw = -h % m, -w % m
-        x = F.pad(x, (0, pw, 0, ph), mode="replicate") if ph or pw else x
-        act = self.stem[1]
-        top = act(_pointwise(self.stem[0], x))
-        skips, y = [], top
-        for down in self.down:
-            y = down(F.avg_pool2d(y, 2))
-            skips.append(y)
-        for up, skip in zip(self.up, reversed(skips[:-1])):
-            y = up(torch.cat([_resize(y, skip), skip], 1))
-        # the 1 x 1 layer on [up(y), top] is W_y up(y) + W_t top + b = up(W_y y) + W_t top + b (bilinear weights
-        # sum to 1): W_y runs at the coarser level and the full-grid concatenation is never formed
-        conv, n = self.top[0], y.shape[1]
-        y = _resize(_pointwise(conv, y, channels=slice(0, n), bias=False), top)
-        y = self.top[1](y + _pointwise(conv, top, channels=slice(n, None)))
-        return _pointwise(self.out, y)[..., :h, :w]
-
-
-def _banded(target: torch.Tensor, model: nn.Module) -> bool:
-    """Whether the guide head may take :func:`_head_bands` (CPU, and nothing to differentiate)."""
-    if target.device.type != "cpu" or getattr(model, "_record", None) is not None:
-        return False
-    return not torch.is_grad_enabled() or not (target.requires_grad or any(p.requires_grad for p in model.parameters()))
-
-
-HEAD_BAND_PIXELS = 1 << 16  # pixels per band of the banded guide head (its hidden layer: 4 MB of float32; smaller bands
-# cost more in per-op overhead than they win in cache hits: 1 << 15 was 1.2x, 1 << 14 2x slower at 1280 x 720)
-
-
-def _head_bands(model, code: torch.Tensor, buffers: list, weight: torch.Tensor, bias: torch.Tensor, size):
-    """The guide head of :meth:`FLNR.learned_guides` without autograd, band by band of cell rows.
-
-    The same function as the full-frame path (``g = W2 leaky(up(code) + W f + b) + b2``, or
-    ``up(code) + W f + b`` for a linear head), in (channels, pixels) planes: the code is upsampled along x
-    once at the cells' height, then every band upsamples its rows along y, adds the buffers' product and
-    runs the output layer while its hidden layer is in cache; bands go to the workers of
-    :func:`vision.kernels.local_linear.torch_path.own_threads`. Both upsampling passes are lerps of
-    contiguous rows (the bilinear weights of ``align_corners=False``; replicated ends give its clamping),
-    and the hidden layer never exists at full resolution. Planes, not (pixels, channels) rows: every band
-    gathers its rows of the buffers into one (channels x pixels) block and adds one (width x channels) @
-    (channels x pixels) product (one pass over the hidden layer instead of one per buffer, and BLAS runs
-    these about 1.2x faster than the same products with the pixels as rows).
-    """
-    from vision.kernels.local_linear import torch_path as tp
-
-    if jit.enabled(code, weight, bias, *(v for v in buffers if v is not None)):
-        from . import flnr_cpu
-
-        return flnr_cpu.head(model, code, buffers, weight, bias, size, CELL)
-    h, w = size
-    b, width, gh, gw = code.shape
-    q = model.head_out.out_features if model.head_out is not None else width
-    rows = max(1, HEAD_BAND_PIXELS // (CELL * max(w, 1)))
-    offsets = [sum(B.CHANNELS[n] for n in GUIDES[:i]) for i in range(len(GUIDES))]
-    present = [v for v in buffers if v is not None]
-    cols = [at + k for n, v, at in zip(GUIDES, buffers, offsets) if v is not None for k in range(B.CHANNELS[n])]
-    wT = weight.transpose(1, 2)[:, :, cols].contiguous()  # (B or 1, width, channels present)
-    g = code.new_empty(b, q, h, w)
-    with tp.own_threads(code.device):
-        # (B, width, gh + 2, gw CELL): the code plus the head's bias, upsampled along x, one replicated row each end
-        # (the apply's first pass over its coefficient grid)
-        c = code + bias.reshape(-1, width, 1, 1)
-        hx = tp._cells_horizontal(c.view(b, width, 1, gh, gw), CELL)[..., :w]
-
-        def one(i0):
-            i1 = min(gh, i0 + rows)
-            y0, y1 = i0 * CELL, min(h, i1 * CELL)
-            n = (y1 - y0) * w
-            # the apply's second pass: the band's rows upsampled along y, (B, width, 1, y1 - y0, w) -> (B, width, n)
-            hid = tp._cells_band(hx, i0, i1, CELL, (b, width, 1, h, w)).view(b, width, n)
-            feats = hx.new_empty(len(cols), y1 - y0, w)
-            for j in range(b):
-                hj, wj, out = hid[j], wT[min(j, wT.shape[0] - 1)], g[j, :, y0:y1].view(q, n)
-                at = 0
-                for v in present:  # the band's buffers as (channels, pixels) planes, then one product
-                    c = v.shape[1]
-                    feats[at:at + c].copy_(v[min(j, v.shape[0] - 1), :, y0:y1])
-                    at += c
-                if cols:
-                    hj.addmm_(wj, feats.view(len(cols), n))
-                if model.head_out is None:
-                    out.copy_(hj)
-                else:
-                    torch.addmm(model.head_out.bias[:, None], model.head_out.weight, F.leaky_relu_(hj, 0.1), out=out)
-
-        tp.parallel_for(one, range(0, gh, rows), code.device)
-    return g
-
-
 PRUNE_STRIDE = 7  # :meth:`FLNR.pruned` samples every 7th pixel's hidden activations
-FINISH_BAND_PIXELS = 1 << 17  # output pixels per band of :func:`_finish_bands`
-
-
-def _finish_bands(model, fitted, factor, add, blend, albedo, out):
-    """FLNR's last steps without autograd, band by band of rows: ``out = antialias(max(fitted, 0) factor, blend
-    + edge_gain local_contrast(albedo), blend_max) + add``, written into ``out`` (any layout).
-
-    :meth:`FLNR._blended_light` band by band (the 3 x 3 means of every band see one row of its neighbours, so
-    they equal the frame's): each band's light, contrast, weights and
-    means stay in cache between these ten or so per-pixel steps instead of each one streaming full frames
-    through memory (on 2 cores these stages were memory bound); bands go to the workers of
-    :func:`vision.kernels.local_linear.torch_path.own_threads`."""
-    from vision.kernels.local_linear import torch_path as tp
-
-    if jit.enabled(fitted, factor, add, blend, out, *(() if albedo is None else (albedo,))) and fitted.shape[1] == 3:
-        from . import flnr_cpu
-
-        return flnr_cpu.finish_frame(model, fitted, factor, add, blend, albedo, out)
-    h, w = fitted.shape[-2:]
-    rows = max(1, FINISH_BAND_PIXELS // max(w, 1))
-
-    def one(y0):
-        y1 = min(h, y0 + rows)
-        e0, e1 = max(0, y0 - 1), min(h, y1 + 1)  # one row of halo for the 3 x 3 means
-        band = model._blended_light(fitted[:, :, e0:e1], factor[:, :, e0:e1], blend[:, :, e0:e1],
-                                    None if albedo is None else albedo[:, :, e0:e1])
-        torch.add(band[:, :, y0 - e0:y1 - e0], add[:, :, y0:y1], out=out[:, :, y0:y1])
-
-    with tp.own_threads(fitted.device):
-        tp.parallel_for(one, range(0, h, rows), fitted.device)
-    return out
-
-
-def antialias(x: torch.Tensor, logit: torch.Tensor, top=0.0) -> torch.Tensor:
-    """``x + sigmoid(top) sigmoid(logit) (mean3(x) - x)``: (B, C, H, W) blended per pixel towards its 3 x 3 mean
-    (the mean of the pixels inside the frame at its borders) with the weight of the (B, 1, H, W) ``logit``,
-    at most ``sigmoid(top)`` (a scalar; 0 gives at most 0.5).
-
-    FLNR's last step when it has ``antialias``: a 1-spp frame's colour sample falls anywhere in its pixel,
-    and the reference averages the whole pixel, but the guide buffers are one ray through the centre, so
-    at an edge they describe one surface (one albedo) only and the regression and the remodulation paint
-    the pixel with that surface's light. Mixing in the neighbours at edges restores the partial coverage
-    (on the bundled frames, FLNR's light blended with a fixed weight of 0.5 wherever the albedo differs
-    from a neighbour's by more than 0.05 gains 0.38 dB; the learned weight does the same job)."""
-    top = torch.as_tensor(top, dtype=x.dtype, device=x.device)
-    w = torch.sigmoid(logit.to(x.dtype)) * torch.sigmoid(top)
-    return torch.lerp(x, _mean3(x), w)
-
-
-def local_contrast(x: torch.Tensor) -> torch.Tensor:
-    """``sum over channels |x - mean3(x)|``, (B, C, H, W) -> (B, 1, H, W): how far each pixel is from the mean
-    of its 3 x 3 neighbourhood (inside the frame); zero on flat and linear regions, large at edges."""
-    if not _cv2_planes(x):
-        return (x - _mean3(x)).abs().sum(1, keepdim=True)
-    import cv2  # per plane in OpenCV: the mean, |difference| and channel sum without torch's per-op passes
-
-    out = x.new_empty(x.shape[0], 1, *x.shape[2:])
-    diff = _mean3(x).detach().numpy()
-    for i in range(x.shape[0]):
-        planes, o = x[i].detach().numpy(), out[i, 0].numpy()
-        for k in range(x.shape[1]):
-            cv2.absdiff(planes[k], diff[i, k], dst=diff[i, k])
-        if x.shape[1] == 1:
-            o[...] = diff[i, 0]
-            continue
-        cv2.add(diff[i, 0], diff[i, 1], dst=o)
-        for k in range(2, x.shape[1]):
-            cv2.add(o, diff[i, k], dst=o)
-    return out
-
-
-def _cv2_planes(x: torch.Tensor) -> bool:
-    """Whether OpenCV may take ``x`` plane by plane: CPU float32, nothing to differentiate, rows contiguous."""
-    return x.device.type == "cpu" and x.dtype == torch.float32 and not x.requires_grad and x.stride(-1) == 1
-
-
-def _mean3(x: torch.Tensor) -> torch.Tensor:
-    """The 3 x 3 mean of the pixels inside the frame (``box_filter(x, 1)``), (B, C, H, W); on CPU planes the box
-    path's OpenCV sums directly (no dispatch: FLNR calls this on many small bands)."""
-    from vision.kernels import box_filter
-    from vision.kernels.box.torch_path import box_mean
-
-    return box_mean(x, 1, "valid") if _cv2_planes(x) else box_filter(x, 1)
-
-
-def _pointwise(conv: nn.Conv2d, x: torch.Tensor, channels: slice = slice(None), bias: bool = True) -> torch.Tensor:
-    """A 1 x 1 ``conv`` (or its input ``channels`` only) as one matrix product over the pixels: the same
-    function, but PyTorch's CPU convolution takes its slow path for 1 x 1 kernels on these shapes (3x slower).
-    Channels-last in, channels-last out."""
-    weight = conv.weight[:, channels, 0, 0]
-    out = F.linear(x.permute(0, 2, 3, 1), weight, conv.bias if bias else None)
-    return out.permute(0, 3, 1, 2)
-
-
-def _resize(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    return F.interpolate(x, size=like.shape[-2:], mode="bilinear", align_corners=False)
 
 
 def _layout(t: torch.Tensor) -> torch.memory_format:
@@ -313,68 +88,6 @@ def _layout(t: torch.Tensor) -> torch.memory_format:
 def _nhwc(t: torch.Tensor) -> torch.Tensor:
     """(B, C, H, W) -> (B, H, W, C) contiguous: a view for channels-last tensors (what HWC arrays become)."""
     return t.permute(0, 2, 3, 1).contiguous()
-
-
-def _pool(x: torch.Tensor) -> torch.Tensor:
-    return _area_down(x, CELL)
-
-
-def guide_buffers(guides: dict, like: torch.Tensor) -> list[torch.Tensor | None]:
-    """The guide buffers of :data:`GUIDES` (None where missing), depth as log-depth: pixels with no surface
-    (depth <= 0) take the largest depth."""
-    out = []
-    for name in GUIDES:
-        v = guides.get(name)
-        if v is not None:
-            v = v.to(like.dtype)
-            v = B.log_depth(v) if name == "depth" else v
-        out.append(v)
-    return out
-
-
-def cell_guides(buffers: list, like: torch.Tensor, size) -> torch.Tensor:
-    """4 x 4 cell means of the guide buffers in the :data:`GUIDES` layout, (B, 8, ceil(H/4), ceil(W/4));
-    missing buffers are 0."""
-    b = like.shape[0]
-    grid = (-(-size[0] // CELL), -(-size[1] // CELL))
-    parts = [like.new_zeros(b, B.CHANNELS[n], *grid) if v is None else _pool(v).expand(b, -1, -1, -1)
-             for n, v in zip(GUIDES, buffers)]
-    return torch.cat(parts, 1)
-
-
-def guide_stats(cells: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per image and channel mean and standard deviation (floored at 1e-3) of the guides' cell means,
-    (B, 8, 1, 1) each: how the guides are standardised (from the cells, so it costs no pass over pixels)."""
-    var, mean = torch.var_mean(cells.contiguous(), (2, 3), correction=0, keepdim=True)  # ~5x faster than on
-    # channels-last cells (what HWC buffers give)
-    return mean, var.sqrt().clamp_min(1e-3)
-
-
-def frame_stats(guides: dict, like: torch.Tensor, size) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`guide_stats` of a whole frame (pass them to :class:`FLNR` when it sees crops or tiles)."""
-    return guide_stats(cell_guides(guide_buffers(guides, like), like, size))
-
-
-def cell_inputs(cells_std: torch.Tensor, target_full: torch.Tensor, mask_full: torch.Tensor) -> torch.Tensor:
-    """The network's input, (B, 13, h, w): per 4 x 4 cell the means of the standardised guides
-    (``cells_std``), of ``log1p`` of the demodulated noisy colour and of the emitter mask, and the
-    standard deviation of the log-luminance (how noisy the cell is)."""
-    lt = target_full.clamp_min(0)
-    grad = lt.requires_grad
-    if not grad and lt.device.type == "cpu" and lt.dtype == torch.float32 and lt.is_contiguous():
-        import cv2  # OpenCV's vectorised log: ~10x faster than torch's log1p on CPU, within 3e-7 of it
-
-        planes = lt.add_(1).view(-1, *lt.shape[-2:]).numpy()
-        for plane in planes:
-            cv2.log(plane, dst=plane)
-    else:
-        lt = lt.log1p() if grad else lt.log1p_()
-    lum = lt.mean(1, keepdim=True)
-    sq = lum * lum if grad else lum.square_()
-    rest = torch.cat([_pool(lt), _pool(mask_full.to(lt.dtype).expand_as(lum)), _pool(sq)], 1)
-    lum_mean = rest[:, :3].mean(1, keepdim=True)
-    spread = (rest[:, -1:] - lum_mean * lum_mean).clamp_min(0).sqrt()
-    return torch.cat([cells_std.to(lt.dtype), rest[:, :-1], spread], 1)
 
 
 class FLNR(nn.Module):
@@ -504,7 +217,7 @@ class FLNR(nn.Module):
         result_layout = _layout(color)
         albedo, emission = guides.get("albedo"), guides.get("emission")
         radii = self.config["radii"] if radius is None else [int(radius)]
-        if u == 1 and jit.enabled(color, *(v for v in (albedo, emission) if v is not None)):
+        if u == 1 and B.cpu_path(color) and jit.enabled(color, *(v for v in (albedo, emission) if v is not None)):
             from . import flnr_cpu  # one pass over the buffers as they lie: demodulation, mask, planes
 
             target, factor, add, mask, albedo, emission = flnr_cpu.prepare(color, albedo, emission,
@@ -550,7 +263,7 @@ class FLNR(nn.Module):
                                                       device=color.device), albedo, emission, 0)
         # the result in the colour's layout (HWC arrays come in as channels-last views: no copy back to HWC)
         out = None if fitted.requires_grad else torch.empty_like(fitted, memory_format=result_layout)
-        if blend is not None and out is not None and out.device.type == "cpu":
+        if blend is not None and out is not None and B.cpu_path(out):
             return _finish_bands(self, fitted, factor, add, blend, albedo, out)  # clamps band by band
         if blend is None:
             fitted = fitted.clamp_min_(0) if not fitted.requires_grad else fitted.clamp_min(0)

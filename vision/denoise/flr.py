@@ -37,7 +37,7 @@ def _area_down(x: torch.Tensor | None, u: int) -> torch.Tensor | None:
     if x is None or u == 1:
         return x
     h, w = x.shape[-2:]
-    if x.device.type == "cpu" and x.dtype == torch.float32 and not (x.requires_grad and torch.is_grad_enabled()) \
+    if B.cpu_path(x) and x.dtype == torch.float32 and not (x.requires_grad and torch.is_grad_enabled()) \
             and h % u == 0 and w % u == 0 and x.dim() == 4:
         # OpenCV's area resize by an integer factor is this block mean, 2-3x faster than avg_pool2d, and it
         # reads HWC buffers (channels-last tensors) as they lie
@@ -234,7 +234,7 @@ class TemporalFLR:
 
     def reset(self) -> None:
         self.history = self.count = self.previous = None
-        self.rejected = 0  # pixels whose history was rejected at the last call
+        self.rejected = 0  # pixels whose history was rejected at the last call (a 0-dim tensor on the GPU)
         self.phase, self._mixed = None, False  # the history's sampling phase; whether phases were mixed
 
     def accumulate(self, color, phase=None, **guides) -> torch.Tensor:
@@ -267,7 +267,9 @@ class TemporalFLR:
         self.count = torch.where(keep, self.count + 1, torch.ones_like(self.count))
         a = torch.clamp(1.0 / self.count, min=self.alpha)
         self.history = torch.where(keep, (1 - a) * self.history + a * c, c)
-        self.previous, self.rejected = g, int((~keep).sum())
+        rejected = (~keep).sum()
+        # a count read on the host only where that is free (CPU): on the GPU a 0-dim tensor, read when wanted
+        self.previous, self.rejected = g, int(rejected) if B.host_reads(rejected) else rejected
         return self.history
 
     def _same_buffers(self, g) -> bool:

@@ -1,0 +1,169 @@
+"""FLNR's per-pixel stages on CPU without autograd, band by band of rows (the guide head and the last steps), and
+the antialias blend they share with the full-frame path. Split from :mod:`vision.denoise.flnr`, which re-exports
+every name.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vision.kernels import jit
+
+from . import buffers as B
+from .flnr_net import CELL, GUIDES
+
+def _banded(target: torch.Tensor, model: nn.Module) -> bool:
+    """Whether the guide head may take :func:`_head_bands` (CPU, and nothing to differentiate)."""
+    if not B.cpu_path(target) or getattr(model, "_record", None) is not None:
+        return False
+    return not torch.is_grad_enabled() or not (target.requires_grad or any(p.requires_grad for p in model.parameters()))
+
+
+HEAD_BAND_PIXELS = 1 << 16  # pixels per band of the banded guide head (its hidden layer: 4 MB of float32; smaller bands
+# cost more in per-op overhead than they win in cache hits: 1 << 15 was 1.2x, 1 << 14 2x slower at 1280 x 720)
+
+
+def _head_bands(model, code: torch.Tensor, buffers: list, weight: torch.Tensor, bias: torch.Tensor, size):
+    """The guide head of :meth:`FLNR.learned_guides` without autograd, band by band of cell rows.
+
+    The same function as the full-frame path (``g = W2 leaky(up(code) + W f + b) + b2``, or
+    ``up(code) + W f + b`` for a linear head), in (channels, pixels) planes: the code is upsampled along x
+    once at the cells' height, then every band upsamples its rows along y, adds the buffers' product and
+    runs the output layer while its hidden layer is in cache; bands go to the workers of
+    :func:`vision.kernels.local_linear.torch_path.own_threads`. Both upsampling passes are lerps of
+    contiguous rows (the bilinear weights of ``align_corners=False``; replicated ends give its clamping),
+    and the hidden layer never exists at full resolution. Planes, not (pixels, channels) rows: every band
+    gathers its rows of the buffers into one (channels x pixels) block and adds one (width x channels) @
+    (channels x pixels) product (one pass over the hidden layer instead of one per buffer, and BLAS runs
+    these about 1.2x faster than the same products with the pixels as rows).
+    """
+    from vision.kernels.local_linear import torch_path as tp
+
+    if jit.enabled(code, weight, bias, *(v for v in buffers if v is not None)):
+        from . import flnr_cpu
+
+        return flnr_cpu.head(model, code, buffers, weight, bias, size, CELL)
+    h, w = size
+    b, width, gh, gw = code.shape
+    q = model.head_out.out_features if model.head_out is not None else width
+    rows = max(1, HEAD_BAND_PIXELS // (CELL * max(w, 1)))
+    offsets = [sum(B.CHANNELS[n] for n in GUIDES[:i]) for i in range(len(GUIDES))]
+    present = [v for v in buffers if v is not None]
+    cols = [at + k for n, v, at in zip(GUIDES, buffers, offsets) if v is not None for k in range(B.CHANNELS[n])]
+    wT = weight.transpose(1, 2)[:, :, cols].contiguous()  # (B or 1, width, channels present)
+    g = code.new_empty(b, q, h, w)
+    with tp.own_threads(code.device):
+        # (B, width, gh + 2, gw CELL): the code plus the head's bias, upsampled along x, one replicated row each end
+        # (the apply's first pass over its coefficient grid)
+        c = code + bias.reshape(-1, width, 1, 1)
+        hx = tp._cells_horizontal(c.view(b, width, 1, gh, gw), CELL)[..., :w]
+
+        def one(i0):
+            i1 = min(gh, i0 + rows)
+            y0, y1 = i0 * CELL, min(h, i1 * CELL)
+            n = (y1 - y0) * w
+            # the apply's second pass: the band's rows upsampled along y, (B, width, 1, y1 - y0, w) -> (B, width, n)
+            hid = tp._cells_band(hx, i0, i1, CELL, (b, width, 1, h, w)).view(b, width, n)
+            feats = hx.new_empty(len(cols), y1 - y0, w)
+            for j in range(b):
+                hj, wj, out = hid[j], wT[min(j, wT.shape[0] - 1)], g[j, :, y0:y1].view(q, n)
+                at = 0
+                for v in present:  # the band's buffers as (channels, pixels) planes, then one product
+                    c = v.shape[1]
+                    feats[at:at + c].copy_(v[min(j, v.shape[0] - 1), :, y0:y1])
+                    at += c
+                if cols:
+                    hj.addmm_(wj, feats.view(len(cols), n))
+                if model.head_out is None:
+                    out.copy_(hj)
+                else:
+                    torch.addmm(model.head_out.bias[:, None], model.head_out.weight, F.leaky_relu_(hj, 0.1), out=out)
+
+        tp.parallel_for(one, range(0, gh, rows), code.device)
+    return g
+
+
+FINISH_BAND_PIXELS = 1 << 17  # output pixels per band of :func:`_finish_bands`
+
+
+def _finish_bands(model, fitted, factor, add, blend, albedo, out):
+    """FLNR's last steps without autograd, band by band of rows: ``out = antialias(max(fitted, 0) factor, blend
+    + edge_gain local_contrast(albedo), blend_max) + add``, written into ``out`` (any layout).
+
+    :meth:`FLNR._blended_light` band by band (the 3 x 3 means of every band see one row of its neighbours, so
+    they equal the frame's): each band's light, contrast, weights and
+    means stay in cache between these ten or so per-pixel steps instead of each one streaming full frames
+    through memory (on 2 cores these stages were memory bound); bands go to the workers of
+    :func:`vision.kernels.local_linear.torch_path.own_threads`."""
+    from vision.kernels.local_linear import torch_path as tp
+
+    if jit.enabled(fitted, factor, add, blend, out, *(() if albedo is None else (albedo,))) and fitted.shape[1] == 3:
+        from . import flnr_cpu
+
+        return flnr_cpu.finish_frame(model, fitted, factor, add, blend, albedo, out)
+    h, w = fitted.shape[-2:]
+    rows = max(1, FINISH_BAND_PIXELS // max(w, 1))
+
+    def one(y0):
+        y1 = min(h, y0 + rows)
+        e0, e1 = max(0, y0 - 1), min(h, y1 + 1)  # one row of halo for the 3 x 3 means
+        band = model._blended_light(fitted[:, :, e0:e1], factor[:, :, e0:e1], blend[:, :, e0:e1],
+                                    None if albedo is None else albedo[:, :, e0:e1])
+        torch.add(band[:, :, y0 - e0:y1 - e0], add[:, :, y0:y1], out=out[:, :, y0:y1])
+
+    with tp.own_threads(fitted.device):
+        tp.parallel_for(one, range(0, h, rows), fitted.device)
+    return out
+
+
+def antialias(x: torch.Tensor, logit: torch.Tensor, top=0.0) -> torch.Tensor:
+    """``x + sigmoid(top) sigmoid(logit) (mean3(x) - x)``: (B, C, H, W) blended per pixel towards its 3 x 3 mean
+    (the mean of the pixels inside the frame at its borders) with the weight of the (B, 1, H, W) ``logit``,
+    at most ``sigmoid(top)`` (a scalar; 0 gives at most 0.5).
+
+    FLNR's last step when it has ``antialias``: a 1-spp frame's colour sample falls anywhere in its pixel,
+    and the reference averages the whole pixel, but the guide buffers are one ray through the centre, so
+    at an edge they describe one surface (one albedo) only and the regression and the remodulation paint
+    the pixel with that surface's light. Mixing in the neighbours at edges restores the partial coverage
+    (on the bundled frames, FLNR's light blended with a fixed weight of 0.5 wherever the albedo differs
+    from a neighbour's by more than 0.05 gains 0.38 dB; the learned weight does the same job)."""
+    top = torch.as_tensor(top, dtype=x.dtype, device=x.device)
+    w = torch.sigmoid(logit.to(x.dtype)) * torch.sigmoid(top)
+    return torch.lerp(x, _mean3(x), w)
+
+
+def local_contrast(x: torch.Tensor) -> torch.Tensor:
+    """``sum over channels |x - mean3(x)|``, (B, C, H, W) -> (B, 1, H, W): how far each pixel is from the mean
+    of its 3 x 3 neighbourhood (inside the frame); zero on flat and linear regions, large at edges."""
+    if not _cv2_planes(x):
+        return (x - _mean3(x)).abs().sum(1, keepdim=True)
+    import cv2  # per plane in OpenCV: the mean, |difference| and channel sum without torch's per-op passes
+
+    out = x.new_empty(x.shape[0], 1, *x.shape[2:])
+    diff = _mean3(x).detach().numpy()
+    for i in range(x.shape[0]):
+        planes, o = x[i].detach().numpy(), out[i, 0].numpy()
+        for k in range(x.shape[1]):
+            cv2.absdiff(planes[k], diff[i, k], dst=diff[i, k])
+        if x.shape[1] == 1:
+            o[...] = diff[i, 0]
+            continue
+        cv2.add(diff[i, 0], diff[i, 1], dst=o)
+        for k in range(2, x.shape[1]):
+            cv2.add(o, diff[i, k], dst=o)
+    return out
+
+
+def _cv2_planes(x: torch.Tensor) -> bool:
+    """Whether OpenCV may take ``x`` plane by plane: CPU float32, nothing to differentiate, rows contiguous."""
+    return B.cpu_path(x) and x.dtype == torch.float32 and not x.requires_grad and x.stride(-1) == 1
+
+
+def _mean3(x: torch.Tensor) -> torch.Tensor:
+    """The 3 x 3 mean of the pixels inside the frame (``box_filter(x, 1)``), (B, C, H, W); on CPU planes the box
+    path's OpenCV sums directly (no dispatch: FLNR calls this on many small bands)."""
+    from vision.kernels import box_filter
+    from vision.kernels.box.torch_path import box_mean
+
+    return box_mean(x, 1, "valid") if _cv2_planes(x) else box_filter(x, 1)
