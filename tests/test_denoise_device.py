@@ -60,7 +60,7 @@ def test_whole_call_reads_no_tensor_on_the_host_on_the_triton_path(frame, model,
     emitters, and the same result as the PyTorch path. Host reads inside vision/kernels (the local linear op's
     checks, rebuilt separately) are reported as an expected failure until they are gone; any read from the
     denoiser's own code fails."""
-    from vision.kernels.dispatch import interpreting
+    from vision.kernels.runtime import interpreting
 
     if not interpreting() and not torch.cuda.is_available():
         pytest.skip("needs TRITON_INTERPRET=1 (tests/conftest.py sets it without CUDA)")
@@ -219,7 +219,7 @@ def _fill_reference(x, bad):
 @pytest.mark.parametrize("flags", [False, True])
 def test_triton_fill_against_float64_loops(flags):
     from vision.denoise.fill_triton import fill
-    from vision.kernels.dispatch import interpreting
+    from vision.kernels.runtime import interpreting
 
     if not interpreting() and not torch.cuda.is_available():
         pytest.skip("needs the Triton interpreter or CUDA")
@@ -265,7 +265,7 @@ def test_denoiser_code_under_no_host_sync(frame, model, monkeypatch):
     network, reads nothing on the host."""
     import vision.kernels as K
     from sync_trap import TRAPPED as TRAP_NAMES, no_host_sync
-    from vision.kernels.dispatch import interpreting
+    from vision.kernels.runtime import interpreting
 
     if not interpreting() and not torch.cuda.is_available():
         pytest.skip("needs TRITON_INTERPRET=1 (tests/conftest.py sets it without CUDA)")

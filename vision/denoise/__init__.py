@@ -16,7 +16,7 @@ import math
 import numpy as np
 import torch
 
-from vision.kernels.dispatch import forced_backend
+from vision.kernels.runtime import forced_backend
 
 from . import buffers, graphs
 from .buffers import BufferWarning, find_fields

@@ -87,7 +87,7 @@ def host_reads(t: torch.Tensor) -> bool:
     """Whether the denoiser may read ``t``'s values on the host: :func:`vision.kernels.runtime.data_checks` for
     the backend its ops run with (by default yes for CPU tensors on the PyTorch path; no on CUDA or the Triton
     path, where every read stalls the GPU and breaks CUDA graph capture; ``VISION_CHECKS=on`` allows it)."""
-    from vision.kernels.dispatch import backend_for
+    from vision.kernels.runtime import backend_for
     from vision.kernels.runtime import data_checks
 
     return data_checks(backend_for(t))
@@ -96,7 +96,7 @@ def host_reads(t: torch.Tensor) -> bool:
 def cpu_path(t: torch.Tensor) -> bool:
     """Whether ``t`` takes the denoiser's CPU-specialised code (OpenCV, numba loops, bands of rows): a CPU tensor on
     the PyTorch backend. On the Triton path, interpreted on CPU, the code is the one CUDA runs."""
-    from vision.kernels.dispatch import backend_for
+    from vision.kernels.runtime import backend_for
 
     return t.device.type == "cpu" and backend_for(t) == "torch"
 
@@ -131,7 +131,7 @@ def repair_nonfinite(x: torch.Tensor, name: str, warn: bool = True) -> tuple[tor
 
 def _fused_fill(x: torch.Tensor) -> bool:
     """Whether :mod:`.fill_triton` may do the repair: the Triton path, a float32/16 buffer, nothing to differentiate."""
-    from vision.kernels.dispatch import backend_for
+    from vision.kernels.runtime import backend_for
 
     return (backend_for(x) == "triton" and x.dtype in (torch.float32, torch.float16, torch.bfloat16)
             and not (x.requires_grad and torch.is_grad_enabled()))

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vision.kernels import jit
+from vision.kernels.runtime import jit
 
 from . import buffers as B
 from .flnr_net import CELL, GUIDES
