@@ -250,12 +250,15 @@ def feature_stats(f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 # --------------------------------------------------------------------------- channel names
 
 # field -> accepted layer names (lower case), best first; matched against the full layer name and its
-# last dotted component (so "ViewLayer.Denoising Albedo" matches "denoising albedo").
+# last dotted component (so "ViewLayer.Denoising Albedo" matches "denoising albedo"). Blender's
+# "Denoising" passes come first: they are the ones made for denoisers (the sky's depth is 0, normals
+# and albedo are taken past near-specular hits), where "Normal" and "Depth" are the raw first hit.
+# "Noisy Image" precedes "Combined": with Blender's own denoiser on, Combined is already denoised.
 ALIASES = {
     "color": ("", "noisy image", "combined", "image", "color", "colour", "rgb", "rgba", "beauty", "my_path"),
-    "albedo": ("albedo", "denoising albedo", "diffcol", "diffuse color", "diffuse_color"),
-    "normal": ("normal", "denoising normal", "normals", "sh_normal", "nn", "shading_normal", "n"),
-    "depth": ("depth", "denoising depth", "dd", "z"),
+    "albedo": ("denoising albedo", "albedo", "diffcol", "diffuse color", "diffuse_color"),
+    "normal": ("denoising normal", "normal", "normals", "sh_normal", "nn", "shading_normal", "n"),
+    "depth": ("denoising depth", "depth", "dd", "z"),
     "position": ("position", "world_position", "pp", "p"),
     "ao": ("ao", "ambient occlusion", "ambient_occlusion", "occlusion"),
     "emission": ("emission", "emit", "emitter", "emissive"),
