@@ -151,24 +151,41 @@ class _openexr_errors:
         self.path = path
 
     def __enter__(self):
+        import io
         import sys
         import tempfile
 
+        # the bindings print through Python's sys.stdout, the core library through the descriptors
+        self._streams = (sys.stdout, sys.stderr)
+        self._python = io.StringIO()
+        sys.stdout = sys.stderr = self._python
         self._saved = {}
         try:
             self._log = tempfile.TemporaryFile()
-            sys.stdout.flush()
-            sys.stderr.flush()
+            for stream in self._streams:
+                stream.flush()
             for fd in (1, 2):
                 self._saved[fd] = os.dup(fd)
                 os.dup2(self._log.fileno(), fd)
         except (OSError, ValueError, AttributeError):  # no usable descriptors (embedded interpreters)
-            self._restore()
+            self._restore_fds()
         return self
 
     def _restore(self) -> str:
+        import sys
+
+        sys.stdout, sys.stderr = self._streams
+        return self._python.getvalue() + self._restore_fds()
+
+    def _restore_fds(self) -> str:
         if not self._saved:
             return ""
+        try:  # C stdio buffers when not writing to a terminal: flush it into the log first
+            import ctypes
+
+            ctypes.CDLL(None).fflush(None)
+        except (OSError, AttributeError):
+            pass
         for fd, saved in self._saved.items():
             os.dup2(saved, fd)
             os.close(saved)
