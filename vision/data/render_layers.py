@@ -50,6 +50,7 @@ class Layer:
     sources: dict[str, str]                     # field -> channels or file it was read from
     beauty: list[str]                           # the three channels the denoised RGB is written to
     alpha: str | None = None                    # the alpha channel that goes with the beauty
+    copies: list[list[str]] = field(default_factory=list)  # other RGB channels that held the same noisy colour
     notes: list[str] = field(default_factory=list)  # adjustments that lost information, one line each
 
 
@@ -118,17 +119,30 @@ def _layer_of(name: str) -> str:
     return name.rsplit(".", 1)[0] if "." in name else ""
 
 
-def _beauty_and_alpha(group: list[str], color: list[str]) -> tuple[list[str], str | None]:
+def _copies(stored: Mapping[str, np.ndarray], group: list[str], color: list[str]) -> list[list[str]]:
+    """Other RGB layers of the group holding exactly the noisy colour: Mitsuba's aov integrator writes its
+    nested integrator's image twice, as root ``R G B`` and as ``<name>.R G B A`` (which carries the alpha)."""
+    found = []
+    for layer in sorted({_layer_of(n) for n in group} - {_layer_of(color[0])}):
+        names = [f"{layer}.{c}" if layer else c for c in "RGB"]
+        if all(n in stored for n in names) and all(
+                stored[n].dtype == stored[c].dtype and np.array_equal(stored[n], stored[c], equal_nan=True)
+                for n, c in zip(names, color)):
+            found.append(names)
+    return found
+
+
+def _beauty_and_alpha(group: list[str], color: list[str], copies: list[list[str]]) -> tuple[list[str], str | None]:
     """Where the denoised RGB goes: the layer's ``Combined`` when the colour is Blender's ``Noisy Image``
     (Combined is what compositors read; with Blender's own denoiser on it holds that result), else the
-    colour's own channels. Alpha: the beauty layer's ``A``, else the colour layer's."""
+    colour's own channels. Alpha: the beauty layer's ``A``, else the colour layer's, else a copy's."""
     beauty = list(color)
     source = _layer_of(color[0])
     if source.rsplit(".", 1)[-1].lower() == "noisy image":
         combined = source[: -len("noisy image")] + "Combined"
         if all(f"{combined}.{c}" in group for c in "RGB"):
             beauty = [f"{combined}.{c}" for c in "RGB"]
-    for layer in (_layer_of(beauty[0]), source):
+    for layer in (_layer_of(beauty[0]), source, *(_layer_of(c[0]) for c in copies)):
         alpha = f"{layer}.A" if layer else "A"
         if alpha in group:
             return beauty, alpha
@@ -219,8 +233,9 @@ def read_render_file(path, extra: Mapping[str, Path] | None = None) -> RenderFil
                 bufs[name], sources[name] = separate[name]
             elif name in fields:
                 bufs[name], sources[name] = _stack(stored, fields[name]), compact(fields[name])
-        beauty, alpha = _beauty_and_alpha(group, fields["color"])
-        layer = Layer(layer_name, bufs, sources, beauty, alpha)
+        copies = _copies(stored, group, fields["color"])
+        beauty, alpha = _beauty_and_alpha(group, fields["color"], copies)
+        layer = Layer(layer_name, bufs, sources, beauty, alpha, [c for c in copies if c != beauty])
         if "depth" in bufs:
             bufs["depth"] = no_surface_depth(bufs["depth"])
         if "albedo" in bufs:
@@ -240,8 +255,11 @@ def describe(rf: RenderFile, only_rgb: bool = False) -> str:
     for layer in rf.layers:
         used = ", ".join(f"{k} <- {v}" for k, v in layer.sources.items())
         alpha = f", alpha {layer.alpha}" if layer.alpha else ""
-        parts.append((f"[{layer.name}] " if layer.name else "") + f"{used}; denoised -> {compact(layer.beauty)}{alpha}")
-    written = {c for layer in rf.layers for c in layer.beauty + ([layer.alpha] if layer.alpha else [])}
+        dest = " + ".join(compact(names) for names in [layer.beauty, *layer.copies])
+        lights = "" if "emission" in layer.sources else (" (no emission buffer: lights in view get smoothed into "
+                                                          "their surroundings; give one, e.g. --emission)")
+        parts.append((f"[{layer.name}] " if layer.name else "") + f"{used}{lights}; denoised -> {dest}{alpha}")
+    written = {c for layer in rf.layers for c in sum(layer.copies, layer.beauty) + ([layer.alpha] if layer.alpha else [])}
     rest = len([c for c in rf.channels if c not in written])
     tail = f"; {rest} other channel(s) " + ("dropped (--only-rgb)" if only_rgb else "passed through") if rest else ""
     return " | ".join(parts) + tail
@@ -279,12 +297,13 @@ def output_channels(rf: RenderFile, results: list[np.ndarray], only_rgb: bool = 
                 uy, ux = size[0] // alpha.shape[0], size[1] // alpha.shape[1]
                 alpha = np.repeat(np.repeat(alpha, uy, 0), ux, 1)
             out[layer.alpha] = _half(alpha)[0] if half and alpha.dtype.kind == "f" else alpha
-        for k, name in enumerate(layer.beauty):
-            if half:
-                out[name], over = _half(rgb[..., k])
-                clamped += over
-            else:
-                out[name] = np.ascontiguousarray(rgb[..., k], dtype=np.float32)
+        for names in [layer.beauty, *layer.copies]:
+            for k, name in enumerate(names):
+                if half:
+                    out[name], over = _half(rgb[..., k])
+                    clamped += over if names is layer.beauty else 0
+                else:
+                    out[name] = np.ascontiguousarray(rgb[..., k], dtype=np.float32)
     if clamped:
         notes.append(f"--half: {clamped} value(s) above {HALF_MAX:g} clamped to it")
     return out, notes
