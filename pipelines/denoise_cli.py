@@ -264,7 +264,8 @@ def write_output(target: Path, rf, results: list[np.ndarray], header: dict, only
     from vision.data.render_layers import output_channels
 
     channels, notes = output_channels(rf, results, only_rgb=only_rgb, half=half)
-    write_atomic(target, channels, {**rf.header, **header})
+    same_size = all(a.shape == results[0].shape[:2] for a in rf.channels.values())
+    write_atomic(target, channels, {**rf.header, **(rf.windows if same_size else {}), **header})
     return notes
 
 

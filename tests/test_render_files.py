@@ -209,6 +209,28 @@ def test_real_mitsuba_aov_frame(tmp_path, capsys):
     assert all(np.array_equal(got[n], noisy[n]) for n in kept) and "img.A" in kept
 
 
+def test_a_crop_keeps_its_place_on_the_canvas(frame, tmp_path, capsys):
+    """A data window inside the display window (a border render, a compositor's crop) is kept."""
+    import OpenEXR
+
+    crop = {k: np.ascontiguousarray(frame[k][8:40, 16:64]) for k in ("color", *GUIDES)}
+    ch = {f"{prefix}{c}": np.ascontiguousarray(crop[field][..., k])
+          for field, prefix, comps in (("color", "", "RGB"), ("albedo", "albedo.", "RGB"), ("normal", "normal.", "XYZ"),
+                                      ("depth", "depth.", "Z"), ("emission", "emission.", "RGB"))
+          for k, c in enumerate(comps)}
+    window = (np.array([16, 8], np.int32), np.array([63, 39], np.int32))
+    hdr = {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage, "dataWindow": window,
+           "displayWindow": (np.array([0, 0], np.int32), np.array([127, 127], np.int32))}
+    OpenEXR.File(hdr, {k: v.copy() for k, v in ch.items()}).write(str(tmp_path / "crop.exr"))
+    rc, out, err = _run(capsys, tmp_path / "crop.exr", "-o", tmp_path / "o", "-q")
+    assert rc == 0, err
+    got = read_exr_header(tmp_path / "o" / "crop.exr")
+    assert [list(v) for v in got["dataWindow"]] == [[16, 8], [63, 39]]
+    assert [list(v) for v in got["displayWindow"]] == [[0, 0], [127, 127]]
+    want = denoise(crop["color"], **{k: crop[k] for k in ("albedo", "normal", "depth", "emission")})
+    np.testing.assert_allclose(_layer_rgb(read_exr(tmp_path / "o" / "crop.exr"), ""), want, rtol=1e-6, atol=1e-6)
+
+
 # --------------------------------------------------------------------------- PFM
 
 def _pfm_by_hand(path, img, big_endian=False, one_line=False):

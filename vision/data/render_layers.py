@@ -60,6 +60,9 @@ class RenderFile:
     channels: dict[str, np.ndarray]             # every stored channel, in its stored type
     header: dict                                # the attributes worth copying to the output
     layers: list[Layer]
+    # where the pixels lie on the canvas (a crop's data window inside the display window), copied to an
+    # output of the same size so a compositor places it where the input was
+    windows: dict = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- files
@@ -84,13 +87,20 @@ def check_readable(path) -> None:
         read_exr_header(path)
 
 
-def read_channels(path) -> tuple[dict[str, np.ndarray], dict]:
-    """Every channel of an EXR or PFM file (a PFM gives ``R G B`` or ``Y``) and its copyable header."""
+WINDOWS = ("dataWindow", "displayWindow", "pixelAspectRatio", "screenWindowCenter", "screenWindowWidth")
+
+
+def read_channels(path, windows: dict | None = None) -> tuple[dict[str, np.ndarray], dict]:
+    """Every channel of an EXR or PFM file (a PFM gives ``R G B`` or ``Y``) and its copyable header;
+    ``windows``, when given, receives the EXR's :data:`WINDOWS` attributes."""
     if file_kind(path) == "pfm":
         img = read_pfm(path)
         names = "RGB" if img.shape[2] == 3 else "Y"
         return {c: np.ascontiguousarray(img[..., k]) for k, c in enumerate(names)}, {}
-    return read_exr(path), copyable_header(read_exr_header(path))
+    header = read_exr_header(path)
+    if windows is not None:
+        windows.update({k: header[k] for k in WINDOWS if k in header})
+    return read_exr(path), copyable_header(header)
 
 
 # --------------------------------------------------------------------------- names
@@ -217,7 +227,8 @@ def read_render_file(path, extra: Mapping[str, Path] | None = None) -> RenderFil
     from vision.denoise.buffers import find_fields
 
     path = Path(path)
-    stored, header = read_channels(path)
+    windows: dict = {}
+    stored, header = read_channels(path, windows)
     separate = {name: read_buffer_file(Path(p), name) for name, p in (extra or {}).items()}
     layers = []
     for layer_name, group in view_layers(stored).items():
@@ -246,7 +257,7 @@ def read_render_file(path, extra: Mapping[str, Path] | None = None) -> RenderFil
     if not layers:
         raise ValueError(f"{path}: no colour channels found (looked for R G B, Combined.*, Noisy Image.*, ...); "
                          f"channels: {', '.join(sorted(stored))}")
-    return RenderFile(path, stored, header, layers)
+    return RenderFile(path, stored, header, layers, windows)
 
 
 def describe(rf: RenderFile, only_rgb: bool = False) -> str:
