@@ -1,9 +1,11 @@
 """``vision denoise``: denoise path-traced EXR frames (or sequences of them) from a script or a render farm.
 
-Each input frame is one EXR; its buffers are found by channel name (``vision render-scenes`` names,
-Blender Cycles denoising passes, Mitsuba AOV names; see :func:`vision.denoise.find_fields`) or come
-from separate files given as patterns. The output is ``OUTDIR/<stem><suffix>.exr`` with the denoised
-radiance in ``R G B`` (float32).
+Each input frame is one EXR (or PFM); its view layers' buffers are found by channel name (``vision
+render-scenes`` names, Blender Cycles passes, Mitsuba AOV names; see :mod:`vision.data.render_layers`) or
+come from separate files given as patterns. The output is ``OUTDIR/<stem><suffix>.exr``: the input with
+the denoised radiance in place of each layer's beauty (float32, or float16 with --half), alpha and the
+other channels passed through (not with --only-rgb), and the run's settings in the header, which a rerun
+compares to decide what to skip.
 """
 from __future__ import annotations
 
@@ -29,13 +31,22 @@ examples:
   vision denoise 'frames/*.exr' -o out/ --model flnr             # neural guides (bundled weights)
   vision denoise 'frames/*.exr' -o out/ --model flnr --weights my_flnr.safetensors   # from vision train-denoiser
   vision denoise 'half/*.exr' -o out/ --model flnr --albedo 'full/{stem}.exr' --normal 'full/{stem}.exr' --phase 0,0
+  vision denoise 'blender/*.exr' -o out/ --only-rgb --half         # each view layer's beauty + alpha, float16
+  vision denoise color.0001.pfm -o out/ --albedo 'albedo.{frame}.pfm' --normal 'normal.{frame}.pfm'   # OIDN-style PFM
 
 Buffers are read from each frame by channel name: the layers vision render-scenes writes (R G B,
-albedo.*, normal.*, depth.Z, ao.Y, emission.*, position.*), Blender Cycles passes (Combined or Noisy
-Image, Denoising Albedo, Denoising Normal, Denoising Depth, Emit, AO; any view-layer prefix) and Mitsuba
-AOV names (albedo, sh_normal/nn, depth/dd, position/pp). A --BUFFER PATTERN reads that buffer from a
-separate EXR instead; the pattern may contain {stem} (the frame's file name without .exr), {frame}
-(the last run of digits in the stem, as written) and {dir} (the frame's folder).
+albedo.*, normal.*, depth.Z, ao.Y, emission.*, position.*), Blender Cycles passes (Noisy Image or
+Combined, Denoising Albedo / Normal / Depth before Normal / Depth, Emit, AO; every view layer is denoised
+on its own) and Mitsuba AOV names (albedo, sh_normal/nn, depth/dd, position/pp). One line per run says
+which channels were used for what. A --BUFFER PATTERN reads that buffer from a separate EXR or PFM
+instead; the pattern may contain {stem} (the frame's file name without .exr or .pfm), {frame} (the last
+run of digits in the stem, as written) and {dir} (the frame's folder). Albedo above 1 (Cycles: emitters,
+glossy tint) is clamped for demodulation after taking out the emission where a pixel sees one; sky depth
+(1e10, inf) means no surface.
+
+The output is the input with the denoised RGB in each layer's beauty (R G B, or Combined also when the
+noisy colour was Noisy Image), alpha and every other channel passed through, the input's header kept;
+--only-rgb keeps just the beauty and alpha, --half writes those as float16.
 
 Colour smaller than the guides by an integer factor (rendered at 1/2 or 1/4 resolution) is denoised
 and upsampled to the guides' size; --phase DY,DX says that colour pixel (i, j) was shaded at
@@ -44,12 +55,13 @@ guides are read there instead of averaged over the block (better edges and textu
 flnr and no --weights, such colour takes the bundled weights trained for its factor (flnr_up2,
 flnr_up4).
 
-Frames whose output exists are skipped (--overwrite redoes them); outputs are written to a temporary
+Frames whose output exists and was made with the same settings (recorded in its header) are skipped;
+others are redone with a line saying why (--overwrite redoes all); outputs are written to a temporary
 file and renamed, so an interrupted run leaves no partial file and can simply be restarted. --shard
 I/N (I from 0) takes the I-th of N contiguous blocks of the sorted frame list, so array jobs split a
 sequence without coordinating. NaN/Inf samples are repaired (mean of finite neighbours) with a warning
-that counts them; albedo outside [0, 1], normals outside [-1, 1], missing or mis-sized buffers stop
-with an error naming the frame.
+that counts them; negative albedo, normals outside [-1, 1], missing or mis-sized buffers, and empty,
+non-EXR or truncated files stop with one line naming the file (no output folder is left behind).
 
 --temporal runs the frames in sorted order; frames skipped as done are still read into the history.
 Each shard starts its own history, so use contiguous shards of a few dozen frames or more. With
@@ -66,12 +78,12 @@ def add_parser(sub) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("frames", nargs="+", metavar="FRAMES", help="EXR files or glob patterns (quote them for globs "
-                                                              "the shell should not expand)")
+    p.add_argument("frames", nargs="+", metavar="FRAMES", help="EXR (or PFM) files or glob patterns (quote them "
+                                                              "for globs the shell should not expand)")
     p.add_argument("-o", "--out", type=Path, required=True, metavar="OUTDIR", help="output folder (created)")
     for name in BUFFERS:
         p.add_argument(f"--{name}", metavar="PATTERN", default=None,
-                       help=f"read {name} from a separate EXR per frame (placeholders {{stem}} {{frame}} {{dir}})")
+                       help=f"read {name} from a separate EXR or PFM per frame (placeholders {{stem}} {{frame}} {{dir}})")
     p.add_argument("--model", choices=("flr", "flnr"), default="flr",
                    help="denoiser: flr (local regression on the guides) or flnr (a trained network enhances the "
                         "guides first; default flr)")
