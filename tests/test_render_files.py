@@ -106,6 +106,29 @@ def test_noisy_image_is_denoised_into_combined(tmp_path, capsys):
     assert np.array_equal(got["ViewLayer.Noisy Image.G"], real["ViewLayer.Combined.G"])
 
 
+@pytest.mark.parametrize("post", ["copy", "gamma"])
+def test_blender_composite_layer_is_not_denoised_as_a_render(tmp_path, capsys, post):
+    """Blender writes its compositor's output as ``Composite.Combined``: a plain copy of the view layer gets
+    the denoised result too, a post-processed one (here a gamma node) passes through untouched."""
+    real = read_exr(BLENDER / "cycles_float.exr")
+    ch = dict(real)
+    for c in "RGBA":
+        v = real[f"ViewLayer.Combined.{c}"]
+        ch[f"Composite.Combined.{c}"] = v.copy() if post == "copy" or c == "A" else np.sqrt(v)
+    write_exr(tmp_path / "comp.exr", ch)
+    rc, out, err = _run(capsys, tmp_path / "comp.exr", "-o", tmp_path / "o", "-q")
+    assert rc == 0 and "[Composite]" not in out, out + err
+    got = read_exr(tmp_path / "o" / "comp.exr")
+    beauty = _layer_rgb(got, "ViewLayer.Combined")
+    if post == "copy":
+        assert "+ Composite.Combined.RGB" in out and np.array_equal(_layer_rgb(got, "Composite.Combined"), beauty)
+    else:
+        assert np.array_equal(_layer_rgb(got, "Composite.Combined"), _layer_rgb(ch, "Composite.Combined"))
+    _run(capsys, BLENDER / "cycles_float.exr", "-o", tmp_path / "ref", "-q")
+    np.testing.assert_array_equal(beauty, _layer_rgb(read_exr(tmp_path / "ref" / "cycles_float.exr"),
+                                                     "ViewLayer.Combined"))
+
+
 def test_denoising_passes_are_preferred_over_normal_and_depth():
     names = [f"VL.{p}.{c}" for p, cs in [("Combined", "RGBA"), ("Normal", "XYZ"), ("Depth", "Z"),
                                           ("Denoising Normal", "XYZ"), ("Denoising Depth", "Z"),

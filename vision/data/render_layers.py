@@ -16,6 +16,8 @@ What renderers write is brought to the denoiser's conventions here, so real file
   information (a lamp's light cannot be kept apart from what it lights) and gives a note.
 * **depth of the sky.** Depth at or beyond :data:`NO_SURFACE_DEPTH` (Cycles' ``Depth`` pass writes
   1e10) or infinite means no surface, which the denoiser spells 0.
+* **Blender's compositor output** (``Composite.Combined`` beside the view layers) is post-processed: it
+  passes through, replaced only where it is a bit-exact copy of a view layer's noisy colour.
 
 Writing (:func:`output_channels`): the denoised RGB replaces the beauty of its view layer (root ``R G B``,
 or Blender's ``Combined``, also when the noisy colour came from ``Noisy Image``), alpha and every other
@@ -129,9 +131,15 @@ def _layer_of(name: str) -> str:
     return name.rsplit(".", 1)[0] if "." in name else ""
 
 
+# Blender's compositor output in a multilayer file: post-processed, so never denoised as a render (only
+# replaced when it is a plain copy of a view layer's noisy colour)
+COMPOSITE = "Composite"
+
+
 def _copies(stored: Mapping[str, np.ndarray], group: list[str], color: list[str]) -> list[list[str]]:
-    """Other RGB layers of the group holding exactly the noisy colour: Mitsuba's aov integrator writes its
-    nested integrator's image twice, as root ``R G B`` and as ``<name>.R G B A`` (which carries the alpha)."""
+    """Other RGB layers holding exactly the noisy colour: Mitsuba's aov integrator writes its nested
+    integrator's image twice, as root ``R G B`` and as ``<name>.R G B A`` (which carries the alpha);
+    Blender's ``Composite.Combined`` is the view layer's Combined when the compositor only passes it on."""
     found = []
     for layer in sorted({_layer_of(n) for n in group} - {_layer_of(color[0])}):
         names = [f"{layer}.{c}" if layer else c for c in "RGB"]
@@ -231,7 +239,9 @@ def read_render_file(path, extra: Mapping[str, Path] | None = None) -> RenderFil
     stored, header = read_channels(path, windows)
     separate = {name: read_buffer_file(Path(p), name) for name, p in (extra or {}).items()}
     layers = []
-    for layer_name, group in view_layers(stored).items():
+    groups = view_layers(stored)
+    composite = groups.pop(COMPOSITE, None) if len(groups) > 1 else None
+    for layer_name, group in groups.items():
         fields = find_fields(group)
         if "color" not in fields:
             continue
@@ -244,7 +254,7 @@ def read_render_file(path, extra: Mapping[str, Path] | None = None) -> RenderFil
                 bufs[name], sources[name] = separate[name]
             elif name in fields:
                 bufs[name], sources[name] = _stack(stored, fields[name]), compact(fields[name])
-        copies = _copies(stored, group, fields["color"])
+        copies = _copies(stored, group + (composite or []), fields["color"])
         beauty, alpha = _beauty_and_alpha(group, fields["color"], copies)
         layer = Layer(layer_name, bufs, sources, beauty, alpha, [c for c in copies if c != beauty])
         if "depth" in bufs:
