@@ -104,3 +104,31 @@ def test_bad_fields_are_refused(tmp_path):
         read_exr(tmp_path / "missing.exr")
     with pytest.raises(ValueError, match="unknown field"):
         read_frame(tmp_path / "x.exr", ["colour"])
+
+
+@pytest.mark.parametrize("data, match", [
+    (b"", "the file is empty"),
+    (b"hello, not an image\n" * 8, "not an OpenEXR file"),
+    (b"PF\n2 2\n-1.0\n" + b"\0" * 48, "it is a PFM image"),
+])
+def test_unreadable_files_raise_one_value_error_naming_them(tmp_path, capfd, data, match):
+    bad = tmp_path / "bad.exr"
+    bad.write_bytes(data)
+    for read in (read_exr, read_exr_header):
+        with pytest.raises(ValueError, match=match) as err:
+            read(bad)
+        assert str(bad) in str(err.value)
+    assert capfd.readouterr() == ("", "")  # OpenEXR's own prints do not leak past the error
+
+
+def test_truncated_file_and_header_copy(tmp_path, capfd, rng):
+    from vision.data.exr import copyable_header
+
+    write_exr(tmp_path / "f.exr", {"R": awkward_floats(rng, (64, 64))}, header={"renderer": "x", "spp": 4})
+    hdr = read_exr_header(tmp_path / "f.exr")
+    assert copyable_header(hdr) == {"renderer": "x", "spp": 4}  # no compression, windows, channels, ...
+    data = (tmp_path / "f.exr").read_bytes()
+    (tmp_path / "t.exr").write_bytes(data[: len(data) * 2 // 3])
+    with pytest.raises(ValueError, match=r"t\.exr: truncated or damaged OpenEXR file"):
+        read_exr(tmp_path / "t.exr")
+    assert capfd.readouterr() == ("", "")
