@@ -356,3 +356,28 @@ def test_resume_skips_only_outputs_made_with_the_same_settings(tmp_path, capsys)
     rc, stdout, _ = _run(capsys, src, "-o", out, "-q")
     assert "cannot be read" in stdout and "denoised 1 frame" in stdout
     assert read_exr(target)["ViewLayer.Combined.R"].shape == (48, 64)
+
+
+def test_temporal_keeps_one_history_per_view_layer(tmp_path, capsys):
+    from vision.denoise import TemporalFLR
+
+    frames = [read_frame(asset_path("scenes", "scene_00001", f"frame_{k:02d}.exr")) for k in range(2)]
+    passes = (("Combined", "color", "RGB"), ("Denoising Albedo", "albedo", "RGB"),
+              ("Denoising Normal", "normal", "XYZ"), ("Denoising Depth", "depth", "Z"), ("Emit", "emission", "RGB"))
+    for k, d in enumerate(frames):
+        ch = {}
+        for layer, gain in (("A", 1.0), ("B", 0.25)):  # B: the same scene, a quarter as bright
+            for pas, field, comps in passes:
+                v = d[field] * (gain if field in ("color", "emission") else 1.0)
+                ch.update({f"{layer}.{pas}.{c}": np.ascontiguousarray(v[..., i], np.float32)
+                           for i, c in enumerate(comps)})
+        write_exr(tmp_path / f"f_{k}.exr", ch)
+    rc, out, err = _run(capsys, tmp_path / "f_*.exr", "-o", tmp_path / "o", "-q", "--temporal")
+    assert rc == 0, err
+    for layer, gain in (("A", 1.0), ("B", 0.25)):
+        tf = TemporalFLR()
+        for k, d in enumerate(frames):
+            want = tf(d["color"] * gain, albedo=d["albedo"], normal=d["normal"], depth=d["depth"],
+                      emission=d["emission"] * gain)
+            got = _layer_rgb(read_exr(tmp_path / "o" / f"f_{k}.exr"), f"{layer}.Combined")
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{layer} {k}")
