@@ -227,11 +227,20 @@ def run_settings(args, phase, patterns: dict[str, str | None]) -> dict[str, str]
 
 
 def format_settings(settings: dict[str, str]) -> str:
-    return "; ".join(f"{k}={v}" for k, v in settings.items())
+    """JSON: buffer patterns may hold any character."""
+    import json
+
+    return json.dumps(settings)
 
 
 def parse_settings(text: str) -> dict[str, str]:
-    return dict(part.split("=", 1) for part in text.split("; ") if "=" in part)
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 def why_redo(target: Path, settings: dict[str, str]) -> str | None:

@@ -121,7 +121,10 @@ def check_ranges(albedo: torch.Tensor | None, normal: torch.Tensor | None) -> No
         n = int(((albedo < lo) | (albedo > hi)).sum()) if float(amin) < lo or float(amax) > hi else 0
         if n:
             raise ValueError(f"albedo must lie in [0, 1]: {n} value(s) outside (min {float(albedo.min()):.4g}, "
-                             f"max {float(albedo.max()):.4g}); is this a colour or emission pass passed as albedo?")
+                             f"max {float(albedo.max()):.4g}); is this a colour or emission pass passed as albedo?"
+                             + (" A renderer's albedo above 1 (Cycles counts emitters and glossy tint in): map it "
+                                "with vision.data.render_layers.renderer_albedo(albedo, emission), as vision "
+                                "denoise does" if float(amax) > hi else ""))
     if normal is not None:
         nmin, nmax = torch.aminmax(_dense(normal))
         n = int((normal.abs() > NORMAL_RANGE).sum()) if max(-float(nmin), float(nmax)) > NORMAL_RANGE else 0
