@@ -382,3 +382,33 @@ def test_temporal_keeps_one_history_per_view_layer(tmp_path, capsys):
                       emission=d["emission"] * gain)
             got = _layer_rgb(read_exr(tmp_path / "o" / f"f_{k}.exr"), f"{layer}.Combined")
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{layer} {k}")
+
+
+def test_half_resolution_colour_keeps_alpha_and_says_what_was_left_out(frame, tmp_path, capsys):
+    """Colour (and its alpha and AOVs) at 1/2 of the guides: the output has the guides' size, the alpha is
+    carried over (each sample covers its 2 x 2 block), the other half-size channels cannot be, and are named."""
+    h, w, _ = frame["color"].shape
+    small = np.ascontiguousarray(frame["color"][::2, ::2])
+    alpha = (np.arange(h // 2 * (w // 2), dtype=np.float32).reshape(h // 2, w // 2) % 3) / 2
+    ch = {**{c: np.ascontiguousarray(small[..., k]) for k, c in enumerate("RGB")}, "A": alpha,
+          "extra.Y": np.ones_like(alpha)}
+    write_exr(tmp_path / "half.exr", ch)
+    write_frame(tmp_path / "g.exr", {k: frame[k] for k in GUIDES})
+    args = [tmp_path / "half.exr", "-o", tmp_path / "o", "-q"] + sum([[f"--{k}", tmp_path / "g.exr"] for k in GUIDES], [])
+    rc, out, err = _run(capsys, *args)
+    assert rc == 0, err
+    assert "1 channel(s) at the colour's resolution were not passed through" in err
+    got = read_exr(tmp_path / "o" / "half.exr")
+    assert set(got) == {"R", "G", "B", "A"} and got["R"].shape == (h, w)
+    np.testing.assert_array_equal(got["A"], np.kron(alpha, np.ones((2, 2), np.float32)))
+
+
+def test_half_output_clamps_to_the_largest_half_not_inf():
+    from vision.data.render_layers import Layer, RenderFile, output_channels
+
+    rgb = np.array([[[1.0, 7e4, -1e6]]], np.float32)
+    rf = RenderFile(Path("x.exr"), {c: np.zeros((1, 1), np.float32) for c in "RGB"}, {},
+                    [Layer("", {}, {}, ["R", "G", "B"])])
+    out, notes = output_channels(rf, [rgb], half=True)
+    assert [float(out[c][0, 0]) for c in "RGB"] == [1.0, 65504.0, -65504.0]
+    assert all(out[c].dtype == np.float16 for c in "RGB") and notes == ["--half: 2 value(s) above 65504 clamped to it"]

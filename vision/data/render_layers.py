@@ -306,7 +306,8 @@ def output_channels(rf: RenderFile, results: list[np.ndarray], only_rgb: bool = 
     out: dict[str, np.ndarray] = {}
     if not only_rgb:
         out = {n: a for n, a in rf.channels.items() if a.shape == size}
-        dropped = len(rf.channels) - len(out)
+        written = {c for layer in rf.layers for c in sum(layer.copies, layer.beauty) + [layer.alpha]}
+        dropped = len([n for n in rf.channels if n not in out and n not in written])
         if dropped:
             notes.append(f"{dropped} channel(s) at the colour's resolution were not passed through: the output "
                          f"has the guides' size {size[1]}x{size[0]}")
