@@ -411,4 +411,4 @@ def test_half_output_clamps_to_the_largest_half_not_inf():
                     [Layer("", {}, {}, ["R", "G", "B"])])
     out, notes = output_channels(rf, [rgb], half=True)
     assert [float(out[c][0, 0]) for c in "RGB"] == [1.0, 65504.0, -65504.0]
-    assert all(out[c].dtype == np.float16 for c in "RGB") and notes == ["--half: 2 value(s) above 65504 clamped to it"]
+    assert all(out[c].dtype == np.float16 for c in "RGB") and notes == ["--half: 2 value(s) beyond +-65504 clamped to it"]

@@ -327,5 +327,5 @@ def output_channels(rf: RenderFile, results: list[np.ndarray], only_rgb: bool = 
                 else:
                     out[name] = np.ascontiguousarray(rgb[..., k], dtype=np.float32)
     if clamped:
-        notes.append(f"--half: {clamped} value(s) above {HALF_MAX:g} clamped to it")
+        notes.append(f"--half: {clamped} value(s) beyond +-{HALF_MAX:g} clamped to it")
     return out, notes
