@@ -132,3 +132,19 @@ def test_truncated_file_and_header_copy(tmp_path, capfd, rng):
     with pytest.raises(ValueError, match=r"t\.exr: truncated or damaged OpenEXR file"):
         read_exr(tmp_path / "t.exr")
     assert capfd.readouterr() == ("", "")
+
+
+def test_multi_part_files_read_whole(tmp_path):
+    import OpenEXR
+
+    from vision.data.exr import read_exr_parts
+
+    a, b = np.ones((3, 4), np.float32), np.full((3, 4), 2, np.float16)
+    parts = [OpenEXR.Part({"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}, chans, name=name)
+             for name, chans in (("beauty", {"R": a.copy(), "Z": a.copy()}), ("diffuse", {"R": b.copy(), "N.X": b.copy()}))]
+    OpenEXR.File(parts).write(str(tmp_path / "mp.exr"))
+    got = read_exr_parts(tmp_path / "mp.exr")
+    assert set(got) == {"beauty.R", "diffuse.R", "Z", "N.X"}  # R is in both parts: told apart by the part's name
+    assert got["diffuse.R"].dtype == np.float16 and np.array_equal(got["beauty.R"], a)
+    write_exr(tmp_path / "one.exr", {"R": a.copy()})
+    assert list(read_exr_parts(tmp_path / "one.exr")) == ["R"]

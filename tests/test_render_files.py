@@ -412,3 +412,26 @@ def test_half_output_clamps_to_the_largest_half_not_inf():
     out, notes = output_channels(rf, [rgb], half=True)
     assert [float(out[c][0, 0]) for c in "RGB"] == [1.0, 65504.0, -65504.0]
     assert all(out[c].dtype == np.float16 for c in "RGB") and notes == ["--half: 2 value(s) beyond +-65504 clamped to it"]
+
+
+def test_multi_part_exr_is_read_whole(frame, tmp_path, capsys):
+    """Compositing packages write AOVs as parts of one file: every part is read (a name in several parts
+    is told apart by its part's name) and the output holds them all."""
+    import OpenEXR
+
+    def hdr():  # one dict per part: Part() writes the part's name into the header it is given
+        return {"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}
+
+    rgba = {c: np.ascontiguousarray(frame["color"][..., k]) for k, c in enumerate("RGB")}
+    aov = {f"{f}.{c}": np.ascontiguousarray(frame[f][..., k]) for f, cs in (("albedo", "RGB"), ("normal", "XYZ"),
+                                                                            ("emission", "RGB")) for k, c in enumerate(cs)}
+    deep = {"depth.Z": np.ascontiguousarray(frame["depth"][..., 0])}
+    OpenEXR.File([OpenEXR.Part(hdr(), {k: v.copy() for k, v in rgba.items()}, name="beauty"),
+                  OpenEXR.Part(hdr(), {k: v.copy() for k, v in aov.items()}, name="aovs"),
+                  OpenEXR.Part(hdr(), {k: v.copy() for k, v in deep.items()}, name="depth")]).write(str(tmp_path / "mp.exr"))
+    rc, out, err = _run(capsys, tmp_path / "mp.exr", "-o", tmp_path / "o", "-q")
+    assert rc == 0 and "normal <- normal.XYZ" in out and "depth <- depth.Z" in out, out + err
+    got = read_exr(tmp_path / "o" / "mp.exr")
+    assert set(got) == set(rgba) | set(aov) | set(deep)
+    want = denoise(frame["color"], **{k: frame[k] for k in ("albedo", "normal", "depth", "emission")})
+    np.testing.assert_allclose(_layer_rgb(got, ""), want, rtol=1e-6, atol=1e-6)

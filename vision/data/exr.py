@@ -110,6 +110,28 @@ def read_exr(path, channels: Iterable[str] | None = None) -> dict[str, np.ndarra
             return {n: np.array(stored[n].pixels) for n in names}
 
 
+def read_exr_parts(path) -> dict[str, np.ndarray]:
+    """Every channel of every part of a (multi-part) EXR, in its stored type. Channel names are kept; a
+    name that occurs in more than one part is prefixed with its part's name (``part.channel``), as
+    compositors show parts as layers. A single-part file reads as :func:`read_exr`."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no EXR file at {path}")
+    OpenEXR = _openexr()
+    with _openexr_errors(path):
+        with OpenEXR.File(str(path), separate_channels=True) as f:
+            parts = [(p.name() or f"part{k}", {n: np.array(c.pixels) for n, c in p.channels.items()})
+                     for k, p in enumerate(f.parts)]
+            if not parts or not all(chans for _, chans in parts):
+                # the bindings report unreadable pixel data by printing and returning no parts
+                raise RuntimeError("no readable pixel data")
+    seen: dict[str, int] = {}
+    for _, chans in parts:
+        for n in chans:
+            seen[n] = seen.get(n, 0) + 1
+    return {(f"{part}.{n}" if seen[n] > 1 else n): arr for part, chans in parts for n, arr in chans.items()}
+
+
 def read_exr_header(path) -> dict:
     """The header attributes of an EXR file (the ``vision.*`` ones are written by render-scenes)."""
     path = Path(path)

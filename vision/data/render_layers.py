@@ -2,7 +2,8 @@
 
 Reading (:func:`read_render_file`). A frame is one file: an OpenEXR written by ``vision render-scenes``,
 Blender Cycles (multi-layer, any number of view layers, half or full float) or Mitsuba (root ``R G B
-A`` plus AOV layers), or a PFM as Open Image Denoise uses. Channels are grouped by view layer (the
+A`` plus AOV layers), single- or multi-part (parts are merged, written back as one), or a PFM as Open
+Image Denoise uses. Channels are grouped by view layer (the
 first part of a three-part Blender name ``ViewLayer.Denoising Albedo.R``; everything else is one
 unnamed layer) and each layer that holds a colour is denoised on its own passes, found by name with
 :func:`vision.denoise.buffers.find_fields`. Buffers may also come from separate files (EXR or PFM).
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .exr import EXR_MAGIC, copyable_header, describe_bad_file, read_exr, read_exr_header
+from .exr import EXR_MAGIC, copyable_header, describe_bad_file, read_exr_header, read_exr_parts
 from .pfm import PFM_MAGIC, read_pfm
 
 # depths at or beyond this are "no surface": renderers write 1e10 (Cycles) or FLT_MAX for the sky
@@ -102,7 +103,7 @@ def read_channels(path, windows: dict | None = None) -> tuple[dict[str, np.ndarr
     header = read_exr_header(path)
     if windows is not None:
         windows.update({k: header[k] for k in WINDOWS if k in header})
-    return read_exr(path), copyable_header(header)
+    return read_exr_parts(path), copyable_header(header)
 
 
 # --------------------------------------------------------------------------- names
