@@ -166,7 +166,9 @@ class _openexr_errors:
     """Turn OpenEXR's failures on a bad file into one ValueError that names the file and says what is wrong.
 
     The library also prints its own diagnostics below Python (on file descriptors 1 and 2); those are
-    caught here and become the reason in the message instead of stray lines.
+    caught here and become the reason in the message instead of stray lines. The redirection is
+    process-wide for the duration of one read: what other threads print meanwhile is re-emitted on
+    stderr afterwards, not lost.
     """
 
     def __init__(self, path: Path):
