@@ -168,7 +168,7 @@ class _openexr_errors:
     The library also prints its own diagnostics below Python (on file descriptors 1 and 2); those are
     caught here and become the reason in the message instead of stray lines. The redirection is
     process-wide for the duration of one read: what other threads print meanwhile is re-emitted on
-    stderr afterwards, not lost.
+    stderr after a successful read (and folded into the error of a failed one).
     """
 
     def __init__(self, path: Path):
