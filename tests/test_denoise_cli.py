@@ -87,8 +87,11 @@ def test_blender_channel_names(seq, tmp_path):
             ch[f"ViewLayer.{pas}.{c}"] = np.ascontiguousarray(d[field][..., k])
     write_exr(tmp_path / "blend.exr", ch)
     assert main(["denoise", str(tmp_path / "blend.exr"), "-o", str(tmp_path / "o"), "-q"]) == 0
-    res = _rgb(tmp_path / "o" / "blend.exr")
+    # the denoised RGB replaces the beauty where it was read from: what a compositor reads as the image
+    got = read_exr(tmp_path / "o" / "blend.exr")
+    res = np.stack([got[f"ViewLayer.Combined.{c}"] for c in "RGB"], -1)
     assert M.psnr(res, d["reference"]) >= M.psnr(d["color"], d["reference"]) + 12
+    assert np.array_equal(got["ViewLayer.Denoising Depth.Z"], ch["ViewLayer.Denoising Depth.Z"])
 
 
 def test_nan_samples_are_repaired_with_a_warning(seq, tmp_path, capsys):
@@ -107,7 +110,7 @@ def test_nan_samples_are_repaired_with_a_warning(seq, tmp_path, capsys):
 @pytest.mark.parametrize("case, match", [
     ("missing", "does not exist"),
     ("size", "64x64"),
-    ("albedo", "albedo must lie in"),
+    ("albedo", "albedo must lie in"),  # negative albedo is a wrong buffer (above 1 is a renderer's convention)
     ("nocolor", "no colour channels"),
     ("noframes", "no files match"),
     ("shard", "--shard"),
@@ -122,7 +125,7 @@ def test_clear_errors(seq, tmp_path, capsys, case, match):
         write_frame(tmp_path / "small.exr", {"normal": np.ascontiguousarray(d["normal"][::2, ::2])})
         extra = ["--normal", str(tmp_path / "small.exr")]
     elif case == "albedo":
-        write_frame(tmp_path / "f.exr", {"color": d["color"], "albedo": d["albedo"] * 3})
+        write_frame(tmp_path / "f.exr", {"color": d["color"], "albedo": d["albedo"] - 0.5})
         frame = str(tmp_path / "f.exr")
     elif case == "nocolor":
         write_frame(tmp_path / "f.exr", {"albedo": d["albedo"]})
@@ -197,9 +200,9 @@ def test_failed_write_leaves_no_partial_output(seq, tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(vd, "write_exr", boom)
-    # an OS error is one line and exit 2 (vision.pipelines.cli.main), not a traceback
+    # an OS error is one line and exit 2 (vision.pipelines.cli.main), not a traceback, and leaves nothing
     assert main(["denoise", str(seq / "frame_00.exr"), "-o", str(tmp_path / "o"), "-q"]) == 2
-    assert list((tmp_path / "o").iterdir()) == []
+    assert not (tmp_path / "o").exists() or list((tmp_path / "o").iterdir()) == []
 
 
 def test_demo_section_writes_a_comparison(tmp_path):

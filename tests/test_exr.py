@@ -104,3 +104,47 @@ def test_bad_fields_are_refused(tmp_path):
         read_exr(tmp_path / "missing.exr")
     with pytest.raises(ValueError, match="unknown field"):
         read_frame(tmp_path / "x.exr", ["colour"])
+
+
+@pytest.mark.parametrize("data, match", [
+    (b"", "the file is empty"),
+    (b"hello, not an image\n" * 8, "not an OpenEXR file"),
+    (b"PF\n2 2\n-1.0\n" + b"\0" * 48, "it is a PFM image"),
+])
+def test_unreadable_files_raise_one_value_error_naming_them(tmp_path, capfd, data, match):
+    bad = tmp_path / "bad.exr"
+    bad.write_bytes(data)
+    for read in (read_exr, read_exr_header):
+        with pytest.raises(ValueError, match=match) as err:
+            read(bad)
+        assert str(bad) in str(err.value)
+    assert capfd.readouterr() == ("", "")  # OpenEXR's own prints do not leak past the error
+
+
+def test_truncated_file_and_header_copy(tmp_path, capfd, rng):
+    from vision.data.exr import copyable_header
+
+    write_exr(tmp_path / "f.exr", {"R": awkward_floats(rng, (64, 64))}, header={"renderer": "x", "spp": 4})
+    hdr = read_exr_header(tmp_path / "f.exr")
+    assert copyable_header(hdr) == {"renderer": "x", "spp": 4}  # no compression, windows, channels, ...
+    data = (tmp_path / "f.exr").read_bytes()
+    (tmp_path / "t.exr").write_bytes(data[: len(data) * 2 // 3])
+    with pytest.raises(ValueError, match=r"t\.exr: truncated or damaged OpenEXR file"):
+        read_exr(tmp_path / "t.exr")
+    assert capfd.readouterr() == ("", "")
+
+
+def test_multi_part_files_read_whole(tmp_path):
+    import OpenEXR
+
+    from vision.data.exr import read_exr_parts
+
+    a, b = np.ones((3, 4), np.float32), np.full((3, 4), 2, np.float16)
+    parts = [OpenEXR.Part({"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage}, chans, name=name)
+             for name, chans in (("beauty", {"R": a.copy(), "Z": a.copy()}), ("diffuse", {"R": b.copy(), "N.X": b.copy()}))]
+    OpenEXR.File(parts).write(str(tmp_path / "mp.exr"))
+    got = read_exr_parts(tmp_path / "mp.exr")
+    assert set(got) == {"beauty.R", "diffuse.R", "Z", "N.X"}  # R is in both parts: told apart by the part's name
+    assert got["diffuse.R"].dtype == np.float16 and np.array_equal(got["beauty.R"], a)
+    write_exr(tmp_path / "one.exr", {"R": a.copy()})
+    assert list(read_exr_parts(tmp_path / "one.exr")) == ["R"]

@@ -1,9 +1,11 @@
 """``vision denoise``: denoise path-traced EXR frames (or sequences of them) from a script or a render farm.
 
-Each input frame is one EXR; its buffers are found by channel name (``vision render-scenes`` names,
-Blender Cycles denoising passes, Mitsuba AOV names; see :func:`vision.denoise.find_fields`) or come
-from separate files given as patterns. The output is ``OUTDIR/<stem><suffix>.exr`` with the denoised
-radiance in ``R G B`` (float32).
+Each input frame is one EXR (or PFM); its view layers' buffers are found by channel name (``vision
+render-scenes`` names, Blender Cycles passes, Mitsuba AOV names; see :mod:`vision.data.render_layers`) or
+come from separate files given as patterns. The output is ``OUTDIR/<stem><suffix>.exr``: the input with
+the denoised radiance in place of each layer's beauty (float32, or float16 with --half), alpha and the
+other channels passed through (not with --only-rgb), and the run's settings in the header, which a rerun
+compares to decide what to skip.
 """
 from __future__ import annotations
 
@@ -29,13 +31,22 @@ examples:
   vision denoise 'frames/*.exr' -o out/ --model flnr             # neural guides (bundled weights)
   vision denoise 'frames/*.exr' -o out/ --model flnr --weights my_flnr.safetensors   # from vision train-denoiser
   vision denoise 'half/*.exr' -o out/ --model flnr --albedo 'full/{stem}.exr' --normal 'full/{stem}.exr' --phase 0,0
+  vision denoise 'blender/*.exr' -o out/ --only-rgb --half         # each view layer's beauty + alpha, float16
+  vision denoise color.0001.pfm -o out/ --albedo 'albedo.{frame}.pfm' --normal 'normal.{frame}.pfm'   # OIDN-style PFM
 
 Buffers are read from each frame by channel name: the layers vision render-scenes writes (R G B,
-albedo.*, normal.*, depth.Z, ao.Y, emission.*, position.*), Blender Cycles passes (Combined or Noisy
-Image, Denoising Albedo, Denoising Normal, Denoising Depth, Emit, AO; any view-layer prefix) and Mitsuba
-AOV names (albedo, sh_normal/nn, depth/dd, position/pp). A --BUFFER PATTERN reads that buffer from a
-separate EXR instead; the pattern may contain {stem} (the frame's file name without .exr), {frame}
-(the last run of digits in the stem, as written) and {dir} (the frame's folder).
+albedo.*, normal.*, depth.Z, ao.Y, emission.*, position.*), Blender Cycles passes (Noisy Image or
+Combined, Denoising Albedo / Normal / Depth before Normal / Depth, Emit, AO; every view layer is denoised
+on its own) and Mitsuba AOV names (albedo, sh_normal/nn, depth/dd, position/pp). One line per run says
+which channels were used for what. A --BUFFER PATTERN reads that buffer from a separate EXR or PFM
+instead; the pattern may contain {stem} (the frame's file name without .exr or .pfm), {frame} (the last
+run of digits in the stem, as written) and {dir} (the frame's folder). Albedo above 1 (Cycles: emitters,
+glossy tint) is clamped for demodulation after taking out the emission where a pixel sees one; sky depth
+(1e10, inf) means no surface.
+
+The output is the input with the denoised RGB in each layer's beauty (R G B, or Combined also when the
+noisy colour was Noisy Image), alpha and every other channel passed through, the input's header kept;
+--only-rgb keeps just the beauty and alpha, --half writes those as float16.
 
 Colour smaller than the guides by an integer factor (rendered at 1/2 or 1/4 resolution) is denoised
 and upsampled to the guides' size; --phase DY,DX says that colour pixel (i, j) was shaded at
@@ -44,12 +55,13 @@ guides are read there instead of averaged over the block (better edges and textu
 flnr and no --weights, such colour takes the bundled weights trained for its factor (flnr_up2,
 flnr_up4).
 
-Frames whose output exists are skipped (--overwrite redoes them); outputs are written to a temporary
+Frames whose output exists and was made with the same settings (recorded in its header) are skipped;
+others are redone with a line saying why (--overwrite redoes all); outputs are written to a temporary
 file and renamed, so an interrupted run leaves no partial file and can simply be restarted. --shard
 I/N (I from 0) takes the I-th of N contiguous blocks of the sorted frame list, so array jobs split a
 sequence without coordinating. NaN/Inf samples are repaired (mean of finite neighbours) with a warning
-that counts them; albedo outside [0, 1], normals outside [-1, 1], missing or mis-sized buffers stop
-with an error naming the frame.
+that counts them; negative albedo, normals outside [-1, 1], missing or mis-sized buffers, and empty,
+non-EXR or truncated files stop with one line naming the file (no output folder is left behind).
 
 --temporal runs the frames in sorted order; frames skipped as done are still read into the history.
 Each shard starts its own history, so use contiguous shards of a few dozen frames or more. With
@@ -66,12 +78,12 @@ def add_parser(sub) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("frames", nargs="+", metavar="FRAMES", help="EXR files or glob patterns (quote them for globs "
-                                                              "the shell should not expand)")
+    p.add_argument("frames", nargs="+", metavar="FRAMES", help="EXR (or PFM) files or glob patterns (quote them "
+                                                              "for globs the shell should not expand)")
     p.add_argument("-o", "--out", type=Path, required=True, metavar="OUTDIR", help="output folder (created)")
     for name in BUFFERS:
         p.add_argument(f"--{name}", metavar="PATTERN", default=None,
-                       help=f"read {name} from a separate EXR per frame (placeholders {{stem}} {{frame}} {{dir}})")
+                       help=f"read {name} from a separate EXR or PFM per frame (placeholders {{stem}} {{frame}} {{dir}})")
     p.add_argument("--model", choices=("flr", "flnr"), default="flr",
                    help="denoiser: flr (local regression on the guides) or flnr (a trained network enhances the "
                         "guides first; default flr)")
@@ -95,7 +107,13 @@ def add_parser(sub) -> None:
                                                             "(default 0.1)")
     p.add_argument("--shard", default=None, metavar="I/N", help="process only the I-th (0-based) of N blocks")
     p.add_argument("--suffix", default="", help="appended to each output file's stem (default none)")
-    p.add_argument("--overwrite", action="store_true", help="redo frames whose output already exists")
+    p.add_argument("--overwrite", action="store_true",
+                   help="redo frames whose output exists (outputs made with other settings are always redone)")
+    p.add_argument("--only-rgb", action="store_true",
+                   help="write only the denoised RGB and its alpha (default: every other channel of the input "
+                        "passes through)")
+    p.add_argument("--half", action="store_true",
+                   help="write the denoised RGB and alpha as half float (passed-through channels keep their type)")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -161,54 +179,105 @@ def output_path(out: Path, frame: Path, suffix: str) -> Path:
 
 # --------------------------------------------------------------------------- reading
 
-def _stack(stored: dict, names: list[str]) -> np.ndarray:
-    return np.stack([np.asarray(stored[n], dtype=np.float32) for n in names], axis=-1)
-
-
-def read_buffers(frame: Path, patterns: dict[str, str | None]) -> dict[str, np.ndarray]:
-    """Colour and guide buffers of one frame as float32 (H, W, C) arrays."""
-    from vision.data import read_exr
-    from vision.denoise import find_fields
-    from vision.denoise.buffers import CHANNELS
-
-    stored = read_exr(frame)
-    fields = find_fields(stored)
-    if "color" not in fields:
-        raise ValueError(f"{frame}: no colour channels found (looked for R G B, Combined.*, Noisy Image.*, ...); "
-                         f"channels: {', '.join(sorted(stored))}")
-    bufs = {"color": _stack(stored, fields["color"])}
+def buffer_files(frame: Path, patterns: dict[str, str | None]) -> dict[str, Path]:
+    """The separate buffer files of one frame (from the --BUFFER patterns), each checked to exist."""
+    files = {}
     for name in BUFFERS:
         if patterns.get(name):
             path = buffer_path(patterns[name], frame)
             if not path.is_file():
                 raise FileNotFoundError(f"{frame}: {name} buffer {path} does not exist (from --{name} "
                                         f"{patterns[name]!r})")
-            other = read_exr(path)
-            f2 = find_fields(other)
-            names = f2.get(name) or f2.get("color")
-            if names is None and len(other) == 1:
-                names = list(other)
-            if names is None and CHANNELS[name] == 1:
-                names = next(([v[0]] for v in f2.values()), None)
-            if names is None:
-                raise ValueError(f"{path}: no {name} channels found; channels: {', '.join(sorted(other))}")
-            arr = _stack(other, names)
-            if CHANNELS[name] == 1:
-                arr = arr[..., :1]
-            bufs[name] = arr
-        elif name in fields:
-            bufs[name] = _stack(stored, fields[name])
-    return bufs
+            files[name] = path
+    return files
 
 
-def write_atomic(path: Path, rgb: np.ndarray, header: dict) -> None:
-    """Write to a hidden temporary file in the same folder, then rename it over ``path``."""
+def read_frame_file(frame: Path, patterns: dict[str, str | None]):
+    """The frame as :class:`vision.data.render_layers.RenderFile`: its view layers' buffers (renderer
+    conventions already mapped: albedo above 1, sky depth), every stored channel and the header."""
+    from vision.data.render_layers import read_render_file
+
+    return read_render_file(frame, buffer_files(frame, patterns))
+
+
+def read_buffers(frame: Path, patterns: dict[str, str | None]) -> dict[str, np.ndarray]:
+    """Colour and guide buffers of one frame (its first view layer) as float32 (H, W, C) arrays."""
+    return read_frame_file(frame, patterns).layers[0].buffers
+
+
+# --------------------------------------------------------------------------- writing and resuming
+
+SETTINGS_KEY = "vision.denoise.settings"
+
+
+def run_settings(args, phase, patterns: dict[str, str | None]) -> dict[str, str]:
+    """Everything that changes an output's pixels, as text: recorded in each output's header and compared
+    on a rerun (the tile size and the device are left out: they do not change the result)."""
+    import hashlib
+
+    weights = "bundled"
+    if args.model == "flnr" and args.weights is not None:
+        weights = f"{Path(args.weights).name}#sha256:{hashlib.sha256(Path(args.weights).read_bytes()).hexdigest()[:16]}"
+    settings = {"model": args.model}
+    if args.model == "flnr":
+        settings["weights"] = weights
+    settings.update(radius="default" if args.radius is None else str(args.radius),
+                    eps="learned" if args.eps is None else f"{args.eps:g}", scale=str(args.scale),
+                    phase="none" if phase is None else f"{phase[0]},{phase[1]}",
+                    temporal=f"alpha {args.alpha:g}" if args.temporal else "off",
+                    only_rgb=str(bool(args.only_rgb)).lower(), half=str(bool(args.half)).lower())
+    for name in BUFFERS:
+        if patterns.get(name):
+            settings[name] = patterns[name]
+    return settings
+
+
+def format_settings(settings: dict[str, str]) -> str:
+    """JSON: buffer patterns may hold any character."""
+    import json
+
+    return json.dumps(settings)
+
+
+def parse_settings(text: str) -> dict[str, str]:
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def why_redo(target: Path, settings: dict[str, str]) -> str | None:
+    """None when ``target`` was made with ``settings`` (skip it), else why it must be made again."""
+    from vision.data.exr import read_exr_header
+
+    try:
+        header = read_exr_header(target)
+    except (ValueError, OSError) as err:
+        return f"the existing output cannot be read ({err})"
+    recorded = header.get(SETTINGS_KEY)
+    if not isinstance(recorded, str):
+        return "the existing output records no settings"
+    old = parse_settings(recorded)
+    changed = [f"{k} {old.get(k, 'unset')} -> {v}" for k, v in settings.items() if old.get(k) != v]
+    changed += [f"{k} {v} -> unset" for k, v in old.items() if k not in settings]
+    return f"made with other settings ({', '.join(changed)})" if changed else None
+
+
+def write_atomic(path: Path, channels, header: dict) -> None:
+    """Write to a hidden temporary file in the same folder, then rename it over ``path``.
+
+    ``channels``: name -> 2-D array (written in its type), or a float (H, W, 3) array written as ``R G B``.
+    """
     from vision.data import write_exr
 
+    if isinstance(channels, np.ndarray):
+        channels = {c: np.ascontiguousarray(channels[..., k], dtype=np.float32) for k, c in enumerate("RGB")}
     tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:8]}.tmp.exr")
     try:
-        write_exr(tmp, {c: np.ascontiguousarray(rgb[..., k], dtype=np.float32) for k, c in enumerate("RGB")},
-                  header)
+        write_exr(tmp, channels, header)
         os.replace(tmp, path)
     finally:
         if tmp.exists():
@@ -230,6 +299,18 @@ def _load_weights(load, path):
             raise
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise ValueError(f"--weights {path}: not FLNR weights from vision train-denoiser ({first})") from None
+
+
+def write_output(target: Path, rf, results: list[np.ndarray], header: dict, only_rgb: bool, half: bool
+                 ) -> list[str]:
+    """The compositor's file: denoised RGB in each layer's beauty, alpha and (unless ``only_rgb``) every
+    other channel of the input, the input's header attributes plus the run's. Returns notes on losses."""
+    from vision.data.render_layers import output_channels
+
+    channels, notes = output_channels(rf, results, only_rgb=only_rgb, half=half)
+    same_size = all(a.shape == results[0].shape[:2] for a in rf.channels.values())
+    write_atomic(target, channels, {**rf.header, **(rf.windows if same_size else {}), **header})
+    return notes
 
 
 def parse_phase(text):
@@ -285,45 +366,79 @@ def run(args) -> int:
         refuse_inputs(t, inputs, "-o")
     if len(set(targets)) != len(targets):
         raise ValueError("two frames map to the same output name; use frames with distinct file names")
+    from vision import __version__
+    from vision.data.render_layers import check_readable, describe
+
+    for f in mine:  # a bad file stops the run before anything is made, with one line naming it
+        check_readable(f)
+    created = not out.exists()
     prepare_folder(out, "-o")  # before any compute
     eps_text = "learned" if args.eps is None else f"{args.eps:g}"
     radius_text = args.radius if args.radius is not None else "blend " + ",".join(map(str, net.config["radii"]))
+    settings = run_settings(args, phase, patterns)
     header = {"vision.denoiser": f"{args.model} radius={radius_text} eps={eps_text} scale={args.scale}"
-                                 + ("" if phase is None else f" phase={phase[0]},{phase[1]}")}
-    temporal = TemporalFLR(args.radius, args.eps, args.scale, alpha=args.alpha, tile=args.tile or None) \
-        if args.temporal else None
+                                 + ("" if phase is None else f" phase={phase[0]},{phase[1]}"),
+              SETTINGS_KEY: format_settings(settings), "vision.version": __version__}
+    temporal = {} if args.temporal else None  # one history per view layer
     done = skipped = repaired = 0
+    said = None
     bar = tqdm(list(zip(mine, targets)), desc="denoise", unit="frame", disable=args.quiet, file=sys.stderr)
-    for frame, target in bar:
-        skip = target.exists() and not args.overwrite
-        if skip and temporal is None:
-            skipped += 1
-            continue
-        bufs = read_buffers(frame, patterns)
-        t = {k: torch.from_numpy(v).to(device) for k, v in bufs.items()}
-        guides = {k: t.get(k) for k in BUFFERS}
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", BufferWarning)
-            try:
-                if skip:  # --temporal: the frame still feeds the history
-                    temporal.accumulate(t["color"], phase=phase, **guides)
-                elif temporal is not None:
-                    res = temporal(t["color"], phase=phase, **guides)
-                else:
-                    res = denoise(t["color"], **guides, model=args.model, radius=args.radius,
-                                  eps=args.eps, scale=args.scale, tile=args.tile or None,
-                                  weights=net if args.weights else None, phase=phase)  # None: bundled, per size
-            except ValueError as err:
-                raise ValueError(f"{frame}: {err}") from None
-        if skip:
-            skipped += 1
-            continue
-        for w in caught:
-            if issubclass(w.category, BufferWarning):
-                repaired += 1
-                tqdm.write(f"vision denoise: warning: {frame}: {w.message}", file=sys.stderr)
-        write_atomic(target, res.detach().cpu().numpy(), header)
-        done += 1
+    try:
+        for frame, target in bar:
+            skip = target.exists() and not args.overwrite
+            if skip:
+                reason = why_redo(target, settings)
+                if reason:
+                    tqdm.write(f"vision denoise: redoing {target}: {reason}", file=sys.stdout)
+                    skip = False
+            if skip and temporal is None:
+                skipped += 1
+                continue
+            rf = read_frame_file(frame, patterns)
+            line = describe(rf, args.only_rgb)
+            if line != said:  # once per run, again only when a frame is laid out differently
+                tqdm.write(f"vision denoise: {'' if said is None else f'from {frame.name} on: '}{line}",
+                           file=sys.stdout)
+                said = line
+            results = []
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", BufferWarning)
+                for layer in rf.layers:
+                    t = {k: torch.from_numpy(v).to(device) for k, v in layer.buffers.items()}
+                    guides = {k: t.get(k) for k in BUFFERS}
+                    try:
+                        if temporal is not None:
+                            history = temporal.get(layer.name)
+                            if history is None:
+                                history = temporal[layer.name] = TemporalFLR(
+                                    args.radius, args.eps, args.scale, alpha=args.alpha, tile=args.tile or None)
+                            if skip:  # the frame still feeds the history
+                                history.accumulate(t["color"], phase=phase, **guides)
+                                continue
+                            res = history(t["color"], phase=phase, **guides)
+                        else:
+                            res = denoise(t["color"], **guides, model=args.model, radius=args.radius,
+                                          eps=args.eps, scale=args.scale, tile=args.tile or None,
+                                          weights=net if args.weights else None, phase=phase)  # None: bundled
+                    except ValueError as err:
+                        raise ValueError(f"{frame}: {err}") from None
+                    results.append(res.detach().cpu().numpy())
+            if skip:
+                skipped += 1
+                continue
+            notes = [n for layer in rf.layers for n in layer.notes]
+            for w in caught:
+                if issubclass(w.category, BufferWarning):
+                    repaired += 1
+                    notes.append(str(w.message))
+            notes += write_output(target, rf, results, header, args.only_rgb, args.half)
+            for note in notes:
+                tqdm.write(f"vision denoise: warning: {frame}: {note}", file=sys.stderr)
+            done += 1
+    except BaseException:
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # a run that made nothing leaves nothing behind
+        raise
     print(f"denoised {done} frame(s), skipped {skipped} already done"
           + (f", repaired NaN/Inf in {repaired} buffer(s)" if repaired else "")
           + (f" (shard {index}/{count}: {len(mine)} of {len(frames)} frames)" if count > 1 else "")

@@ -26,6 +26,7 @@ field                   channels                                      type      
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -91,24 +92,162 @@ def write_exr(path, channels: Mapping[str, np.ndarray], header: Mapping | None =
 
 
 def read_exr(path, channels: Iterable[str] | None = None) -> dict[str, np.ndarray]:
-    """Read named channels (all when ``channels`` is None) as 2-D arrays in their stored type."""
+    """Read named channels (all when ``channels`` is None) as 2-D arrays in their stored type.
+
+    A file that is empty, not an OpenEXR file, truncated or damaged raises one ValueError naming it.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no EXR file at {path}")
     OpenEXR = _openexr()
-    with OpenEXR.File(str(path), separate_channels=True) as f:
-        stored = f.channels()
-        names = list(stored) if channels is None else list(channels)
-        missing = [n for n in names if n not in stored]
-        if missing:
-            raise ValueError(f"{path} has no channel(s) {', '.join(missing)}; it has {', '.join(sorted(stored))}")
-        return {n: np.array(stored[n].pixels) for n in names}
+    with _openexr_errors(path):
+        with OpenEXR.File(str(path), separate_channels=True) as f:
+            stored = f.channels()
+            names = list(stored) if channels is None else list(channels)
+            missing = [n for n in names if n not in stored]
+            if missing:
+                raise _Missing(f"{path} has no channel(s) {', '.join(missing)}; it has {', '.join(sorted(stored))}")
+            return {n: np.array(stored[n].pixels) for n in names}
+
+
+def read_exr_parts(path) -> dict[str, np.ndarray]:
+    """Every channel of every part of a (multi-part) EXR, in its stored type. Channel names are kept; a
+    name that occurs in more than one part is prefixed with its part's name (``part.channel``), as
+    compositors show parts as layers. A single-part file reads as :func:`read_exr`."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no EXR file at {path}")
+    OpenEXR = _openexr()
+    with _openexr_errors(path):
+        with OpenEXR.File(str(path), separate_channels=True) as f:
+            parts = [(p.name() or f"part{k}", {n: np.array(c.pixels) for n, c in p.channels.items()})
+                     for k, p in enumerate(f.parts)]
+            if not parts or not all(chans for _, chans in parts):
+                # the bindings report unreadable pixel data by printing and returning no parts
+                raise RuntimeError("no readable pixel data")
+    seen: dict[str, int] = {}
+    for _, chans in parts:
+        for n in chans:
+            seen[n] = seen.get(n, 0) + 1
+    return {(f"{part}.{n}" if seen[n] > 1 else n): arr for part, chans in parts for n, arr in chans.items()}
 
 
 def read_exr_header(path) -> dict:
     """The header attributes of an EXR file (the ``vision.*`` ones are written by render-scenes)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no EXR file at {path}")
     OpenEXR = _openexr()
-    return dict(OpenEXR.File(str(path), header_only=True).header())
+    with _openexr_errors(path):
+        return dict(OpenEXR.File(str(path), header_only=True).header())
+
+
+# header attributes that describe the stored pixels: written afresh for every file, never copied over
+STRUCTURAL = frozenset({"channels", "compression", "dataWindow", "displayWindow", "lineOrder", "pixelAspectRatio",
+                        "screenWindowCenter", "screenWindowWidth", "type", "tiles", "chunkCount", "name", "version"})
+
+
+def copyable_header(header: Mapping) -> dict:
+    """The attributes of a read header worth carrying into a derived file: text and numbers only (a
+    renderer's metadata, e.g. Blender's ``BlenderMultiChannel`` tag by which Blender recognises its
+    multi-layer files), without the ones that describe the pixels."""
+    return {k: v for k, v in header.items()
+            if k not in STRUCTURAL and isinstance(v, (str, int, float)) and not isinstance(v, bool)}
+
+
+EXR_MAGIC = b"\x76\x2f\x31\x01"
+
+
+class _Missing(ValueError):
+    """A channel asked for is absent (passed on as is, not reported as a damaged file)."""
+
+
+class _openexr_errors:
+    """Turn OpenEXR's failures on a bad file into one ValueError that names the file and says what is wrong.
+
+    The library also prints its own diagnostics below Python (on file descriptors 1 and 2); those are
+    caught here and become the reason in the message instead of stray lines. The redirection is
+    process-wide for the duration of one read: what other threads print meanwhile is re-emitted on
+    stderr after a successful read (and folded into the error of a failed one).
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        import io
+        import sys
+        import tempfile
+
+        # the bindings print through Python's sys.stdout, the core library through the descriptors
+        self._streams = (sys.stdout, sys.stderr)
+        self._python = io.StringIO()
+        sys.stdout = sys.stderr = self._python
+        self._saved = {}
+        try:
+            self._log = tempfile.TemporaryFile()
+            for stream in self._streams:
+                stream.flush()
+            for fd in (1, 2):
+                self._saved[fd] = os.dup(fd)
+                os.dup2(self._log.fileno(), fd)
+        except (OSError, ValueError, AttributeError):  # no usable descriptors (embedded interpreters)
+            self._restore_fds()
+        return self
+
+    def _restore(self) -> str:
+        import sys
+
+        sys.stdout, sys.stderr = self._streams
+        return self._python.getvalue() + self._restore_fds()
+
+    def _restore_fds(self) -> str:
+        if not self._saved:
+            return ""
+        try:  # C stdio buffers when not writing to a terminal: flush it into the log first
+            import ctypes
+
+            ctypes.CDLL(None).fflush(None)
+        except (OSError, AttributeError):
+            pass
+        for fd, saved in self._saved.items():
+            os.dup2(saved, fd)
+            os.close(saved)
+        self._saved = {}
+        self._log.seek(0)
+        text = self._log.read().decode("utf-8", "replace")
+        self._log.close()
+        return text
+
+    def __exit__(self, kind, err, tb):
+        said = self._restore()
+        if err is None:
+            if said:  # a successful read that still complained: let the user see it
+                import sys
+
+                sys.stderr.write(said)
+            return False
+        if isinstance(err, (_Missing, FileNotFoundError)) or not isinstance(err, Exception):
+            return False
+        raise ValueError(describe_bad_file(self.path, said or str(err))) from None
+
+
+def describe_bad_file(path: Path, reason: str = "") -> str:
+    """One line saying why ``path`` cannot be read as OpenEXR: empty, not EXR at all, or truncated / damaged."""
+    size = path.stat().st_size if path.is_file() else 0
+    if size == 0:
+        return f"{path}: the file is empty (0 bytes), not an OpenEXR image"
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head != EXR_MAGIC:
+        kind = {b"\x89PNG": "a PNG image", b"PF\n": "a PFM image", b"Pf\n": "a PFM image"}.get(
+            head if head == b"\x89PNG" else head[:3], "")
+        return (f"{path}: not an OpenEXR file" + (f" (it is {kind})" if kind else " (no EXR signature at its start)"))
+    # the core library's own line (path: (CODE) text) says most; the C++ layer's summary adds little
+    lines = [line.strip() for line in reason.splitlines() if line.strip()]
+    reason = " ".join([ln for ln in lines if ln.startswith(str(path))] or lines)
+    reason = reason.replace(str(path) + ":", "").strip()
+    return f"{path}: truncated or damaged OpenEXR file ({size} bytes)" + (f": {reason[:200]}" if reason else "")
 
 
 def write_frame(path, fields: Mapping[str, np.ndarray], header: Mapping | None = None) -> Path:

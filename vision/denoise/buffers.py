@@ -226,7 +226,10 @@ def check_ranges(albedo: torch.Tensor | None, normal: torch.Tensor | None) -> No
         n = int(((albedo < lo) | (albedo > hi)).sum()) if float(amin) < lo or float(amax) > hi else 0
         if n:
             raise ValueError(f"albedo must lie in [0, 1]: {n} value(s) outside (min {float(albedo.min()):.4g}, "
-                             f"max {float(albedo.max()):.4g}); is this a colour or emission pass passed as albedo?")
+                             f"max {float(albedo.max()):.4g}); is this a colour or emission pass passed as albedo?"
+                             + (" A renderer's albedo above 1 (Cycles counts emitters and glossy tint in): map it "
+                                "with vision.data.render_layers.renderer_albedo(albedo, emission), as vision "
+                                "denoise does" if float(amax) > hi else ""))
     if normal is not None:
         nmin, nmax = torch.aminmax(_dense(normal))
         n = int((normal.abs() > NORMAL_RANGE).sum()) if max(-float(nmin), float(nmax)) > NORMAL_RANGE else 0
@@ -356,12 +359,15 @@ def feature_stats(f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 # --------------------------------------------------------------------------- channel names
 
 # field -> accepted layer names (lower case), best first; matched against the full layer name and its
-# last dotted component (so "ViewLayer.Denoising Albedo" matches "denoising albedo").
+# last dotted component (so "ViewLayer.Denoising Albedo" matches "denoising albedo"). Blender's
+# "Denoising" passes come first: they are the ones made for denoisers (the sky's depth is 0, normals
+# and albedo are taken past near-specular hits), where "Normal" and "Depth" are the raw first hit.
+# "Noisy Image" precedes "Combined": with Blender's own denoiser on, Combined is already denoised.
 ALIASES = {
     "color": ("", "noisy image", "combined", "image", "color", "colour", "rgb", "rgba", "beauty", "my_path"),
-    "albedo": ("albedo", "denoising albedo", "diffcol", "diffuse color", "diffuse_color"),
-    "normal": ("normal", "denoising normal", "normals", "sh_normal", "nn", "shading_normal", "n"),
-    "depth": ("depth", "denoising depth", "dd", "z"),
+    "albedo": ("denoising albedo", "albedo", "diffcol", "diffuse color", "diffuse_color"),
+    "normal": ("denoising normal", "normal", "normals", "sh_normal", "nn", "shading_normal", "n"),
+    "depth": ("denoising depth", "depth", "dd", "z"),
     "position": ("position", "world_position", "pp", "p"),
     "ao": ("ao", "ambient occlusion", "ambient_occlusion", "occlusion"),
     "emission": ("emission", "emit", "emitter", "emissive"),

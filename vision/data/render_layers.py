@@ -1,0 +1,332 @@
+"""Renderer output files as the denoiser reads them, and the file a compositor gets back.
+
+Reading (:func:`read_render_file`). A frame is one file: an OpenEXR written by ``vision render-scenes``,
+Blender Cycles (multi-layer, any number of view layers, half or full float) or Mitsuba (root ``R G B
+A`` plus AOV layers), single- or multi-part (parts are merged, written back as one), or a PFM as Open
+Image Denoise uses. Channels are grouped by view layer (the
+first part of a three-part Blender name ``ViewLayer.Denoising Albedo.R``; everything else is one
+unnamed layer) and each layer that holds a colour is denoised on its own passes, found by name with
+:func:`vision.denoise.buffers.find_fields`. Buffers may also come from separate files (EXR or PFM).
+
+What renderers write is brought to the denoiser's conventions here, so real files are not refused:
+
+* **albedo above 1.** Cycles counts emitted colour into ``Denoising Albedo`` (values up to the lamp's
+  strength on an emitter) and specular tint on glossy surfaces (just above 1). Where a pixel sees an
+  emitter and the emission is known, the emission is taken out of the albedo; then albedo is clamped to
+  [0, 1] for demodulation. Only albedo above :data:`GLOSSY_ALBEDO` that no emission explains loses
+  information (a lamp's light cannot be kept apart from what it lights) and gives a note.
+* **depth of the sky.** Depth at or beyond :data:`NO_SURFACE_DEPTH` (Cycles' ``Depth`` pass writes
+  1e10) or infinite means no surface, which the denoiser spells 0.
+* **Blender's compositor output** (``Composite.Combined`` beside the view layers) is post-processed: it
+  passes through, replaced only where it is a bit-exact copy of a view layer's noisy colour.
+
+Writing (:func:`output_channels`): the denoised RGB replaces the beauty of its view layer (root ``R G B``,
+or Blender's ``Combined``, also when the noisy colour came from ``Noisy Image``), alpha and every other
+channel pass through in their stored type unless only the RGB is asked for; ``half`` writes the
+denoised RGB and alpha as float16.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .exr import EXR_MAGIC, copyable_header, describe_bad_file, read_exr_header, read_exr_parts
+from .pfm import PFM_MAGIC, read_pfm
+
+# depths at or beyond this are "no surface": renderers write 1e10 (Cycles) or FLT_MAX for the sky
+NO_SURFACE_DEPTH = 1e9
+# albedo up to this is a glossy surface's tint (Cycles writes about 1.03), clamped without a note
+GLOSSY_ALBEDO = 1.05
+HALF_MAX = float(np.finfo(np.float16).max)
+CHANNEL_COUNT = {"color": 3, "albedo": 3, "normal": 3, "depth": 1, "ao": 1, "emission": 3, "position": 3}
+
+
+@dataclass
+class Layer:
+    """One view layer to denoise: its buffers and where each came from and goes to."""
+
+    name: str                                   # view layer ("" when the file has none)
+    buffers: dict[str, np.ndarray]              # field -> float32 (H, W, C), in the denoiser's conventions
+    sources: dict[str, str]                     # field -> channels or file it was read from
+    beauty: list[str]                           # the three channels the denoised RGB is written to
+    alpha: str | None = None                    # the alpha channel that goes with the beauty
+    copies: list[list[str]] = field(default_factory=list)  # other RGB channels that held the same noisy colour
+    notes: list[str] = field(default_factory=list)  # adjustments that lost information, one line each
+
+
+@dataclass
+class RenderFile:
+    path: Path
+    channels: dict[str, np.ndarray]             # every stored channel, in its stored type
+    header: dict                                # the attributes worth copying to the output
+    layers: list[Layer]
+    # where the pixels lie on the canvas (a crop's data window inside the display window), copied to an
+    # output of the same size so a compositor places it where the input was
+    windows: dict = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- files
+
+def file_kind(path) -> str:
+    """``"exr"`` or ``"pfm"`` from the first bytes; a ValueError naming the file for anything else."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {path}")
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head == EXR_MAGIC:
+        return "exr"
+    if head[:2] in PFM_MAGIC and head[2:3].isspace():
+        return "pfm"
+    raise ValueError(describe_bad_file(path))
+
+
+def check_readable(path) -> None:
+    """Fail early, with one line naming the file, on what cannot be a frame (empty, not EXR/PFM, bad header)."""
+    if file_kind(path) == "exr":
+        read_exr_header(path)
+
+
+WINDOWS = ("dataWindow", "displayWindow", "pixelAspectRatio", "screenWindowCenter", "screenWindowWidth")
+
+
+def read_channels(path, windows: dict | None = None) -> tuple[dict[str, np.ndarray], dict]:
+    """Every channel of an EXR or PFM file (a PFM gives ``R G B`` or ``Y``) and its copyable header;
+    ``windows``, when given, receives the EXR's :data:`WINDOWS` attributes."""
+    if file_kind(path) == "pfm":
+        img = read_pfm(path)
+        names = "RGB" if img.shape[2] == 3 else "Y"
+        return {c: np.ascontiguousarray(img[..., k]) for k, c in enumerate(names)}, {}
+    header = read_exr_header(path)
+    if windows is not None:
+        windows.update({k: header[k] for k in WINDOWS if k in header})
+    return read_exr_parts(path), copyable_header(header)
+
+
+# --------------------------------------------------------------------------- names
+
+def view_layers(names: Iterable[str]) -> dict[str, list[str]]:
+    """Channel names by view layer: Blender's ``Layer.Pass.Comp`` under ``Layer``, all others under ``""``."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        parts = str(name).split(".")
+        groups.setdefault(parts[0] if len(parts) >= 3 else "", []).append(str(name))
+    return groups
+
+
+def compact(names: list[str]) -> str:
+    """``["L.Albedo.R", "L.Albedo.G", "L.Albedo.B"]`` -> ``"L.Albedo.RGB"`` (how the one-line summary names them)."""
+    heads = {n.rsplit(".", 1)[0] if "." in n else "" for n in names}
+    if len(heads) != 1:
+        return ",".join(names)
+    head = heads.pop()
+    comps = [n.rsplit(".", 1)[-1] for n in names]
+    joined = "".join(comps) if all(len(c) == 1 for c in comps) else ",".join(comps)
+    return f"{head}.{joined}" if head else joined
+
+
+def _layer_of(name: str) -> str:
+    return name.rsplit(".", 1)[0] if "." in name else ""
+
+
+# Blender's compositor output in a multilayer file: post-processed, so never denoised as a render (only
+# replaced when it is a plain copy of a view layer's noisy colour)
+COMPOSITE = "Composite"
+
+
+def _copies(stored: Mapping[str, np.ndarray], group: list[str], color: list[str]) -> list[list[str]]:
+    """Other RGB layers holding exactly the noisy colour: Mitsuba's aov integrator writes its nested
+    integrator's image twice, as root ``R G B`` and as ``<name>.R G B A`` (which carries the alpha);
+    Blender's ``Composite.Combined`` is the view layer's Combined when the compositor only passes it on."""
+    found = []
+    for layer in sorted({_layer_of(n) for n in group} - {_layer_of(color[0])}):
+        names = [f"{layer}.{c}" if layer else c for c in "RGB"]
+        if all(n in stored for n in names) and all(
+                stored[n].dtype == stored[c].dtype and np.array_equal(stored[n], stored[c], equal_nan=True)
+                for n, c in zip(names, color)):
+            found.append(names)
+    return found
+
+
+def _beauty_and_alpha(group: list[str], color: list[str], copies: list[list[str]]) -> tuple[list[str], str | None]:
+    """Where the denoised RGB goes: the layer's ``Combined`` when the colour is Blender's ``Noisy Image``
+    (Combined is what compositors read; with Blender's own denoiser on it holds that result), else the
+    colour's own channels. Alpha: the beauty layer's ``A``, else the colour layer's, else a copy's."""
+    beauty = list(color)
+    source = _layer_of(color[0])
+    if source.rsplit(".", 1)[-1].lower() == "noisy image":
+        combined = source[: -len("noisy image")] + "Combined"
+        if all(f"{combined}.{c}" in group for c in "RGB"):
+            beauty = [f"{combined}.{c}" for c in "RGB"]
+    for layer in (_layer_of(beauty[0]), source, *(_layer_of(c[0]) for c in copies)):
+        alpha = f"{layer}.A" if layer else "A"
+        if alpha in group:
+            return beauty, alpha
+    return beauty, None
+
+
+# --------------------------------------------------------------------------- conventions
+
+def no_surface_depth(depth: np.ndarray) -> np.ndarray:
+    """Depth with the sky (infinite, or at least :data:`NO_SURFACE_DEPTH`) as 0, the denoiser's "no surface"."""
+    sky = np.isinf(depth) | (depth >= NO_SURFACE_DEPTH)
+    return np.where(sky, np.float32(0), depth).astype(np.float32) if sky.any() else depth
+
+
+def renderer_albedo(albedo: np.ndarray, emission: np.ndarray | None) -> tuple[np.ndarray, str | None]:
+    """Albedo in [0, 1] for demodulation, and a note when that lost information.
+
+    Where the albedo exceeds :data:`GLOSSY_ALBEDO` and the pixel sees an emitter, the renderer has counted
+    the emitted colour in (Cycles does): the emission is subtracted first. Negative values are left for
+    the denoiser's range check (they are a wrong buffer, not a renderer's convention).
+    """
+    top = albedo.max(axis=-1)
+    high = top > GLOSSY_ALBEDO
+    if not high.any():
+        return (np.minimum(albedo, np.float32(1)) if (top > 1).any() else albedo), None
+    out = albedo
+    lit = np.zeros_like(high)
+    if emission is not None:
+        lit = high & (emission.max(axis=-1) > 0)
+        if lit.any():
+            out = np.where(lit[..., None], np.maximum(albedo - emission, 0), albedo)
+    lost = high & ~lit
+    out = np.minimum(out, np.float32(1)).astype(np.float32)
+    if not lost.any():
+        return out, None
+    return out, (f"albedo above {GLOSSY_ALBEDO:g} at {int(lost.sum())} pixel(s) that see no emitter (max "
+                 f"{float(top[lost].max()):.4g}): clamped to 1 for demodulation, so light from these pixels "
+                 f"may be smoothed into their surroundings; give the emission pass (Blender's Emit) to keep "
+                 f"emitters exact")
+
+
+# --------------------------------------------------------------------------- reading
+
+def _stack(stored: Mapping[str, np.ndarray], names: list[str]) -> np.ndarray:
+    return np.stack([np.asarray(stored[n], dtype=np.float32) for n in names], axis=-1)
+
+
+def read_buffer_file(path: Path, name: str) -> tuple[np.ndarray, str]:
+    """One buffer (``albedo``, ``normal``, ...) from a separate EXR or PFM file, and where it was found."""
+    from vision.denoise.buffers import find_fields
+
+    other, _ = read_channels(path)
+    found = find_fields(other)
+    names = found.get(name) or found.get("color")
+    if names is None and len(other) == 1:
+        names = list(other)
+    if names is None and CHANNEL_COUNT[name] == 1:
+        names = next(([v[0]] for v in found.values()), None)
+    if names is None:
+        raise ValueError(f"{path}: no {name} channels found; channels: {', '.join(sorted(other))}")
+    arr = _stack(other, names)
+    if CHANNEL_COUNT[name] == 1:
+        arr, names = arr[..., :1], names[:1]
+    return arr, f"{path}:{compact(names)}"
+
+
+def read_render_file(path, extra: Mapping[str, Path] | None = None) -> RenderFile:
+    """Read a frame and split it into the view layers to denoise (see the module docstring).
+
+    ``extra``: field -> a separate file to read that buffer from, for every layer of the frame.
+    """
+    from vision.denoise.buffers import find_fields
+
+    path = Path(path)
+    windows: dict = {}
+    stored, header = read_channels(path, windows)
+    separate = {name: read_buffer_file(Path(p), name) for name, p in (extra or {}).items()}
+    layers = []
+    groups = view_layers(stored)
+    composite = groups.pop(COMPOSITE, None) if len(groups) > 1 else None
+    for layer_name, group in groups.items():
+        fields = find_fields(group)
+        if "color" not in fields:
+            continue
+        bufs = {"color": _stack(stored, fields["color"])}
+        sources = {"color": compact(fields["color"])}
+        for name in CHANNEL_COUNT:
+            if name == "color":
+                continue
+            if name in separate:
+                bufs[name], sources[name] = separate[name]
+            elif name in fields:
+                bufs[name], sources[name] = _stack(stored, fields[name]), compact(fields[name])
+        copies = _copies(stored, group + (composite or []), fields["color"])
+        beauty, alpha = _beauty_and_alpha(group, fields["color"], copies)
+        layer = Layer(layer_name, bufs, sources, beauty, alpha, [c for c in copies if c != beauty])
+        if "depth" in bufs:
+            bufs["depth"] = no_surface_depth(bufs["depth"])
+        if "albedo" in bufs:
+            bufs["albedo"], note = renderer_albedo(bufs["albedo"], bufs.get("emission"))
+            if note:
+                layer.notes.append((f"view layer {layer_name}: " if layer_name else "") + note)
+        layers.append(layer)
+    if not layers:
+        raise ValueError(f"{path}: no colour channels found (looked for R G B, Combined.*, Noisy Image.*, ...); "
+                         f"channels: {', '.join(sorted(stored))}")
+    return RenderFile(path, stored, header, layers, windows)
+
+
+def describe(rf: RenderFile, only_rgb: bool = False) -> str:
+    """One line: which channels were used for what, where the result goes, what passes through."""
+    parts = []
+    for layer in rf.layers:
+        used = ", ".join(f"{k} <- {v}" for k, v in layer.sources.items())
+        alpha = f", alpha {layer.alpha}" if layer.alpha else ""
+        dest = " + ".join(compact(names) for names in [layer.beauty, *layer.copies])
+        lights = "" if "emission" in layer.sources else (" (no emission buffer: lights in view get smoothed into "
+                                                          "their surroundings; give one, e.g. --emission)")
+        parts.append((f"[{layer.name}] " if layer.name else "") + f"{used}{lights}; denoised -> {dest}{alpha}")
+    written = {c for layer in rf.layers for c in sum(layer.copies, layer.beauty) + ([layer.alpha] if layer.alpha else [])}
+    rest = len([c for c in rf.channels if c not in written])
+    tail = f"; {rest} other channel(s) " + ("dropped (--only-rgb)" if only_rgb else "passed through") if rest else ""
+    return " | ".join(parts) + tail
+
+
+# --------------------------------------------------------------------------- writing
+
+def _half(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """float16 with values beyond its range clamped to its largest finite value (not inf), and their count."""
+    x = np.asarray(x, dtype=np.float32)
+    over = int((np.abs(x) > HALF_MAX).sum())
+    return np.clip(x, -HALF_MAX, HALF_MAX).astype(np.float16), over
+
+
+def output_channels(rf: RenderFile, results: list[np.ndarray], only_rgb: bool = False, half: bool = False
+                    ) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The channels of the output file, and notes on anything that could not be kept as it was.
+
+    ``results``: the denoised RGB of each layer of ``rf.layers`` as float32 (H, W, 3).
+    """
+    notes: list[str] = []
+    size = results[0].shape[:2]
+    out: dict[str, np.ndarray] = {}
+    if not only_rgb:
+        out = {n: a for n, a in rf.channels.items() if a.shape == size}
+        written = {c for layer in rf.layers for c in sum(layer.copies, layer.beauty) + [layer.alpha]}
+        dropped = len([n for n in rf.channels if n not in out and n not in written])
+        if dropped:
+            notes.append(f"{dropped} channel(s) at the colour's resolution were not passed through: the output "
+                         f"has the guides' size {size[1]}x{size[0]}")
+    clamped = 0
+    for layer, rgb in zip(rf.layers, results):
+        if layer.alpha:
+            alpha = rf.channels[layer.alpha]
+            if alpha.shape != size:  # colour (and its alpha) at 1/u of the guides: each alpha sample covers u x u
+                uy, ux = size[0] // alpha.shape[0], size[1] // alpha.shape[1]
+                alpha = np.repeat(np.repeat(alpha, uy, 0), ux, 1)
+            out[layer.alpha] = _half(alpha)[0] if half and alpha.dtype.kind == "f" else alpha
+        for names in [layer.beauty, *layer.copies]:
+            for k, name in enumerate(names):
+                if half:
+                    out[name], over = _half(rgb[..., k])
+                    clamped += over if names is layer.beauty else 0
+                else:
+                    out[name] = np.ascontiguousarray(rgb[..., k], dtype=np.float32)
+    if clamped:
+        notes.append(f"--half: {clamped} value(s) beyond +-{HALF_MAX:g} clamped to it")
+    return out, notes
