@@ -34,6 +34,18 @@ from ..border import source_index
 from ..dispatch import interpreting
 from . import torch_path
 from .torch_path import grid_shape, layout
+from .triton_solve import _fit_bwd_kernel, _solve_kernel, padded
+
+
+def _solve_launch(n_pixels: int, K: int, C: int):
+    """(grid axis 0, constexprs, num_warps) of the per-pixel solve kernels.
+
+    One pixel's padded system (up to 8 x 8) per thread spills at 4 warps on sm_90 (255 registers, 408 B stack
+    for K = 8); 8 warps over 128 pixels split each system over two threads and spill nothing (239 registers).
+    """
+    KP, CP = padded(K), padded(C)
+    BLOCK = min(4096, triton.next_power_of_2(n_pixels)) if interpreting() else 128
+    return triton.cdiv(n_pixels, BLOCK), dict(KP=KP, CP=CP, BLOCK=BLOCK), 8 if KP >= 8 else 4
 
 
 def _tiles(kind: str):
@@ -187,90 +199,6 @@ def _load_moments(h_ptr, wy_ptr, b, y, x, ym, xm, h, w, T, R, NM: tl.constexpr, 
 
 
 @triton.jit
-def _factor(mom, eps_ptr, b, K: tl.constexpr, C: tl.constexpr):
-    """L D L^T of Sigma + diag eps from the window means: (L packed strictly lower, d, raw variance > 0)."""
-    FF: tl.constexpr = K + C
-    L = ()
-    d = ()
-    pos = ()
-    for i in tl.static_range(K):
-        e_i = tl.load(eps_ptr + b * K + i)
-        for j in tl.static_range(i):
-            v = mom[FF + i * (i + 1) // 2 + j] - mom[i] * mom[j]
-            for k in tl.static_range(j):
-                v = v - L[i * (i - 1) // 2 + k] * L[j * (j - 1) // 2 + k] * d[k]
-            L = L + (v / d[j],)
-        raw = mom[FF + i * (i + 1) // 2 + i] - mom[i] * mom[i]
-        pos = pos + (raw > 0.0,)
-        v = tl.maximum(raw, 0.0) + e_i
-        for k in tl.static_range(i):
-            lik = L[i * (i - 1) // 2 + k]
-            v = v - lik * lik * d[k]
-        d = d + (tl.maximum(v, e_i),)  # the pivot of a PSD Sigma + diag eps is >= eps_i: only rounding is cut
-    return L, d, pos
-
-
-@triton.jit
-def _ldl_solve(L, d, rhs, K: tl.constexpr):
-    """Solve L D L^T x = rhs for a tuple of K tensors; returns x as a tuple in order."""
-    yv = ()
-    for i in tl.static_range(K):
-        v = rhs[i]
-        for k in tl.static_range(i):
-            v = v - L[i * (i - 1) // 2 + k] * yv[k]
-        yv = yv + (v,)
-    rev = ()
-    for t in tl.static_range(K):  # row K - 1 - t, going up; rev[u] holds x[K - 1 - u]
-        v = yv[K - 1 - t] / d[K - 1 - t]
-        for u in tl.static_range(t):
-            v = v - L[(K - 1 - u) * (K - 2 - u) // 2 + K - 1 - t] * rev[u]
-        rev = rev + (v,)
-    out = ()
-    for i in tl.static_range(K):
-        out = out + (rev[K - 1 - i],)
-    return out
-
-
-@triton.jit
-def _slopes(mom, L, d, K: tl.constexpr, C: tl.constexpr):
-    """Window slopes a as a tuple of C * K tensors (index c K + k)."""
-    FP: tl.constexpr = K + C + K * (K + 1) // 2
-    a = ()
-    for c in tl.static_range(C):
-        cov = ()
-        for k in tl.static_range(K):
-            cov = cov + (mom[FP + c * K + k] - mom[k] * mom[K + c],)
-        a = a + _ldl_solve(L, d, cov, K)
-    return a
-
-
-@triton.jit
-def _solve_kernel(h_ptr, wy_ptr, eps_ptr, theta_ptr, X_ptr, h, w, T, R,
-                  K: tl.constexpr, C: tl.constexpr, SAVE: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr):
-    """Window means (vertical pass) -> per-pixel ridge solve -> theta[b, c, :K] = a, theta[b, c, K] = b."""
-    b = tl.program_id(2)
-    y = tl.program_id(1) * BH + tl.arange(0, BH)
-    x = tl.program_id(0) * BW + tl.arange(0, BW)
-    ym = y < h
-    xm = x < w
-    m2 = ym[:, None] & xm[None, :]
-    off = y[:, None] * w + x[None, :]
-    NM: tl.constexpr = K + C + K * (K + 1) // 2 + K * C
-    mom = _load_moments(h_ptr, wy_ptr, b, y, x, ym, xm, h, w, T, R, NM, BH, BW)
-    if SAVE:
-        for m in tl.static_range(NM):
-            tl.store(X_ptr + (b * NM + m) * h * w + off, mom[m], mask=m2)
-    L, d, pos = _factor(mom, eps_ptr, b, K, C)
-    a = _slopes(mom, L, d, K, C)
-    for c in tl.static_range(C):
-        bb = mom[K + c]
-        for k in tl.static_range(K):
-            bb = bb - a[c * K + k] * mom[k]
-            tl.store(theta_ptr + ((b * C + c) * (K + 1) + k) * h * w + off, a[c * K + k], mask=m2)
-        tl.store(theta_ptr + ((b * C + c) * (K + 1) + K) * h * w + off, bb, mask=m2)
-
-
-@triton.jit
 def _coeff_cols_kernel(t_ptr, wy_ptr, cf_ptr, cp_ptr, out_ptr, h, w, T, R,
                        K: tl.constexpr, C: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr):
     """Vertical window pass of one channel's K + 1 coefficient planes; intercept back to raw features."""
@@ -330,86 +258,6 @@ def _apply_kernel(f_ptr, co_ptr, q_ptr, H, W, h, w, inv_sh, inv_sw,
             else:
                 q += u
         tl.store(q_ptr + (b * C + c) * H * W + off, q, mask=m2)
-
-
-@triton.jit
-def _fit_bwd_kernel(X_ptr, gt_ptr, eps_ptr, gX_ptr, deps_ptr, h, w, n_tiles_x,
-                    K: tl.constexpr, C: tl.constexpr, NEED_EPS: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr):
-    """Per pixel: from dL/d(a, b) (already through the adjoint window pass) to dL/d(window means)."""
-    b = tl.program_id(2)
-    y = tl.program_id(1) * BH + tl.arange(0, BH)
-    x = tl.program_id(0) * BW + tl.arange(0, BW)
-    m2 = (y < h)[:, None] & (x < w)[None, :]
-    off = y[:, None] * w + x[None, :]
-    NM: tl.constexpr = K + C + K * (K + 1) // 2 + K * C
-    FF: tl.constexpr = K + C
-    mom = ()
-    for m in tl.static_range(NM):
-        mom = mom + (tl.load(X_ptr + (b * NM + m) * h * w + off, mask=m2, other=0.0),)
-    L, d, pos = _factor(mom, eps_ptr, b, K, C)
-    a = _slopes(mom, L, d, K, C)
-    g_mf = ()
-    for k in tl.static_range(K):
-        g_mf = g_mf + (tl.zeros([BH, BW], dtype=tl.float32),)
-    g_mp = ()
-    g_cov = ()
-    for c in tl.static_range(C):
-        gb = tl.load(gt_ptr + ((b * C + c) * (K + 1) + K) * h * w + off, mask=m2, other=0.0)
-        ga = ()
-        new = ()
-        for k in tl.static_range(K):
-            gak = tl.load(gt_ptr + ((b * C + c) * (K + 1) + k) * h * w + off, mask=m2, other=0.0)
-            ga = ga + (gak - gb * mom[k],)  # b = mp - a . mf
-            new = new + (g_mf[k] - gb * a[c * K + k],)
-        g_mf = new
-        g_mp = g_mp + (gb,)
-        g_cov = g_cov + _ldl_solve(L, d, ga, K)  # a = S^-1 cov  =>  g_cov = S^-1 g_a
-    # dL/dS = G = -sum_c g_cov_c a_c^T
-    for i in tl.static_range(K):
-        for j in tl.static_range(i + 1):
-            gij = tl.zeros([BH, BW], dtype=tl.float32)
-            gji = tl.zeros([BH, BW], dtype=tl.float32)
-            for c in tl.static_range(C):
-                gij -= g_cov[c * K + i] * a[c * K + j]
-                gji -= g_cov[c * K + j] * a[c * K + i]
-            if i == j:
-                if NEED_EPS:
-                    part = tl.sum(tl.sum(tl.where(m2, gij, 0.0), axis=1), axis=0)
-                    tile = tl.program_id(1) * n_tiles_x + tl.program_id(0)
-                    tl.store(deps_ptr + (b * tl.num_programs(1) * n_tiles_x + tile) * K + i, part)
-                gm = tl.where(pos[i], gij, 0.0)  # clamped variance: no gradient to the moments
-                tl.store(gX_ptr + (b * NM + FF + i * (i + 1) // 2 + j) * h * w + off, gm, mask=m2)
-                hs = 2.0 * gm
-            else:
-                hs = gij + gji
-                tl.store(gX_ptr + (b * NM + FF + i * (i + 1) // 2 + j) * h * w + off, hs, mask=m2)
-            # S_ij = M(f_i f_j) - mf_i mf_j
-            new = ()
-            for k in tl.static_range(K):
-                if k == i:
-                    if i == j:
-                        new = new + (g_mf[k] - hs * mom[i],)
-                    else:
-                        new = new + (g_mf[k] - hs * mom[j],)
-                elif k == j:
-                    new = new + (g_mf[k] - hs * mom[i],)
-                else:
-                    new = new + (g_mf[k],)
-            g_mf = new
-    # cov_ck = M(f_k p_c) - mf_k mp_c
-    FP: tl.constexpr = K + C + K * (K + 1) // 2
-    for c in tl.static_range(C):
-        gp = g_mp[c]
-        for k in tl.static_range(K):
-            gc = g_cov[c * K + k]
-            gp = gp - gc * mom[k]
-            tl.store(gX_ptr + (b * NM + FP + c * K + k) * h * w + off, gc, mask=m2)
-        tl.store(gX_ptr + (b * NM + K + c) * h * w + off, gp, mask=m2)
-    for k in tl.static_range(K):
-        gk = g_mf[k]
-        for c in tl.static_range(C):
-            gk = gk - g_cov[c * K + k] * mom[K + c]
-        tl.store(gX_ptr + (b * NM + k) * h * w + off, gk, mask=m2)
 
 
 @triton.jit
@@ -527,8 +375,9 @@ def fit_forward(f, p, cf, cp, eps, radii, border: str, s: int, save: bool, weigh
         Xh = _rows_pass(X0, tx, rx)
         theta = f.new_empty(B, C, K + 1, gh, gw)
         X = f.new_empty(B, lay.NM, gh, gw) if save else theta  # X_ptr unused when SAVE is False
-        _solve_kernel[_grid(gw, gh, B, BH, BW)](Xh, ty, eps_c, theta, X, gh, gw, ty.shape[1], ry, K=K, C=C,
-                                                SAVE=save, BH=BH, BW=BW, num_warps=nw)
+        n_blocks, const, warps = _solve_launch(gh * gw, K, C)
+        _solve_kernel[(n_blocks, B)](Xh, ty, eps_c, theta, X, gh, gw, gh * gw, ty.shape[1], ry, K, C, int(save),
+                                     **const, num_warps=warps)
         del Xh
         th = _rows_pass(theta, tx, rx)
         out = torch.empty_like(theta)
@@ -552,7 +401,7 @@ def fit_backward(saved, g, eps, need_eps: bool, need_weights: bool = False):
     dw = None
     if weights is not None and need_weights:
         dw = torch_path.weights_grad(g, saved["fits"], weights)
-    BH, BW, nw = _tiles("solve")
+    eps_c = eps.detach().float().contiguous()
     gX = deps = None
     for j, (X, r) in enumerate(zip(saved["X"], saved["radii"])):
         gj = g if weights is None else g * weights[:, j, None, None].float()
@@ -561,10 +410,10 @@ def fit_backward(saved, g, eps, need_eps: bool, need_weights: bool = False):
         gt[:, :, :K] -= gj[:, :, K:] * cf[:, None, :, None, None]  # the intercept's - a . cf
         gt = box_mean(gt, r, border, adjoint=True)
         gXj = torch.empty_like(X)
-        grid = _grid(gw, gh, B, BH, BW)
-        deps_part = torch.zeros(B, grid[1] * grid[0], K, device=f.device, dtype=torch.float32)
-        _fit_bwd_kernel[grid](X, gt, eps.detach().float().contiguous(), gXj, deps_part, gh, gw, grid[0], K=K, C=C,
-                              NEED_EPS=need_eps, BH=BH, BW=BW, num_warps=nw)
+        n_blocks, const, warps = _solve_launch(gh * gw, K, C)
+        deps_part = f.new_empty(B, n_blocks, K) if need_eps else f.new_empty(1)
+        _fit_bwd_kernel[(n_blocks, B)](X, gt, eps_c, gXj, deps_part, gh * gw, K, C, int(need_eps), **const,
+                                       num_warps=warps)
         gXj = box_mean(gXj, r, border, adjoint=True)
         gX = gXj if gX is None else gX.add_(gXj)
         if need_eps:
@@ -605,13 +454,14 @@ def compile_for_cuda(arch: int = 90, K: int = 3, C: int = 2, S: int = 2) -> dict
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    jobs = [(_taps_rows_kernel, {}), (_taps_cols_kernel, {}), (_cell_moments_kernel, dict(K=K, C=C, S=S)),
-            (_solve_kernel, dict(K=K, C=C, SAVE=True)), (_coeff_cols_kernel, dict(K=K, C=C)),
-            (_apply_kernel, dict(K=K, C=C)), (_fit_bwd_kernel, dict(K=K, C=C, NEED_EPS=True)),
-            (_cell_adjoint_kernel, dict(K=K, C=C, S=S))]
+    tile = dict(BH=4, BW=32)
+    solve = dict(KP=padded(K), CP=padded(C), BLOCK=128)
+    jobs = [(_taps_rows_kernel, tile), (_taps_cols_kernel, tile), (_cell_moments_kernel, dict(K=K, C=C, S=S, **tile)),
+            (_solve_kernel, solve), (_coeff_cols_kernel, dict(K=K, C=C, **tile)),
+            (_apply_kernel, dict(K=K, C=C, **tile)), (_fit_bwd_kernel, solve),
+            (_cell_adjoint_kernel, dict(K=K, C=C, S=S, **tile))]
     out = {}
     for fn, const in jobs:
-        const = dict(const, BH=4, BW=32)
         sig = {n: "constexpr" if n in const else "*fp32" if n.endswith("_ptr") else
                "fp32" if n in ("inv_sh", "inv_sw") else "i32" for n in fn.arg_names}
         compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const),
