@@ -57,28 +57,53 @@ def _tiles(kind: str):
 
 # ---------------------------------------------------------------------------------------------- tables
 
+def _window_counts(n: int, r: int, border: str) -> np.ndarray:
+    """(n, n) float64: A[x, s] = how many of the 2r + 1 window positions around x read pixel s.
+
+    O(n^2) whatever r: replicate adds the positions beyond each edge to the edge pixel; reflect and symmetric
+    are periodic (period 2n - 2 and 2n), so a window is whole periods plus a part, counted by a cumulative
+    table over one period. A radius of 10^6 on a 128-pixel axis costs what a radius of 127 costs.
+    """
+    x = np.arange(n)
+    lo, hi = x - r, x + r + 1  # half-open window of positions
+    s = np.arange(n)
+    inside = ((s[None] >= lo[:, None]) & (s[None] < hi[:, None])).astype(np.float64)
+    if border == "valid":
+        return inside
+    if border == "replicate":
+        inside[:, 0] += np.maximum(0, np.minimum(hi, 0) - lo)
+        inside[:, n - 1] += np.maximum(0, hi - np.maximum(lo, n))
+        return inside
+    if border == "reflect" and n == 1:
+        return np.full((1, 1), 2.0 * r + 1)
+    period = 2 * n - 2 if border == "reflect" else 2 * n
+    src = source_index(np.arange(period), n, border)
+    cum = np.zeros((period + 1, n))
+    np.add.at(cum, (np.arange(1, period + 1), src), 1.0)
+    cum = np.cumsum(cum, 0)
+
+    def upto(t):  # positions in [0, t) of the infinite axis (t may be negative), per source pixel
+        return (t // period)[:, None] * cum[period][None] + cum[t % period]
+
+    return upto(hi) - upto(lo)
+
+
 @lru_cache(maxsize=128)
 def _taps_numpy(n: int, r: int, border: str, adjoint: bool):
-    """(table (n, 2R + 1) float64, R): the 1-D window-mean operator A of one axis as taps.
+    """(table (n, 2R + 1) float64, R): the 1-D window-mean operator A of one axis as taps, R = min(r, n - 1).
 
     Forward: out[x] = sum_e A[x, x - R + e] in[x - R + e]; adjoint: the same with A transposed.
     """
     R = min(r, n - 1)
     T = 2 * R + 1
-    x = np.arange(n)
-    A = np.zeros((n, n))
-    for d in range(-r, r + 1):
-        src = source_index(x + d, n, border)
-        ok = src >= 0
-        np.add.at(A, (x[ok], src[ok]), 1.0)
+    A = _window_counts(n, r, border)
     A /= A.sum(1, keepdims=True)  # valid: 1 / (taps inside); padded: 1 / (2r + 1)
     if adjoint:
         A = A.T
-    table = np.zeros((n, T))
-    for e in range(T):
-        src = x - R + e
-        ok = (src >= 0) & (src < n)
-        table[x[ok], e] = A[x[ok], src[ok]]
+    x = np.arange(n)[:, None]
+    src = x - R + np.arange(T)[None]
+    ok = (src >= 0) & (src < n)
+    table = np.where(ok, A[np.broadcast_to(x, src.shape), np.clip(src, 0, n - 1)], 0.0)
     return table, R
 
 
