@@ -17,6 +17,12 @@ MAX_FEATURES = 8
 MAX_TARGETS = 4
 
 
+def _reads_data(backend: str) -> bool:
+    """Whether the checks that read tensor values run: as ``runtime.data_checks`` says, and never while
+    torch.compile traces (a graph cannot branch on values; the traced op itself still computes them)."""
+    return data_checks(backend) and not torch.compiler.is_compiling()
+
+
 def _work_dtype(*tensors) -> torch.dtype:
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
 
@@ -50,7 +56,7 @@ def _check_eps(eps, batch: int, k: int, device, dtype, backend: str) -> torch.Te
             raise ValueError(f"eps must be positive and finite (it keeps every window's system solvable), got "
                              f"{value}")
         return torch.full((batch, k), value, device=device, dtype=dtype)
-    if data_checks(backend) and (not bool(torch.isfinite(values).all()) or bool((values <= 0).any())):
+    if _reads_data(backend) and (not bool(torch.isfinite(values).all()) or bool((values <= 0).any())):
         raise ValueError(f"eps must be positive and finite (it keeps every window's system solvable), got "
                          f"{values.flatten().tolist()[:8]}")
     return t.expand(batch, k) if t.dim() < 2 else t
@@ -76,7 +82,8 @@ def _check_radii(radius, weights, batch: int, grid: tuple[int, int], device, dty
         raise ValueError(f"weights must have shape {want} (batch, radii, coefficient grid), got {got}")
     if weights.device != device:
         raise ValueError(f"weights are on {weights.device} but features on {device}")
-    check_all_finite((weights, "weights"), backend=backend)
+    if _reads_data(backend):
+        check_all_finite((weights, "weights"), backend=backend)
     return radii, weights.to(dtype).contiguous()
 
 
@@ -169,7 +176,7 @@ def local_linear_fit(features: torch.Tensor, target: torch.Tensor, radius, eps, 
     cp = p.detach().mean((2, 3))
     # the means are finite unless an input holds NaN/Inf (or their float32 sum overflows, which the exact
     # check settles); read on the host only where data checks run (never on the Triton path by default)
-    if data_checks(backend) and not bool(torch.isfinite(cf.sum() + cp.sum())):
+    if _reads_data(backend) and not bool(torch.isfinite(cf.sum() + cp.sum())):
         check_all_finite((features, "features"), (target, "target"), backend=backend)
     r = [_equivalent_radius(low_res_radius(v, scale), grid, border) for v in radii]
     save = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (f, p, eps_t, weights))
@@ -256,7 +263,8 @@ def local_linear_apply(features: torch.Tensor, coeffs: torch.Tensor, scale: int 
                              f"are {gh}x{gw}")
         sh = sw = float(s)
     backend = backend_for(features)
-    check_all_finite((features, "features"), (coeffs, "coeffs"), backend=backend)
+    if _reads_data(backend):
+        check_all_finite((features, "features"), (coeffs, "coeffs"), backend=backend)
     work = _work_dtype(features, coeffs)
     out_dtype = torch.promote_types(features.dtype, coeffs.dtype)
     f, co = features.to(work).contiguous(), coeffs.to(work).contiguous()
