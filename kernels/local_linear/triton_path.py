@@ -34,7 +34,7 @@ from ..border import source_index
 from ..dispatch import interpreting
 from . import torch_path
 from .torch_path import grid_shape, layout
-from .triton_solve import _fit_bwd_kernel, _solve_kernel, padded
+from .triton_solve import _fit_bwd_kernel, _moment_rows_kernel, _solve_kernel, padded
 
 
 def _solve_launch(n_pixels: int, K: int, C: int):
@@ -389,15 +389,22 @@ def fit_forward(f, p, cf, cp, eps, radii, border: str, s: int, save: bool, weigh
     eps_c = eps.detach().float().contiguous()
     X0 = f.new_empty(B, lay.NM, gh, gw)
     _check_size(X0, f, p)
-    BH, BW, nw = _tiles("cell")
-    _cell_moments_kernel[_grid(gw, gh, B, BH, BW)](f, p, cf, cp, X0, H, W, gh, gw, K=K, C=C, S=s,
-                                                   BH=BH, BW=BW, num_warps=nw)
+    if s > 1:
+        BH, BW, nw = _tiles("cell")
+        _cell_moments_kernel[_grid(gw, gh, B, BH, BW)](f, p, cf, cp, X0, H, W, gh, gw, K=K, C=C, S=s,
+                                                       BH=BH, BW=BW, num_warps=nw)
     total, boxed, fits = None, [], []
     BH, BW, nw = _tiles("solve")
     for j, r in enumerate(radii):
         tx, rx = taps_table(gw, r, border, f.device)
         ty, ry = taps_table(gh, r, border, f.device)
-        Xh = _rows_pass(X0, tx, rx)
+        if s > 1:
+            Xh = _rows_pass(X0, tx, rx)
+        else:  # scale 1: moments formed inside the horizontal pass, never stored before it
+            Xh = X0
+            n_blocks, const, warps = _solve_launch(H * W, K, C)
+            _moment_rows_kernel[(n_blocks, B)](f, p, cf, cp, tx, Xh, H, W, H * W, tx.shape[1], rx, K, C, **const,
+                                               num_warps=warps)
         theta = f.new_empty(B, C, K + 1, gh, gw)
         X = f.new_empty(B, lay.NM, gh, gw) if save else theta  # X_ptr unused when SAVE is False
         n_blocks, const, warps = _solve_launch(gh * gw, K, C)
@@ -482,7 +489,7 @@ def compile_for_cuda(arch: int = 90, K: int = 3, C: int = 2, S: int = 2) -> dict
     tile = dict(BH=4, BW=32)
     solve = dict(KP=padded(K), CP=padded(C), BLOCK=128)
     jobs = [(_taps_rows_kernel, tile), (_taps_cols_kernel, tile), (_cell_moments_kernel, dict(K=K, C=C, S=S, **tile)),
-            (_solve_kernel, solve), (_coeff_cols_kernel, dict(K=K, C=C, **tile)),
+            (_solve_kernel, solve), (_moment_rows_kernel, solve), (_coeff_cols_kernel, dict(K=K, C=C, **tile)),
             (_apply_kernel, dict(K=K, C=C, **tile)), (_fit_bwd_kernel, solve),
             (_cell_adjoint_kernel, dict(K=K, C=C, S=S, **tile))]
     out = {}

@@ -1,4 +1,5 @@
-"""Triton kernels of the per-pixel ridge solve of local linear regression, forward and backward.
+"""Triton kernels that hold every pixel's moments as small matrices: the per-pixel ridge solve of local linear
+regression (forward and backward) and, at scale 1, the moments' horizontal window pass straight from the inputs.
 
 Every pixel's system is held as small matrices whose last axis is the pixel block: the window means
 ``Mff`` (KP, KP, BLOCK), ``mf`` (KP, BLOCK), ``mp`` (CP, BLOCK), ``Mfp`` (CP, KP, BLOCK), with KP / CP the
@@ -219,3 +220,47 @@ def _fit_bwd_kernel(X_ptr, gt_ptr, eps_ptr, gX_ptr, deps_ptr, hw, K, C, need_eps
 def padded(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 1))
 
+
+
+@triton.jit(do_not_specialize=["H", "W", "HW", "T", "R", "K", "C"])
+def _moment_rows_kernel(f_ptr, p_ptr, cf_ptr, cp_ptr, wx_ptr, out_ptr, H, W, HW, T, R, K, C,
+                        KP: tl.constexpr, CP: tl.constexpr, BLOCK: tl.constexpr):
+    """Scale 1: horizontal window means of the NM moments of the centred f, p, formed tap by tap from the inputs.
+
+    Replaces the cell-moment pass plus the horizontal pass over its NM planes: the moments never go through
+    memory before their first window pass (71 planes written and read again for K = 8, C = 3).
+    """
+    b = tl.program_id(1)
+    pix = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    valid = pix < HW
+    y = pix // W
+    x = pix - y * W
+    NM = K + C + K * (K + 1) // 2 + K * C
+    o_f, o_p, o_ff, o_fp = _plane_offsets(K, C, KP, CP)
+    m_ff, m_f, m_p, m_fp = _system_masks(K, C, valid, KP, CP)
+    kv = tl.arange(0, KP)
+    cv = tl.arange(0, CP)
+    low = kv[None, :, None] <= kv[:, None, None]
+    cf = tl.load(cf_ptr + b * K + kv, mask=kv < K, other=0.0)[:, None]
+    cp = tl.load(cp_ptr + b * C + cv, mask=cv < C, other=0.0)[:, None]
+    Mff = tl.zeros([KP, KP, BLOCK], dtype=tl.float32)
+    Mfp = tl.zeros([CP, KP, BLOCK], dtype=tl.float32)
+    mf = tl.zeros([KP, BLOCK], dtype=tl.float32)
+    mp = tl.zeros([CP, BLOCK], dtype=tl.float32)
+    for e in range(T):
+        src = x - R + e
+        ok = ((src >= 0) & (src < W) & valid)[None, :]
+        wv = tl.load(wx_ptr + x * T + e, mask=valid, other=0.0)[None, :]
+        so = (y * W + src)[None, :]
+        z = tl.where(m_f & ok, tl.load(f_ptr + (b * K + kv[:, None]) * HW + so, mask=m_f & ok, other=0.0) - cf, 0.0)
+        q = tl.where(m_p & ok, tl.load(p_ptr + (b * C + cv[:, None]) * HW + so, mask=m_p & ok, other=0.0) - cp, 0.0)
+        wz = wv * z
+        mf += wz
+        mp += wv * q
+        Mff += tl.where(low, wz[:, None, :] * z[None, :, :], 0.0)
+        Mfp += (wv * q)[:, None, :] * z[None, :, :]
+    ob = out_ptr + b * NM * HW
+    tl.store(ob + o_ff * HW + pix[None, None, :], Mff, mask=m_ff)
+    tl.store(ob + o_fp * HW + pix[None, None, :], Mfp, mask=m_fp)
+    tl.store(ob + o_f * HW + pix[None, :], mf, mask=m_f)
+    tl.store(ob + o_p * HW + pix[None, :], mp, mask=m_p)
