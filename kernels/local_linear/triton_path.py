@@ -243,10 +243,13 @@ def _coeff_cols_kernel(t_ptr, wy_ptr, cf_ptr, cp_ptr, out_ptr, h, w, T, R,
     tl.store(out_ptr + (bc * (K + 1) + K) * h * w + off, bb, mask=m2)
 
 
-@triton.jit
-def _apply_kernel(f_ptr, co_ptr, q_ptr, H, W, h, w, inv_sh, inv_sw,
-                  K: tl.constexpr, C: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr):
-    """q[b, c] = sum_k up(a_ck) f_k + up(b_c); up = bilinear, align_corners=False, explicit scale."""
+@triton.jit(do_not_specialize=["H", "W", "h", "w", "K", "C"])
+def _apply_kernel(f_ptr, co_ptr, q_ptr, H, W, h, w, inv_sh, inv_sw, K, C, BH: tl.constexpr, BW: tl.constexpr):
+    """q[b, c] = sum_k up(a_ck) f_k + up(b_c); up = bilinear, align_corners=False, explicit scale.
+
+    Runtime loops over C and K + 1 (f is re-read per channel from cache): one small binary for every K, C.
+    A neighbour with bilinear weight 0 is not loaded, so at equal sizes only one load per coefficient remains.
+    """
     b = tl.program_id(2)
     y = tl.program_id(1) * BH + tl.arange(0, BH)
     x = tl.program_id(0) * BW + tl.arange(0, BW)
@@ -265,24 +268,24 @@ def _apply_kernel(f_ptr, co_ptr, q_ptr, H, W, h, w, inv_sh, inv_sw,
     o01 = y0[:, None] * w + x1[None, :]
     o10 = y1[:, None] * w + x0[None, :]
     o11 = y1[:, None] * w + x1[None, :]
+    m01 = m2 & (lx != 0.0)
+    m10 = m2 & (ly != 0.0)
+    m11 = m01 & (ly != 0.0)
     off = y[:, None] * W + x[None, :]
-    fv = ()
-    for k in tl.static_range(K):
-        fv = fv + (tl.load(f_ptr + (b * K + k) * H * W + off, mask=m2, other=0.0),)
-    for c in tl.static_range(C):
+    hw = h * w
+    HW = H * W
+    for c in range(C):
         q = tl.zeros([BH, BW], dtype=tl.float32)
-        for k in tl.static_range(K + 1):
-            base = co_ptr + ((b * C + c) * (K + 1) + k) * h * w
+        for k in range(K + 1):
+            base = co_ptr + ((b * C + c) * (K + 1) + k) * hw
             v00 = tl.load(base + o00, mask=m2, other=0.0)
-            v01 = tl.load(base + o01, mask=m2, other=0.0)
-            v10 = tl.load(base + o10, mask=m2, other=0.0)
-            v11 = tl.load(base + o11, mask=m2, other=0.0)
+            v01 = tl.load(base + o01, mask=m01, other=0.0)
+            v10 = tl.load(base + o10, mask=m10, other=0.0)
+            v11 = tl.load(base + o11, mask=m11, other=0.0)
             u = (1.0 - ly) * ((1.0 - lx) * v00 + lx * v01) + ly * ((1.0 - lx) * v10 + lx * v11)
-            if k < K:
-                q += u * fv[k]
-            else:
-                q += u
-        tl.store(q_ptr + (b * C + c) * H * W + off, q, mask=m2)
+            fk = tl.load(f_ptr + (b * K + k) * HW + off, mask=m2 & (k < K), other=1.0)  # k = K: the intercept
+            q += u * fk
+        tl.store(q_ptr + (b * C + c) * HW + off, q, mask=m2)
 
 
 @triton.jit
@@ -469,7 +472,7 @@ def apply_forward(f, coeffs, sh: float, sw: float):
     BH, BW, nw = _tiles("apply")
     # the source coordinate is (x + 1/2) / s - 1/2 with 1/s rounded to float32, as PyTorch computes it
     _apply_kernel[_grid(W, H, B, BH, BW)](f, coeffs, q, H, W, h, w, float(np.float32(1.0 / sh)),
-                                          float(np.float32(1.0 / sw)), K=K, C=C, BH=BH, BW=BW, num_warps=nw)
+                                          float(np.float32(1.0 / sw)), K, C, BH=BH, BW=BW, num_warps=nw)
     return q
 
 
@@ -490,7 +493,7 @@ def compile_for_cuda(arch: int = 90, K: int = 3, C: int = 2, S: int = 2) -> dict
     solve = dict(KP=padded(K), CP=padded(C), BLOCK=128)
     jobs = [(_taps_rows_kernel, tile), (_taps_cols_kernel, tile), (_cell_moments_kernel, dict(K=K, C=C, S=S, **tile)),
             (_solve_kernel, solve), (_moment_rows_kernel, solve), (_coeff_cols_kernel, dict(K=K, C=C, **tile)),
-            (_apply_kernel, dict(K=K, C=C, **tile)), (_fit_bwd_kernel, solve),
+            (_apply_kernel, tile), (_fit_bwd_kernel, solve),
             (_cell_adjoint_kernel, dict(K=K, C=C, S=S, **tile))]
     out = {}
     for fn, const in jobs:
