@@ -20,7 +20,8 @@ needs_triton = pytest.mark.skipif(not triton_available(), reason="triton does no
 
 # Every kernel at the launch parameters the path uses on a GPU, for the shipped configurations: FLR fits
 # K = 8 guides (normal, depth, ao, albedo) to C = 3 colours, FLNR K = 4 learned guides on cells of 1, 2 or 4,
-# the acceptance case K = 6; the solve kernels take K and C at run time, so one binary per padded size.
+# the acceptance case K = 6; K, C and the cell size are runtime arguments, so one binary per padded size
+# (K = 6 and 8 share one: its second compile is a cache hit).
 COMPILE_ALL = r"""
 import json
 from vision.kernels.static_compile import compile_static
@@ -35,18 +36,14 @@ for kind, fn in (("taps", tp._taps_rows_kernel), ("taps", tp._taps_cols_kernel))
     run(fn, dict(BH=BH, BW=BW), nw)
 for K in (4, 6, 8):
     _, const, nw = tp._solve_launch(1 << 20, K, 3)
-    run(tp._solve_kernel, const, nw)
-    run(tp._fit_bwd_kernel, const, nw)
-    run(tp._moment_rows_kernel, const, nw)
+    for fn in (tp._solve_kernel, tp._fit_bwd_kernel, tp._moment_rows_kernel, tp._cell_moments_kernel,
+               tp._cell_adjoint_kernel):
+        run(fn, const, nw)
 BH, BW, nw = tp._tiles("apply")
 run(tp._apply_kernel, dict(BH=BH, BW=BW), nw)
+BH, BW, nw = tp._tiles("solve")
 for K in (4, 8):
-    BH, BW, nw = tp._tiles("solve")
     run(tp._coeff_cols_kernel, dict(K=K, C=3, BH=BH, BW=BW), nw)
-    BH, BW, nw = tp._tiles("cell")
-    for S in (1, 2, 4):
-        run(tp._cell_moments_kernel, dict(K=K, C=3, S=S, BH=BH, BW=BW), nw)
-        run(tp._cell_adjoint_kernel, dict(K=K, C=3, S=S, BH=BH, BW=BW), nw)
 print(json.dumps(out))
 """
 
@@ -68,7 +65,7 @@ def test_every_shipped_kernel_compiles_for_sm90_fast_and_without_spills():
     rows = json.loads(res.stdout.strip().splitlines()[-1])
     for r in rows:
         print(f"{r['name']}: {r['regs']} regs, {r['stack']} B stack, {r['s']:.1f} s")
-    assert len(rows) == 26
+    assert len(rows) == 20
     spilling = [r for r in rows if r["stack"] != 0]
     slow = [r for r in rows if r["s"] > 10.0]
     assert not spilling, spilling

@@ -34,6 +34,7 @@ from ..border import source_index
 from ..dispatch import interpreting
 from . import torch_path
 from .torch_path import grid_shape, layout
+from .triton_cells import _cell_adjoint_kernel, _cell_moments_kernel
 from .triton_solve import _fit_bwd_kernel, _moment_rows_kernel, _solve_kernel, padded
 
 
@@ -157,52 +158,6 @@ def _taps_cols_kernel(x_ptr, w_ptr, out_ptr, n_rows, h, W, T, R, BH: tl.constexp
 
 
 @triton.jit
-def _cell_moments_kernel(f_ptr, p_ptr, cf_ptr, cp_ptr, X_ptr, H, W, gh, gw,
-                         K: tl.constexpr, C: tl.constexpr, S: tl.constexpr,
-                         BH: tl.constexpr, BW: tl.constexpr):
-    """X[b, m, i, j] = mean over the real pixels of cell (i, j) of moment m of the centred f, p."""
-    b = tl.program_id(2)
-    cy = tl.program_id(1) * BH + tl.arange(0, BH)
-    cx = tl.program_id(0) * BW + tl.arange(0, BW)
-    NM: tl.constexpr = K + C + K * (K + 1) // 2 + K * C
-    FF: tl.constexpr = K + C
-    FP: tl.constexpr = K + C + K * (K + 1) // 2
-    acc = ()
-    for m in tl.static_range(NM):
-        acc = acc + (tl.zeros([BH, BW], dtype=tl.float32),)
-    for dy in range(S):
-        py = cy * S + dy
-        for dx in tl.static_range(S):
-            px = cx * S + dx
-            pm = (py < H)[:, None] & (px < W)[None, :]
-            off = py[:, None] * W + px[None, :]
-            z = ()
-            for k in tl.static_range(K):
-                v = tl.load(f_ptr + (b * K + k) * H * W + off, mask=pm, other=0.0)
-                z = z + (tl.where(pm, v - tl.load(cf_ptr + b * K + k), 0.0),)
-            for c in tl.static_range(C):
-                v = tl.load(p_ptr + (b * C + c) * H * W + off, mask=pm, other=0.0)
-                z = z + (tl.where(pm, v - tl.load(cp_ptr + b * C + c), 0.0),)
-            new = ()
-            for k in tl.static_range(K + C):
-                new = new + (acc[k] + z[k],)
-            for i in tl.static_range(K):
-                for j in tl.static_range(i + 1):
-                    new = new + (acc[FF + i * (i + 1) // 2 + j] + z[i] * z[j],)
-            for c in tl.static_range(C):
-                for k in tl.static_range(K):
-                    new = new + (acc[FP + c * K + k] + z[k] * z[K + c],)
-            acc = new
-    ny = tl.minimum(H - cy * S, S)
-    nx = tl.minimum(W - cx * S, S)
-    cm = (cy < gh)[:, None] & (cx < gw)[None, :]
-    inv = 1.0 / tl.maximum(ny[:, None] * nx[None, :], 1).to(tl.float32)
-    out = cy[:, None] * gw + cx[None, :]
-    for m in tl.static_range(NM):
-        tl.store(X_ptr + (b * NM + m) * gh * gw + out, acc[m] * inv, mask=cm)
-
-
-@triton.jit
 def _load_moments(h_ptr, wy_ptr, b, y, x, ym, xm, h, w, T, R, NM: tl.constexpr, BH: tl.constexpr,
                   BW: tl.constexpr):
     """The NM window means at a tile: vertical taps over the horizontally filtered planes."""
@@ -288,54 +243,6 @@ def _apply_kernel(f_ptr, co_ptr, q_ptr, H, W, h, w, inv_sh, inv_sw, K, C, BH: tl
         tl.store(q_ptr + (b * C + c) * HW + off, q, mask=m2)
 
 
-@triton.jit
-def _cell_adjoint_kernel(gX_ptr, f_ptr, p_ptr, cf_ptr, cp_ptr, df_ptr, dp_ptr, H, W, gh, gw,
-                         K: tl.constexpr, C: tl.constexpr, S: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr):
-    """Per pixel: dL/d(f, p) from dL/d(cell means of the moments) at the pixel's cell."""
-    b = tl.program_id(2)
-    y = tl.program_id(1) * BH + tl.arange(0, BH)
-    x = tl.program_id(0) * BW + tl.arange(0, BW)
-    m2 = (y < H)[:, None] & (x < W)[None, :]
-    off = y[:, None] * W + x[None, :]
-    cy = y // S
-    cx = x // S
-    ny = tl.minimum(H - cy * S, S)
-    nx = tl.minimum(W - cx * S, S)
-    inv = 1.0 / tl.maximum(ny[:, None] * nx[None, :], 1).to(tl.float32)
-    goff = cy[:, None] * gw + cx[None, :]
-    NM: tl.constexpr = K + C + K * (K + 1) // 2 + K * C
-    FF: tl.constexpr = K + C
-    FP: tl.constexpr = K + C + K * (K + 1) // 2
-    fc = ()
-    for k in tl.static_range(K):
-        v = tl.load(f_ptr + (b * K + k) * H * W + off, mask=m2, other=0.0)
-        fc = fc + (v - tl.load(cf_ptr + b * K + k),)
-    pc = ()
-    for c in tl.static_range(C):
-        v = tl.load(p_ptr + (b * C + c) * H * W + off, mask=m2, other=0.0)
-        pc = pc + (v - tl.load(cp_ptr + b * C + c),)
-    for k in tl.static_range(K):
-        g = tl.load(gX_ptr + (b * NM + k) * gh * gw + goff, mask=m2, other=0.0)
-        for j in tl.static_range(K):
-            if j == k:
-                g += 2.0 * tl.load(gX_ptr + (b * NM + FF + k * (k + 1) // 2 + k) * gh * gw + goff,
-                                   mask=m2, other=0.0) * fc[k]
-            elif j < k:
-                g += tl.load(gX_ptr + (b * NM + FF + k * (k + 1) // 2 + j) * gh * gw + goff,
-                             mask=m2, other=0.0) * fc[j]
-            else:
-                g += tl.load(gX_ptr + (b * NM + FF + j * (j + 1) // 2 + k) * gh * gw + goff,
-                             mask=m2, other=0.0) * fc[j]
-        for c in tl.static_range(C):
-            g += tl.load(gX_ptr + (b * NM + FP + c * K + k) * gh * gw + goff, mask=m2, other=0.0) * pc[c]
-        tl.store(df_ptr + (b * K + k) * H * W + off, g * inv, mask=m2)
-    for c in tl.static_range(C):
-        g = tl.load(gX_ptr + (b * NM + K + c) * gh * gw + goff, mask=m2, other=0.0)
-        for k in tl.static_range(K):
-            g += tl.load(gX_ptr + (b * NM + FP + c * K + k) * gh * gw + goff, mask=m2, other=0.0) * fc[k]
-        tl.store(dp_ptr + (b * C + c) * H * W + off, g * inv, mask=m2)
-
-
 # ---------------------------------------------------------------------------------------------- launchers
 
 def _check_size(*tensors):
@@ -393,9 +300,8 @@ def fit_forward(f, p, cf, cp, eps, radii, border: str, s: int, save: bool, weigh
     X0 = f.new_empty(B, lay.NM, gh, gw)
     _check_size(X0, f, p)
     if s > 1:
-        BH, BW, nw = _tiles("cell")
-        _cell_moments_kernel[_grid(gw, gh, B, BH, BW)](f, p, cf, cp, X0, H, W, gh, gw, K=K, C=C, S=s,
-                                                       BH=BH, BW=BW, num_warps=nw)
+        n_blocks, const, warps = _solve_launch(gh * gw, K, C)
+        _cell_moments_kernel[(n_blocks, B)](f, p, cf, cp, X0, H, W, gh, gw, K, C, s, **const, num_warps=warps)
     total, boxed, fits = None, [], []
     BH, BW, nw = _tiles("solve")
     for j, r in enumerate(radii):
@@ -456,9 +362,8 @@ def fit_backward(saved, g, eps, need_eps: bool, need_weights: bool = False):
             deps = dej if deps is None else deps + dej
     gh, gw = gX.shape[-2:]
     df, dp = torch.empty_like(f), torch.empty_like(p)
-    BH, BW, nw = _tiles("cell")
-    _cell_adjoint_kernel[_grid(W, H, B, BH, BW)](gX, f, p, cf, cp, df, dp, H, W, gh, gw, K=K, C=C, S=s,
-                                                 BH=BH, BW=BW, num_warps=nw)
+    n_blocks, const, warps = _solve_launch(H * W, K, C)
+    _cell_adjoint_kernel[(n_blocks, B)](gX, f, p, cf, cp, df, dp, H, W, gh, gw, K, C, s, **const, num_warps=warps)
     return df, dp, deps, dw
 
 
@@ -491,10 +396,10 @@ def compile_for_cuda(arch: int = 90, K: int = 3, C: int = 2, S: int = 2) -> dict
 
     tile = dict(BH=4, BW=32)
     solve = dict(KP=padded(K), CP=padded(C), BLOCK=128)
-    jobs = [(_taps_rows_kernel, tile), (_taps_cols_kernel, tile), (_cell_moments_kernel, dict(K=K, C=C, S=S, **tile)),
+    jobs = [(_taps_rows_kernel, tile), (_taps_cols_kernel, tile), (_cell_moments_kernel, solve),
             (_solve_kernel, solve), (_moment_rows_kernel, solve), (_coeff_cols_kernel, dict(K=K, C=C, **tile)),
             (_apply_kernel, tile), (_fit_bwd_kernel, solve),
-            (_cell_adjoint_kernel, dict(K=K, C=C, S=S, **tile))]
+            (_cell_adjoint_kernel, solve)]
     out = {}
     for fn, const in jobs:
         sig = {n: "constexpr" if n in const else "*fp32" if n.endswith("_ptr") else
