@@ -1,16 +1,15 @@
 """Triton kernels of local linear regression (CUDA; CI runs them in Triton's interpreter on CPU tensors).
 
 Same maths, layouts and entry points as :mod:`.torch_path` (read its docstring first). Forward fit,
-five launches:
+four launches per radius (plus one cell pass at s > 1):
 
-1. ``_cell_moments_kernel``: centred features and target, the NM moment channels (f_k, p_c, f_i f_j,
-   f_k p_c) averaged over s x s cells (s = 1: per pixel), accumulated in registers.
-2. ``_taps_rows_kernel``: horizontal window pass over all NM planes.
-3. ``_solve_kernel``: vertical window pass fused with the per-pixel system: the NM window means stay in
-   registers as a tuple (struct of arrays), Sigma + diag eps is factorised L D L^T fully unrolled with
-   ``tl.static_range`` and solved for the C targets; writes a and b.
-4. ``_taps_rows_kernel`` again, on the C (K + 1) coefficient planes.
-5. ``_coeff_cols_kernel``: vertical pass of the coefficients, plus the shift of the intercept back to
+1. scale 1: ``_moment_rows_kernel`` forms the NM moments (f_k, p_c, f_i f_j, f_k p_c) of the centred f, p
+   tap by tap inside the horizontal window pass; s > 1: ``_cell_moments_kernel`` averages them over the
+   s x s cells, then ``_taps_rows_kernel`` is the horizontal pass over the NM grid planes.
+2. ``_solve_kernel``: vertical window pass fused with the per-pixel system (matrix form, runtime loops
+   over K: :mod:`.triton_solve`); writes a and b.
+3. ``_taps_rows_kernel`` on the C (K + 1) coefficient planes.
+4. ``_coeff_cols_kernel``: vertical pass of the coefficients, plus the shift of the intercept back to
    the raw features.
 
 Window passes are 1-D weighted taps ``out[x] = sum_e W[x, e] in[x - R + e]`` with a host-built (n, 2R + 1)
