@@ -52,7 +52,7 @@ def _tiles(kind: str):
     """(BH, BW, num_warps) per kernel kind; the interpreter wants few, large programs."""
     if interpreting():
         return (128, 64, 1) if kind == "taps" else (32, 64, 1)
-    return {"taps": (8, 128, 4), "solve": (4, 32, 4), "cell": (8, 32, 4), "apply": (4, 128, 4)}[kind]
+    return {"taps": (8, 128, 4), "solve": (4, 32, 4), "apply": (4, 128, 4)}[kind]
 
 
 # ---------------------------------------------------------------------------------------------- tables
