@@ -122,7 +122,7 @@ def local_linear_fit(features: torch.Tensor, target: torch.Tensor, radius, eps, 
         radius: window radius r >= 0 in full-resolution pixels, or a sequence of R radii to blend (with
             ``weights``). Any radius costs at most what the image costs: with ``"valid"`` a window wider
             than the grid is the whole grid, so r is clamped to max(H', W') - 1 cells (same result);
-            padded borders keep r (repeats weigh in by r) and visit at most 2 H' - 1 taps per axis.
+            padded borders keep r (repeats weigh in by r) and visit at most 2n - 1 taps on an axis of n.
         eps: ridge weight (> 0) on the slopes: a float, a per-feature tensor (K,), or (B, K).
             Differentiable when it is a tensor that requires grad.
         scale: s >= 1; ``s > 1`` fits on the grid of s x s cells.
