@@ -9,53 +9,18 @@ from torch import nn
 from ..border import check_border
 from ..runtime import backend_for
 from ..guided.reference import low_res_radius
-from ..validate import check_finite, check_image, check_radius, check_scale
-from . import torch_path
+from ..runtime import data_checks
+from ..validate import check_all_finite, check_image, check_radius, check_scale
+from .library import apply_op, fit_op
 
 MAX_FEATURES = 8
 MAX_TARGETS = 4
 
 
-def _impl(backend: str):
-    if backend == "triton":
-        from . import triton_path
-
-        return triton_path
-    return torch_path
-
-
-class _Fit(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, f, p, eps, weights, cf, cp, radii, border, s, backend):
-        impl = _impl(backend)
-        save = any(ctx.needs_input_grad[:4])
-        coeffs, saved = impl.fit_forward(f, p, cf, cp, eps, radii, border, s, save, weights)
-        ctx.impl, ctx.saved = impl, saved  # plain attributes: backward runs once, no version checks needed
-        ctx.save_for_backward(eps)
-        return coeffs
-
-    @staticmethod
-    def backward(ctx, g):
-        (eps,) = ctx.saved_tensors
-        df, dp, deps, dw = ctx.impl.fit_backward(ctx.saved, g.to(eps.dtype).contiguous(), eps,
-                                                 ctx.needs_input_grad[2], ctx.needs_input_grad[3])
-        return df, dp, deps, dw, None, None, None, None, None, None
-
-
-class _Apply(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, f, coeffs, sh, sw, backend):
-        impl = _impl(backend)
-        ctx.impl, ctx.sh, ctx.sw = impl, sh, sw
-        ctx.save_for_backward(f, coeffs)
-        return impl.apply_forward(f, coeffs, sh, sw)
-
-    @staticmethod
-    def backward(ctx, g):
-        f, coeffs = ctx.saved_tensors
-        df, dco = ctx.impl.apply_backward(f, coeffs, g.to(f.dtype).contiguous(), ctx.sh, ctx.sw,
-                                          ctx.needs_input_grad[0], ctx.needs_input_grad[1])
-        return df, dco, None, None, None
+def _reads_data(backend: str) -> bool:
+    """Whether the checks that read tensor values run: as ``runtime.data_checks`` says, and never while
+    torch.compile traces (a graph cannot branch on values; the traced op itself still computes them)."""
+    return data_checks(backend) and not torch.compiler.is_compiling()
 
 
 def _work_dtype(*tensors) -> torch.dtype:
@@ -70,8 +35,11 @@ def _check_features(features: torch.Tensor) -> int:
     return k
 
 
-def _check_eps(eps, batch: int, k: int, device, dtype) -> torch.Tensor:
-    """eps as a (B, K) tensor: a positive float, a per-feature tensor (K,) or a per-image one (B, K)."""
+def _check_eps(eps, batch: int, k: int, device, dtype, backend: str) -> torch.Tensor:
+    """eps as a (B, K) tensor: a positive float, a per-feature tensor (K,) or a per-image one (B, K).
+
+    A float is checked on the host; a tensor's values only where ``runtime.data_checks(backend)`` allows.
+    """
     if isinstance(eps, torch.Tensor):
         if eps.dim() == 0 or (eps.dim() == 1 and eps.numel() in (1, k)) or (eps.dim() == 2 and tuple(eps.shape) == (batch, k)):
             t = eps.to(device=device, dtype=dtype)
@@ -88,13 +56,13 @@ def _check_eps(eps, batch: int, k: int, device, dtype) -> torch.Tensor:
             raise ValueError(f"eps must be positive and finite (it keeps every window's system solvable), got "
                              f"{value}")
         return torch.full((batch, k), value, device=device, dtype=dtype)
-    if not bool(torch.isfinite(values).all()) or bool((values <= 0).any()):
+    if _reads_data(backend) and (not bool(torch.isfinite(values).all()) or bool((values <= 0).any())):
         raise ValueError(f"eps must be positive and finite (it keeps every window's system solvable), got "
                          f"{values.flatten().tolist()[:8]}")
     return t.expand(batch, k) if t.dim() < 2 else t
 
 
-def _check_radii(radius, weights, batch: int, grid: tuple[int, int], device, dtype):
+def _check_radii(radius, weights, batch: int, grid: tuple[int, int], device, dtype, backend: str):
     """(radii tuple, weights or None) from an int radius or a sequence of radii with their blend weights."""
     if isinstance(radius, (list, tuple)):
         radii = tuple(check_radius(r) for r in radius)
@@ -114,7 +82,8 @@ def _check_radii(radius, weights, batch: int, grid: tuple[int, int], device, dty
         raise ValueError(f"weights must have shape {want} (batch, radii, coefficient grid), got {got}")
     if weights.device != device:
         raise ValueError(f"weights are on {weights.device} but features on {device}")
-    check_finite(weights, "weights")
+    if _reads_data(backend):
+        check_all_finite((weights, "weights"), backend=backend)
     return radii, weights.to(dtype).contiguous()
 
 
@@ -151,7 +120,9 @@ def local_linear_fit(features: torch.Tensor, target: torch.Tensor, radius, eps, 
         features: (B, K, H, W), 1 <= K <= 8 feature (guide) channels.
         target: (B, C, H, W), 1 <= C <= 4 channels to explain; same B, H, W as ``features``.
         radius: window radius r >= 0 in full-resolution pixels, or a sequence of R radii to blend (with
-            ``weights``).
+            ``weights``). Any radius costs at most what the image costs: with ``"valid"`` a window wider
+            than the grid is the whole grid, so r is clamped to max(H', W') - 1 cells (same result);
+            padded borders keep r (repeats weigh in by r) and visit at most 2n - 1 taps on an axis of n.
         eps: ridge weight (> 0) on the slopes: a float, a per-feature tensor (K,), or (B, K).
             Differentiable when it is a tensor that requires grad.
         scale: s >= 1; ``s > 1`` fits on the grid of s x s cells.
@@ -196,21 +167,34 @@ def local_linear_fit(features: torch.Tensor, target: torch.Tensor, radius, eps, 
     border = check_border(border)
     work = _work_dtype(features, target)
     grid = (-(-features.shape[-2] // scale), -(-features.shape[-1] // scale))
-    radii, weights = _check_radii(radius, weights, features.shape[0], grid, features.device, work)
+    backend = backend_for(features)
+    radii, weights = _check_radii(radius, weights, features.shape[0], grid, features.device, work, backend)
     out_dtype = torch.promote_types(features.dtype, target.dtype)
-    eps_t = _check_eps(eps, features.shape[0], k, features.device, work)
+    eps_t = _check_eps(eps, features.shape[0], k, features.device, work, backend)
     f, p = features.to(work), target.to(work)
     # Shift invariance: fitting f - cf and p - cp gives the same slopes; the op adds the means back into
     # the intercept. Small centred moments keep Sigma = M(f f^T) - M(f) M(f)^T from cancelling in float32.
     cf = f.detach().mean((2, 3))
     cp = p.detach().mean((2, 3))
-    if not bool(torch.isfinite(cf.sum() + cp.sum())):  # the means are finite unless an input holds NaN/Inf (or
-        check_finite(features, "features")  # their float32 sum overflows, which the exact check settles)
-        check_finite(target, "target")
-    backend = backend_for(f)
-    r = tuple(low_res_radius(v, scale) for v in radii)
-    coeffs = _Fit.apply(f.contiguous(), p.contiguous(), eps_t, weights, cf, cp, r, border, scale, backend)
+    # the means are finite unless an input holds NaN/Inf (or their float32 sum overflows, which the exact
+    # check settles); read on the host only where data checks run (never on the Triton path by default)
+    if _reads_data(backend) and not bool(torch.isfinite(cf.sum() + cp.sum())):
+        check_all_finite((features, "features"), (target, "target"), backend=backend)
+    r = [_equivalent_radius(low_res_radius(v, scale), grid, border) for v in radii]
+    save = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (f, p, eps_t, weights))
+    coeffs, _, _ = fit_op(f.contiguous(), p.contiguous(), eps_t, weights, cf, cp, r, border, scale, backend, save)
     return coeffs.to(out_dtype)
+
+
+def _equivalent_radius(r: int, grid: tuple[int, int], border: str) -> int:
+    """The smallest radius with the same windows as r on this grid, so cost is bounded by the image.
+
+    With ``"valid"`` a window of radius >= n - 1 on an axis of n pixels (or cells) already holds the whole
+    axis, so r is clamped to max(H', W') - 1. Padded borders weigh the repeated pixels by r (a window of
+    10^6 reflections is not a window of 127), so r stays; their window tables are built in O(n^2) whatever
+    r is (:func:`.triton_path._window_counts`) and the window passes visit at most 2n - 1 taps.
+    """
+    return min(r, max(grid) - 1) if border == "valid" else r
 
 
 def _infer_scale(h: int, w: int, gh: int, gw: int) -> tuple[float, float]:
@@ -280,12 +264,13 @@ def local_linear_apply(features: torch.Tensor, coeffs: torch.Tensor, scale: int 
             raise ValueError(f"scale={s} makes a {-(-h // s)}x{-(-w // s)} grid for {h}x{w} features, but coeffs "
                              f"are {gh}x{gw}")
         sh = sw = float(s)
-    check_finite(features, "features")
-    check_finite(coeffs, "coeffs")
+    backend = backend_for(features)
+    if _reads_data(backend):
+        check_all_finite((features, "features"), (coeffs, "coeffs"), backend=backend)
     work = _work_dtype(features, coeffs)
     out_dtype = torch.promote_types(features.dtype, coeffs.dtype)
     f, co = features.to(work).contiguous(), coeffs.to(work).contiguous()
-    return _Apply.apply(f, co, sh, sw, backend_for(f)).to(out_dtype)
+    return apply_op(f, co, float(sh), float(sw), backend).to(out_dtype)
 
 
 class LocalLinearFit(nn.Module):

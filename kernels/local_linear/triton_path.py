@@ -1,16 +1,15 @@
 """Triton kernels of local linear regression (CUDA; CI runs them in Triton's interpreter on CPU tensors).
 
 Same maths, layouts and entry points as :mod:`.torch_path` (read its docstring first). Forward fit,
-five launches:
+four launches per radius (plus one cell pass at s > 1):
 
-1. ``_cell_moments_kernel``: centred features and target, the NM moment channels (f_k, p_c, f_i f_j,
-   f_k p_c) averaged over s x s cells (s = 1: per pixel), accumulated in registers.
-2. ``_taps_rows_kernel``: horizontal window pass over all NM planes.
-3. ``_solve_kernel``: vertical window pass fused with the per-pixel system: the NM window means stay in
-   registers as a tuple (struct of arrays), Sigma + diag eps is factorised L D L^T fully unrolled with
-   ``tl.static_range`` and solved for the C targets; writes a and b.
-4. ``_taps_rows_kernel`` again, on the C (K + 1) coefficient planes.
-5. ``_coeff_cols_kernel``: vertical pass of the coefficients, plus the shift of the intercept back to
+1. scale 1: ``_moment_rows_kernel`` forms the NM moments (f_k, p_c, f_i f_j, f_k p_c) of the centred f, p
+   tap by tap inside the horizontal window pass; s > 1: ``_cell_moments_kernel`` averages them over the
+   s x s cells, then ``_taps_rows_kernel`` is the horizontal pass over the NM grid planes.
+2. ``_solve_kernel``: vertical window pass fused with the per-pixel system (matrix form, runtime loops
+   over K: :mod:`.triton_solve`); writes a and b.
+3. ``_taps_rows_kernel`` on the C (K + 1) coefficient planes.
+4. ``_coeff_cols_kernel``: vertical pass of the coefficients, plus the shift of the intercept back to
    the raw features.
 
 Window passes are 1-D weighted taps ``out[x] = sum_e W[x, e] in[x - R + e]`` with a host-built (n, 2R + 1)
@@ -34,39 +33,77 @@ from ..border import source_index
 from ..runtime import interpreting
 from . import torch_path
 from .torch_path import grid_shape, layout
+from .triton_cells import _cell_adjoint_kernel, _cell_moments_kernel
+from .triton_solve import _fit_bwd_kernel, _moment_rows_kernel, _solve_kernel, padded
+
+
+def _solve_launch(n_pixels: int, K: int, C: int):
+    """(grid axis 0, constexprs, num_warps) of the per-pixel solve kernels.
+
+    One pixel's padded system (up to 8 x 8) per thread spills at 4 warps on sm_90 (255 registers, 408 B stack
+    for K = 8); 8 warps over 128 pixels split each system over two threads and spill nothing (239 registers).
+    """
+    KP, CP = padded(K), padded(C)
+    BLOCK = min(4096, triton.next_power_of_2(n_pixels)) if interpreting() else 128
+    return triton.cdiv(n_pixels, BLOCK), dict(KP=KP, CP=CP, BLOCK=BLOCK), 8 if KP >= 8 else 4
 
 
 def _tiles(kind: str):
     """(BH, BW, num_warps) per kernel kind; the interpreter wants few, large programs."""
     if interpreting():
         return (128, 64, 1) if kind == "taps" else (32, 64, 1)
-    return {"taps": (8, 128, 4), "solve": (4, 32, 4), "cell": (8, 32, 4), "apply": (4, 128, 4)}[kind]
+    return {"taps": (8, 128, 4), "solve": (4, 32, 4), "apply": (4, 128, 4)}[kind]
 
 
 # ---------------------------------------------------------------------------------------------- tables
 
+def _window_counts(n: int, r: int, border: str) -> np.ndarray:
+    """(n, n) float64: A[x, s] = how many of the 2r + 1 window positions around x read pixel s.
+
+    O(n^2) whatever r: replicate adds the positions beyond each edge to the edge pixel; reflect and symmetric
+    are periodic (period 2n - 2 and 2n), so a window is whole periods plus a part, counted by a cumulative
+    table over one period. A radius of 10^6 on a 128-pixel axis costs what a radius of 127 costs.
+    """
+    x = np.arange(n)
+    lo, hi = x - r, x + r + 1  # half-open window of positions
+    s = np.arange(n)
+    inside = ((s[None] >= lo[:, None]) & (s[None] < hi[:, None])).astype(np.float64)
+    if border == "valid":
+        return inside
+    if border == "replicate":
+        inside[:, 0] += np.maximum(0, np.minimum(hi, 0) - lo)
+        inside[:, n - 1] += np.maximum(0, hi - np.maximum(lo, n))
+        return inside
+    if border == "reflect" and n == 1:
+        return np.full((1, 1), 2.0 * r + 1)
+    period = 2 * n - 2 if border == "reflect" else 2 * n
+    src = source_index(np.arange(period), n, border)
+    cum = np.zeros((period + 1, n))
+    np.add.at(cum, (np.arange(1, period + 1), src), 1.0)
+    cum = np.cumsum(cum, 0)
+
+    def upto(t):  # positions in [0, t) of the infinite axis (t may be negative), per source pixel
+        return (t // period)[:, None] * cum[period][None] + cum[t % period]
+
+    return upto(hi) - upto(lo)
+
+
 @lru_cache(maxsize=128)
 def _taps_numpy(n: int, r: int, border: str, adjoint: bool):
-    """(table (n, 2R + 1) float64, R): the 1-D window-mean operator A of one axis as taps.
+    """(table (n, 2R + 1) float64, R): the 1-D window-mean operator A of one axis as taps, R = min(r, n - 1).
 
     Forward: out[x] = sum_e A[x, x - R + e] in[x - R + e]; adjoint: the same with A transposed.
     """
     R = min(r, n - 1)
     T = 2 * R + 1
-    x = np.arange(n)
-    A = np.zeros((n, n))
-    for d in range(-r, r + 1):
-        src = source_index(x + d, n, border)
-        ok = src >= 0
-        np.add.at(A, (x[ok], src[ok]), 1.0)
+    A = _window_counts(n, r, border)
     A /= A.sum(1, keepdims=True)  # valid: 1 / (taps inside); padded: 1 / (2r + 1)
     if adjoint:
         A = A.T
-    table = np.zeros((n, T))
-    for e in range(T):
-        src = x - R + e
-        ok = (src >= 0) & (src < n)
-        table[x[ok], e] = A[x[ok], src[ok]]
+    x = np.arange(n)[:, None]
+    src = x - R + np.arange(T)[None]
+    ok = (src >= 0) & (src < n)
+    table = np.where(ok, A[np.broadcast_to(x, src.shape), np.clip(src, 0, n - 1)], 0.0)
     return table, R
 
 
@@ -120,52 +157,6 @@ def _taps_cols_kernel(x_ptr, w_ptr, out_ptr, n_rows, h, W, T, R, BH: tl.constexp
 
 
 @triton.jit
-def _cell_moments_kernel(f_ptr, p_ptr, cf_ptr, cp_ptr, X_ptr, H, W, gh, gw,
-                         K: tl.constexpr, C: tl.constexpr, S: tl.constexpr,
-                         BH: tl.constexpr, BW: tl.constexpr):
-    """X[b, m, i, j] = mean over the real pixels of cell (i, j) of moment m of the centred f, p."""
-    b = tl.program_id(2)
-    cy = tl.program_id(1) * BH + tl.arange(0, BH)
-    cx = tl.program_id(0) * BW + tl.arange(0, BW)
-    NM: tl.constexpr = K + C + K * (K + 1) // 2 + K * C
-    FF: tl.constexpr = K + C
-    FP: tl.constexpr = K + C + K * (K + 1) // 2
-    acc = ()
-    for m in tl.static_range(NM):
-        acc = acc + (tl.zeros([BH, BW], dtype=tl.float32),)
-    for dy in range(S):
-        py = cy * S + dy
-        for dx in tl.static_range(S):
-            px = cx * S + dx
-            pm = (py < H)[:, None] & (px < W)[None, :]
-            off = py[:, None] * W + px[None, :]
-            z = ()
-            for k in tl.static_range(K):
-                v = tl.load(f_ptr + (b * K + k) * H * W + off, mask=pm, other=0.0)
-                z = z + (tl.where(pm, v - tl.load(cf_ptr + b * K + k), 0.0),)
-            for c in tl.static_range(C):
-                v = tl.load(p_ptr + (b * C + c) * H * W + off, mask=pm, other=0.0)
-                z = z + (tl.where(pm, v - tl.load(cp_ptr + b * C + c), 0.0),)
-            new = ()
-            for k in tl.static_range(K + C):
-                new = new + (acc[k] + z[k],)
-            for i in tl.static_range(K):
-                for j in tl.static_range(i + 1):
-                    new = new + (acc[FF + i * (i + 1) // 2 + j] + z[i] * z[j],)
-            for c in tl.static_range(C):
-                for k in tl.static_range(K):
-                    new = new + (acc[FP + c * K + k] + z[k] * z[K + c],)
-            acc = new
-    ny = tl.minimum(H - cy * S, S)
-    nx = tl.minimum(W - cx * S, S)
-    cm = (cy < gh)[:, None] & (cx < gw)[None, :]
-    inv = 1.0 / tl.maximum(ny[:, None] * nx[None, :], 1).to(tl.float32)
-    out = cy[:, None] * gw + cx[None, :]
-    for m in tl.static_range(NM):
-        tl.store(X_ptr + (b * NM + m) * gh * gw + out, acc[m] * inv, mask=cm)
-
-
-@triton.jit
 def _load_moments(h_ptr, wy_ptr, b, y, x, ym, xm, h, w, T, R, NM: tl.constexpr, BH: tl.constexpr,
                   BW: tl.constexpr):
     """The NM window means at a tile: vertical taps over the horizontally filtered planes."""
@@ -184,90 +175,6 @@ def _load_moments(h_ptr, wy_ptr, b, y, x, ym, xm, h, w, T, R, NM: tl.constexpr, 
             new = new + (acc[m] + v * wv,)
         acc = new
     return acc
-
-
-@triton.jit
-def _factor(mom, eps_ptr, b, K: tl.constexpr, C: tl.constexpr):
-    """L D L^T of Sigma + diag eps from the window means: (L packed strictly lower, d, raw variance > 0)."""
-    FF: tl.constexpr = K + C
-    L = ()
-    d = ()
-    pos = ()
-    for i in tl.static_range(K):
-        e_i = tl.load(eps_ptr + b * K + i)
-        for j in tl.static_range(i):
-            v = mom[FF + i * (i + 1) // 2 + j] - mom[i] * mom[j]
-            for k in tl.static_range(j):
-                v = v - L[i * (i - 1) // 2 + k] * L[j * (j - 1) // 2 + k] * d[k]
-            L = L + (v / d[j],)
-        raw = mom[FF + i * (i + 1) // 2 + i] - mom[i] * mom[i]
-        pos = pos + (raw > 0.0,)
-        v = tl.maximum(raw, 0.0) + e_i
-        for k in tl.static_range(i):
-            lik = L[i * (i - 1) // 2 + k]
-            v = v - lik * lik * d[k]
-        d = d + (tl.maximum(v, e_i),)  # the pivot of a PSD Sigma + diag eps is >= eps_i: only rounding is cut
-    return L, d, pos
-
-
-@triton.jit
-def _ldl_solve(L, d, rhs, K: tl.constexpr):
-    """Solve L D L^T x = rhs for a tuple of K tensors; returns x as a tuple in order."""
-    yv = ()
-    for i in tl.static_range(K):
-        v = rhs[i]
-        for k in tl.static_range(i):
-            v = v - L[i * (i - 1) // 2 + k] * yv[k]
-        yv = yv + (v,)
-    rev = ()
-    for t in tl.static_range(K):  # row K - 1 - t, going up; rev[u] holds x[K - 1 - u]
-        v = yv[K - 1 - t] / d[K - 1 - t]
-        for u in tl.static_range(t):
-            v = v - L[(K - 1 - u) * (K - 2 - u) // 2 + K - 1 - t] * rev[u]
-        rev = rev + (v,)
-    out = ()
-    for i in tl.static_range(K):
-        out = out + (rev[K - 1 - i],)
-    return out
-
-
-@triton.jit
-def _slopes(mom, L, d, K: tl.constexpr, C: tl.constexpr):
-    """Window slopes a as a tuple of C * K tensors (index c K + k)."""
-    FP: tl.constexpr = K + C + K * (K + 1) // 2
-    a = ()
-    for c in tl.static_range(C):
-        cov = ()
-        for k in tl.static_range(K):
-            cov = cov + (mom[FP + c * K + k] - mom[k] * mom[K + c],)
-        a = a + _ldl_solve(L, d, cov, K)
-    return a
-
-
-@triton.jit
-def _solve_kernel(h_ptr, wy_ptr, eps_ptr, theta_ptr, X_ptr, h, w, T, R,
-                  K: tl.constexpr, C: tl.constexpr, SAVE: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr):
-    """Window means (vertical pass) -> per-pixel ridge solve -> theta[b, c, :K] = a, theta[b, c, K] = b."""
-    b = tl.program_id(2)
-    y = tl.program_id(1) * BH + tl.arange(0, BH)
-    x = tl.program_id(0) * BW + tl.arange(0, BW)
-    ym = y < h
-    xm = x < w
-    m2 = ym[:, None] & xm[None, :]
-    off = y[:, None] * w + x[None, :]
-    NM: tl.constexpr = K + C + K * (K + 1) // 2 + K * C
-    mom = _load_moments(h_ptr, wy_ptr, b, y, x, ym, xm, h, w, T, R, NM, BH, BW)
-    if SAVE:
-        for m in tl.static_range(NM):
-            tl.store(X_ptr + (b * NM + m) * h * w + off, mom[m], mask=m2)
-    L, d, pos = _factor(mom, eps_ptr, b, K, C)
-    a = _slopes(mom, L, d, K, C)
-    for c in tl.static_range(C):
-        bb = mom[K + c]
-        for k in tl.static_range(K):
-            bb = bb - a[c * K + k] * mom[k]
-            tl.store(theta_ptr + ((b * C + c) * (K + 1) + k) * h * w + off, a[c * K + k], mask=m2)
-        tl.store(theta_ptr + ((b * C + c) * (K + 1) + K) * h * w + off, bb, mask=m2)
 
 
 @triton.jit
@@ -290,10 +197,13 @@ def _coeff_cols_kernel(t_ptr, wy_ptr, cf_ptr, cp_ptr, out_ptr, h, w, T, R,
     tl.store(out_ptr + (bc * (K + 1) + K) * h * w + off, bb, mask=m2)
 
 
-@triton.jit
-def _apply_kernel(f_ptr, co_ptr, q_ptr, H, W, h, w, inv_sh, inv_sw,
-                  K: tl.constexpr, C: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr):
-    """q[b, c] = sum_k up(a_ck) f_k + up(b_c); up = bilinear, align_corners=False, explicit scale."""
+@triton.jit(do_not_specialize=["H", "W", "h", "w", "K", "C"])
+def _apply_kernel(f_ptr, co_ptr, q_ptr, H, W, h, w, inv_sh, inv_sw, K, C, BH: tl.constexpr, BW: tl.constexpr):
+    """q[b, c] = sum_k up(a_ck) f_k + up(b_c); up = bilinear, align_corners=False, explicit scale.
+
+    Runtime loops over C and K + 1 (f is re-read per channel from cache): one small binary for every K, C.
+    A neighbour with bilinear weight 0 is not loaded, so at equal sizes only one load per coefficient remains.
+    """
     b = tl.program_id(2)
     y = tl.program_id(1) * BH + tl.arange(0, BH)
     x = tl.program_id(0) * BW + tl.arange(0, BW)
@@ -312,152 +222,24 @@ def _apply_kernel(f_ptr, co_ptr, q_ptr, H, W, h, w, inv_sh, inv_sw,
     o01 = y0[:, None] * w + x1[None, :]
     o10 = y1[:, None] * w + x0[None, :]
     o11 = y1[:, None] * w + x1[None, :]
+    m01 = m2 & (lx != 0.0)
+    m10 = m2 & (ly != 0.0)
+    m11 = m01 & (ly != 0.0)
     off = y[:, None] * W + x[None, :]
-    fv = ()
-    for k in tl.static_range(K):
-        fv = fv + (tl.load(f_ptr + (b * K + k) * H * W + off, mask=m2, other=0.0),)
-    for c in tl.static_range(C):
+    hw = h * w
+    HW = H * W
+    for c in range(C):
         q = tl.zeros([BH, BW], dtype=tl.float32)
-        for k in tl.static_range(K + 1):
-            base = co_ptr + ((b * C + c) * (K + 1) + k) * h * w
+        for k in range(K + 1):
+            base = co_ptr + ((b * C + c) * (K + 1) + k) * hw
             v00 = tl.load(base + o00, mask=m2, other=0.0)
-            v01 = tl.load(base + o01, mask=m2, other=0.0)
-            v10 = tl.load(base + o10, mask=m2, other=0.0)
-            v11 = tl.load(base + o11, mask=m2, other=0.0)
+            v01 = tl.load(base + o01, mask=m01, other=0.0)
+            v10 = tl.load(base + o10, mask=m10, other=0.0)
+            v11 = tl.load(base + o11, mask=m11, other=0.0)
             u = (1.0 - ly) * ((1.0 - lx) * v00 + lx * v01) + ly * ((1.0 - lx) * v10 + lx * v11)
-            if k < K:
-                q += u * fv[k]
-            else:
-                q += u
-        tl.store(q_ptr + (b * C + c) * H * W + off, q, mask=m2)
-
-
-@triton.jit
-def _fit_bwd_kernel(X_ptr, gt_ptr, eps_ptr, gX_ptr, deps_ptr, h, w, n_tiles_x,
-                    K: tl.constexpr, C: tl.constexpr, NEED_EPS: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr):
-    """Per pixel: from dL/d(a, b) (already through the adjoint window pass) to dL/d(window means)."""
-    b = tl.program_id(2)
-    y = tl.program_id(1) * BH + tl.arange(0, BH)
-    x = tl.program_id(0) * BW + tl.arange(0, BW)
-    m2 = (y < h)[:, None] & (x < w)[None, :]
-    off = y[:, None] * w + x[None, :]
-    NM: tl.constexpr = K + C + K * (K + 1) // 2 + K * C
-    FF: tl.constexpr = K + C
-    mom = ()
-    for m in tl.static_range(NM):
-        mom = mom + (tl.load(X_ptr + (b * NM + m) * h * w + off, mask=m2, other=0.0),)
-    L, d, pos = _factor(mom, eps_ptr, b, K, C)
-    a = _slopes(mom, L, d, K, C)
-    g_mf = ()
-    for k in tl.static_range(K):
-        g_mf = g_mf + (tl.zeros([BH, BW], dtype=tl.float32),)
-    g_mp = ()
-    g_cov = ()
-    for c in tl.static_range(C):
-        gb = tl.load(gt_ptr + ((b * C + c) * (K + 1) + K) * h * w + off, mask=m2, other=0.0)
-        ga = ()
-        new = ()
-        for k in tl.static_range(K):
-            gak = tl.load(gt_ptr + ((b * C + c) * (K + 1) + k) * h * w + off, mask=m2, other=0.0)
-            ga = ga + (gak - gb * mom[k],)  # b = mp - a . mf
-            new = new + (g_mf[k] - gb * a[c * K + k],)
-        g_mf = new
-        g_mp = g_mp + (gb,)
-        g_cov = g_cov + _ldl_solve(L, d, ga, K)  # a = S^-1 cov  =>  g_cov = S^-1 g_a
-    # dL/dS = G = -sum_c g_cov_c a_c^T
-    for i in tl.static_range(K):
-        for j in tl.static_range(i + 1):
-            gij = tl.zeros([BH, BW], dtype=tl.float32)
-            gji = tl.zeros([BH, BW], dtype=tl.float32)
-            for c in tl.static_range(C):
-                gij -= g_cov[c * K + i] * a[c * K + j]
-                gji -= g_cov[c * K + j] * a[c * K + i]
-            if i == j:
-                if NEED_EPS:
-                    part = tl.sum(tl.sum(tl.where(m2, gij, 0.0), axis=1), axis=0)
-                    tile = tl.program_id(1) * n_tiles_x + tl.program_id(0)
-                    tl.store(deps_ptr + (b * tl.num_programs(1) * n_tiles_x + tile) * K + i, part)
-                gm = tl.where(pos[i], gij, 0.0)  # clamped variance: no gradient to the moments
-                tl.store(gX_ptr + (b * NM + FF + i * (i + 1) // 2 + j) * h * w + off, gm, mask=m2)
-                hs = 2.0 * gm
-            else:
-                hs = gij + gji
-                tl.store(gX_ptr + (b * NM + FF + i * (i + 1) // 2 + j) * h * w + off, hs, mask=m2)
-            # S_ij = M(f_i f_j) - mf_i mf_j
-            new = ()
-            for k in tl.static_range(K):
-                if k == i:
-                    if i == j:
-                        new = new + (g_mf[k] - hs * mom[i],)
-                    else:
-                        new = new + (g_mf[k] - hs * mom[j],)
-                elif k == j:
-                    new = new + (g_mf[k] - hs * mom[i],)
-                else:
-                    new = new + (g_mf[k],)
-            g_mf = new
-    # cov_ck = M(f_k p_c) - mf_k mp_c
-    FP: tl.constexpr = K + C + K * (K + 1) // 2
-    for c in tl.static_range(C):
-        gp = g_mp[c]
-        for k in tl.static_range(K):
-            gc = g_cov[c * K + k]
-            gp = gp - gc * mom[k]
-            tl.store(gX_ptr + (b * NM + FP + c * K + k) * h * w + off, gc, mask=m2)
-        tl.store(gX_ptr + (b * NM + K + c) * h * w + off, gp, mask=m2)
-    for k in tl.static_range(K):
-        gk = g_mf[k]
-        for c in tl.static_range(C):
-            gk = gk - g_cov[c * K + k] * mom[K + c]
-        tl.store(gX_ptr + (b * NM + k) * h * w + off, gk, mask=m2)
-
-
-@triton.jit
-def _cell_adjoint_kernel(gX_ptr, f_ptr, p_ptr, cf_ptr, cp_ptr, df_ptr, dp_ptr, H, W, gh, gw,
-                         K: tl.constexpr, C: tl.constexpr, S: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr):
-    """Per pixel: dL/d(f, p) from dL/d(cell means of the moments) at the pixel's cell."""
-    b = tl.program_id(2)
-    y = tl.program_id(1) * BH + tl.arange(0, BH)
-    x = tl.program_id(0) * BW + tl.arange(0, BW)
-    m2 = (y < H)[:, None] & (x < W)[None, :]
-    off = y[:, None] * W + x[None, :]
-    cy = y // S
-    cx = x // S
-    ny = tl.minimum(H - cy * S, S)
-    nx = tl.minimum(W - cx * S, S)
-    inv = 1.0 / tl.maximum(ny[:, None] * nx[None, :], 1).to(tl.float32)
-    goff = cy[:, None] * gw + cx[None, :]
-    NM: tl.constexpr = K + C + K * (K + 1) // 2 + K * C
-    FF: tl.constexpr = K + C
-    FP: tl.constexpr = K + C + K * (K + 1) // 2
-    fc = ()
-    for k in tl.static_range(K):
-        v = tl.load(f_ptr + (b * K + k) * H * W + off, mask=m2, other=0.0)
-        fc = fc + (v - tl.load(cf_ptr + b * K + k),)
-    pc = ()
-    for c in tl.static_range(C):
-        v = tl.load(p_ptr + (b * C + c) * H * W + off, mask=m2, other=0.0)
-        pc = pc + (v - tl.load(cp_ptr + b * C + c),)
-    for k in tl.static_range(K):
-        g = tl.load(gX_ptr + (b * NM + k) * gh * gw + goff, mask=m2, other=0.0)
-        for j in tl.static_range(K):
-            if j == k:
-                g += 2.0 * tl.load(gX_ptr + (b * NM + FF + k * (k + 1) // 2 + k) * gh * gw + goff,
-                                   mask=m2, other=0.0) * fc[k]
-            elif j < k:
-                g += tl.load(gX_ptr + (b * NM + FF + k * (k + 1) // 2 + j) * gh * gw + goff,
-                             mask=m2, other=0.0) * fc[j]
-            else:
-                g += tl.load(gX_ptr + (b * NM + FF + j * (j + 1) // 2 + k) * gh * gw + goff,
-                             mask=m2, other=0.0) * fc[j]
-        for c in tl.static_range(C):
-            g += tl.load(gX_ptr + (b * NM + FP + c * K + k) * gh * gw + goff, mask=m2, other=0.0) * pc[c]
-        tl.store(df_ptr + (b * K + k) * H * W + off, g * inv, mask=m2)
-    for c in tl.static_range(C):
-        g = tl.load(gX_ptr + (b * NM + K + c) * gh * gw + goff, mask=m2, other=0.0)
-        for k in tl.static_range(K):
-            g += tl.load(gX_ptr + (b * NM + FP + c * K + k) * gh * gw + goff, mask=m2, other=0.0) * fc[k]
-        tl.store(dp_ptr + (b * C + c) * H * W + off, g * inv, mask=m2)
+            fk = tl.load(f_ptr + (b * K + k) * HW + off, mask=m2 & (k < K), other=1.0)  # k = K: the intercept
+            q += u * fk
+        tl.store(q_ptr + (b * C + c) * HW + off, q, mask=m2)
 
 
 # ---------------------------------------------------------------------------------------------- launchers
@@ -516,19 +298,26 @@ def fit_forward(f, p, cf, cp, eps, radii, border: str, s: int, save: bool, weigh
     eps_c = eps.detach().float().contiguous()
     X0 = f.new_empty(B, lay.NM, gh, gw)
     _check_size(X0, f, p)
-    BH, BW, nw = _tiles("cell")
-    _cell_moments_kernel[_grid(gw, gh, B, BH, BW)](f, p, cf, cp, X0, H, W, gh, gw, K=K, C=C, S=s,
-                                                   BH=BH, BW=BW, num_warps=nw)
+    if s > 1:
+        n_blocks, const, warps = _solve_launch(gh * gw, K, C)
+        _cell_moments_kernel[(n_blocks, B)](f, p, cf, cp, X0, H, W, gh, gw, K, C, s, **const, num_warps=warps)
     total, boxed, fits = None, [], []
     BH, BW, nw = _tiles("solve")
     for j, r in enumerate(radii):
         tx, rx = taps_table(gw, r, border, f.device)
         ty, ry = taps_table(gh, r, border, f.device)
-        Xh = _rows_pass(X0, tx, rx)
+        if s > 1:
+            Xh = _rows_pass(X0, tx, rx)
+        else:  # scale 1: moments formed inside the horizontal pass, never stored before it
+            Xh = X0
+            n_blocks, const, warps = _solve_launch(H * W, K, C)
+            _moment_rows_kernel[(n_blocks, B)](f, p, cf, cp, tx, Xh, H, W, H * W, tx.shape[1], rx, K, C, **const,
+                                               num_warps=warps)
         theta = f.new_empty(B, C, K + 1, gh, gw)
         X = f.new_empty(B, lay.NM, gh, gw) if save else theta  # X_ptr unused when SAVE is False
-        _solve_kernel[_grid(gw, gh, B, BH, BW)](Xh, ty, eps_c, theta, X, gh, gw, ty.shape[1], ry, K=K, C=C,
-                                                SAVE=save, BH=BH, BW=BW, num_warps=nw)
+        n_blocks, const, warps = _solve_launch(gh * gw, K, C)
+        _solve_kernel[(n_blocks, B)](Xh, ty, eps_c, theta, X, gh, gw, gh * gw, ty.shape[1], ry, K, C, int(save),
+                                     **const, num_warps=warps)
         del Xh
         th = _rows_pass(theta, tx, rx)
         out = torch.empty_like(theta)
@@ -552,7 +341,7 @@ def fit_backward(saved, g, eps, need_eps: bool, need_weights: bool = False):
     dw = None
     if weights is not None and need_weights:
         dw = torch_path.weights_grad(g, saved["fits"], weights)
-    BH, BW, nw = _tiles("solve")
+    eps_c = eps.detach().float().contiguous()
     gX = deps = None
     for j, (X, r) in enumerate(zip(saved["X"], saved["radii"])):
         gj = g if weights is None else g * weights[:, j, None, None].float()
@@ -561,10 +350,10 @@ def fit_backward(saved, g, eps, need_eps: bool, need_weights: bool = False):
         gt[:, :, :K] -= gj[:, :, K:] * cf[:, None, :, None, None]  # the intercept's - a . cf
         gt = box_mean(gt, r, border, adjoint=True)
         gXj = torch.empty_like(X)
-        grid = _grid(gw, gh, B, BH, BW)
-        deps_part = torch.zeros(B, grid[1] * grid[0], K, device=f.device, dtype=torch.float32)
-        _fit_bwd_kernel[grid](X, gt, eps.detach().float().contiguous(), gXj, deps_part, gh, gw, grid[0], K=K, C=C,
-                              NEED_EPS=need_eps, BH=BH, BW=BW, num_warps=nw)
+        n_blocks, const, warps = _solve_launch(gh * gw, K, C)
+        deps_part = f.new_empty(B, n_blocks, K) if need_eps else f.new_empty(1)
+        _fit_bwd_kernel[(n_blocks, B)](X, gt, eps_c, gXj, deps_part, gh * gw, K, C, int(need_eps), **const,
+                                       num_warps=warps)
         gXj = box_mean(gXj, r, border, adjoint=True)
         gX = gXj if gX is None else gX.add_(gXj)
         if need_eps:
@@ -572,9 +361,8 @@ def fit_backward(saved, g, eps, need_eps: bool, need_weights: bool = False):
             deps = dej if deps is None else deps + dej
     gh, gw = gX.shape[-2:]
     df, dp = torch.empty_like(f), torch.empty_like(p)
-    BH, BW, nw = _tiles("cell")
-    _cell_adjoint_kernel[_grid(W, H, B, BH, BW)](gX, f, p, cf, cp, df, dp, H, W, gh, gw, K=K, C=C, S=s,
-                                                 BH=BH, BW=BW, num_warps=nw)
+    n_blocks, const, warps = _solve_launch(H * W, K, C)
+    _cell_adjoint_kernel[(n_blocks, B)](gX, f, p, cf, cp, df, dp, H, W, gh, gw, K, C, s, **const, num_warps=warps)
     return df, dp, deps, dw
 
 
@@ -588,7 +376,7 @@ def apply_forward(f, coeffs, sh: float, sw: float):
     BH, BW, nw = _tiles("apply")
     # the source coordinate is (x + 1/2) / s - 1/2 with 1/s rounded to float32, as PyTorch computes it
     _apply_kernel[_grid(W, H, B, BH, BW)](f, coeffs, q, H, W, h, w, float(np.float32(1.0 / sh)),
-                                          float(np.float32(1.0 / sw)), K=K, C=C, BH=BH, BW=BW, num_warps=nw)
+                                          float(np.float32(1.0 / sw)), K, C, BH=BH, BW=BW, num_warps=nw)
     return q
 
 
@@ -605,13 +393,14 @@ def compile_for_cuda(arch: int = 90, K: int = 3, C: int = 2, S: int = 2) -> dict
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    jobs = [(_taps_rows_kernel, {}), (_taps_cols_kernel, {}), (_cell_moments_kernel, dict(K=K, C=C, S=S)),
-            (_solve_kernel, dict(K=K, C=C, SAVE=True)), (_coeff_cols_kernel, dict(K=K, C=C)),
-            (_apply_kernel, dict(K=K, C=C)), (_fit_bwd_kernel, dict(K=K, C=C, NEED_EPS=True)),
-            (_cell_adjoint_kernel, dict(K=K, C=C, S=S))]
+    tile = dict(BH=4, BW=32)
+    solve = dict(KP=padded(K), CP=padded(C), BLOCK=128)
+    jobs = [(_taps_rows_kernel, tile), (_taps_cols_kernel, tile), (_cell_moments_kernel, solve),
+            (_solve_kernel, solve), (_moment_rows_kernel, solve), (_coeff_cols_kernel, dict(K=K, C=C, **tile)),
+            (_apply_kernel, tile), (_fit_bwd_kernel, solve),
+            (_cell_adjoint_kernel, solve)]
     out = {}
     for fn, const in jobs:
-        const = dict(const, BH=4, BW=32)
         sig = {n: "constexpr" if n in const else "*fp32" if n.endswith("_ptr") else
                "fp32" if n in ("inv_sh", "inv_sw") else "i32" for n in fn.arg_names}
         compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const),
