@@ -13,7 +13,7 @@ import torch
 from sync_trap import no_host_sync
 from vision.kernels import local_linear_apply, local_linear_fit
 from vision.kernels.border import source_index
-from vision.kernels.dispatch import triton_available, use_backend
+from vision.kernels.runtime import triton_available, use_backend
 from vision.kernels.local_linear.reference import window_fit
 
 needs_triton = pytest.mark.skipif(not triton_available(), reason="triton does not import here")

@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .torch_path import grid_shape, layout
+from .torch_moments import grid_shape, layout
 
 
 def _impl(backend: str):

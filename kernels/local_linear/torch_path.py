@@ -32,8 +32,7 @@ import torch
 from ..runtime import jit
 from ..runtime.threads import n_workers, own_threads, parallel_for, threaded  # noqa: F401  own_threads: FLNR's
 from .torch_moments import (BAND_PIXELS, UPSAMPLE_PIXELS, box_mean_, box_mean_adjoint_, cell_moments,
-                            cell_moments_adjoint, chunks, grid_shape, layout,  # noqa: F401
-                            pair_slots, pairs, rows_per_band)
+                            cell_moments_adjoint, chunks, layout, pair_slots, pairs, rows_per_band)
 
 
 # ---------------------------------------------------------------------------------------------- solve

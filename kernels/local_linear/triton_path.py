@@ -32,7 +32,7 @@ import triton.language as tl
 from ..border import source_index
 from ..runtime import interpreting
 from . import torch_path
-from .torch_path import grid_shape, layout
+from .torch_moments import grid_shape, layout
 from .triton_cells import _cell_adjoint_kernel, _cell_moments_kernel
 from .triton_solve import _fit_bwd_kernel, _moment_rows_kernel, _solve_kernel, padded
 
