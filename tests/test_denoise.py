@@ -547,9 +547,9 @@ def test_bench_denoise_rows_and_acceptance_lines(frames, tmp_path, capsys):
 @pytest.mark.parametrize("shape", [(2, 3, 12, 16), (1, 1, 8, 20), (1, 3, 10, 13), (2, 4, 8, 8)])
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_block_means_against_float64_loops(shape, channels_last):
-    """_area_down (OpenCV's area resize where it can, avg_pool2d elsewhere): u x u block means, the last partial
+    """area_down (OpenCV's area resize where it can, avg_pool2d elsewhere): u x u block means, the last partial
     blocks over their real pixels, in either memory layout, and differentiable."""
-    from vision.denoise.flr import _area_down
+    from vision.denoise.flr import area_down
 
     x64 = torch.rand(*shape, dtype=torch.float64)
     x = x64.float().contiguous(memory_format=torch.channels_last) if channels_last else x64.float()
@@ -559,9 +559,9 @@ def test_block_means_against_float64_loops(shape, channels_last):
         for i in range(gh):
             for j in range(gw):
                 want[:, :, i, j] = x64[:, :, i * u:(i + 1) * u, j * u:(j + 1) * u].mean((2, 3))
-        got = _area_down(x, u)
+        got = area_down(x, u)
         assert got.shape == want.shape
         np.testing.assert_allclose(got.double().numpy(), want.numpy(), rtol=0, atol=1e-6)
         leaf = x.clone().requires_grad_(True)
-        _area_down(leaf, u).sum().backward()
+        area_down(leaf, u).sum().backward()
         np.testing.assert_allclose(leaf.grad.double().sum().item(), gh * gw * shape[0] * shape[1], rtol=1e-6)

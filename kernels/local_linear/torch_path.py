@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ..runtime import jit
-from ..runtime.threads import n_workers, own_threads, parallel_for, threaded  # noqa: F401  own_threads: FLNR's
+from ..runtime.threads import n_workers, parallel_for, threaded
 from .torch_moments import (BAND_PIXELS, UPSAMPLE_PIXELS, box_mean_, box_mean_adjoint_, cell_moments,
                             cell_moments_adjoint, chunks, layout, pair_slots, pairs, rows_per_band)
 
@@ -297,7 +297,7 @@ def _phases(s: int):
     return out
 
 
-def _cells_horizontal(coeffs, s_w: int):
+def cells_horizontal(coeffs, s_w: int):
     """Coefficient rows upsampled along x (1 / s_h of the output), with one replicated row above and below."""
     B, C, K1, gh, gw = coeffs.shape
     co = coeffs.reshape(B, C * K1, gh, gw)
@@ -316,7 +316,7 @@ def _cells_horizontal(coeffs, s_w: int):
     return hp
 
 
-def _cells_band(hp, i0, i1, s_h, shape):
+def cells_band(hp, i0, i1, s_h, shape):
     """Upsampled coefficients (B, C, K + 1, rows, W) for output rows [i0 s_h, min(H, i1 s_h))."""
     B, C, K1, H, W = shape
     u = hp.new_empty(B, C * K1, i1 - i0, s_h, hp.shape[-1])
@@ -340,12 +340,12 @@ def _apply_cells(f, coeffs, s_h: int, s_w: int):
 
         cpu_path.apply_cells(f.contiguous(), coeffs.contiguous(), s_h, s_w, q)
         return q
-    hp = _cells_horizontal(coeffs, s_w)
+    hp = cells_horizontal(coeffs, s_w)
     rows = _cell_rows(B, C, K1, gh, gw, s_h, s_w)
 
     def one(i0):
         i1 = min(gh, i0 + rows)
-        u = _cells_band(hp, i0, i1, s_h, (B, C, K1, H, W))
+        u = cells_band(hp, i0, i1, s_h, (B, C, K1, H, W))
         y0, y1 = i0 * s_h, min(H, i1 * s_h)
         qb = q[:, :, y0:y1]
         qb.copy_(u[:, :, K])
@@ -364,7 +364,7 @@ def _apply_cells_backward(f, coeffs, g, s_h: int, s_w: int, need_f: bool, need_c
     rows = _cell_rows(B, C, K1, gh, gw, s_h, s_w)
     starts = list(range(0, gh, rows))
     df = torch.empty_like(f) if need_f else None
-    hp = _cells_horizontal(coeffs, s_w) if need_f else None
+    hp = cells_horizontal(coeffs, s_w) if need_f else None
     parts = [None] * len(starts)  # per band: gradient of its rows of hp (band rows + 2), summed after
 
     def one(n):
@@ -373,7 +373,7 @@ def _apply_cells_backward(f, coeffs, g, s_h: int, s_w: int, need_f: bool, need_c
         y0, y1 = i0 * s_h, min(H, i1 * s_h)
         gb, fb = g[:, :, y0:y1], f[:, :, y0:y1]
         if need_f:
-            u = _cells_band(hp, i0, i1, s_h, (B, C, K1, H, W))
+            u = cells_band(hp, i0, i1, s_h, (B, C, K1, H, W))
             dfb = df[:, :, y0:y1]
             torch.mul(u[:, 0, :K], gb[:, :1], out=dfb)
             for c in range(1, C):

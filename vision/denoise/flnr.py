@@ -65,7 +65,7 @@ from .flnr_net import (CELL, FEATURES, GUIDES, NET_IN, FLNRNet, _pointwise, _poo
                        cell_inputs, frame_stats, guide_buffers, guide_stats)
 from .flnr_stages import (FINISH_BAND_PIXELS, HEAD_BAND_PIXELS, _banded, _cv2_planes, _finish_bands,  # noqa: F401
                           _head_bands, _mean3, antialias, local_contrast)
-from .flr import _area_down, _fit_radius, _full_size, _sample_down, _upsample_factor, check_phase, run_tiles
+from .flr import area_down, fit_radius, full_size, sample_down, upsample_factor, check_phase, run_tiles
 
 DEFAULT_CONFIG = {"widths": [16, 24, 32, 48], "hidden": 16, "guides": 4, "radii": [4, 8, 16], "scale": 4,
                   "fit_down": 1, "eps": 1e-2, "antialias": False}
@@ -207,8 +207,8 @@ class FLNR(nn.Module):
 
         scale = self.scale if scale is None else int(scale)
         h, w = color.shape[-2:]
-        hf, wf = _full_size(color, guides)
-        u = _upsample_factor((h, w), (hf, wf))
+        hf, wf = full_size(color, guides)
+        u = upsample_factor((h, w), (hf, wf))
         phase = check_phase(phase, u)
         # the signal in planar (B, C, H, W) layout: HWC arrays come in as channels-last views, and ops that
         # broadcast a (B, 1, H, W) mask or weight over their 3 interleaved channels run ~10x slower than on
@@ -221,14 +221,14 @@ class FLNR(nn.Module):
             from . import flnr_cpu  # one pass over the buffers as they lie: demodulation, mask, planes
 
             target, factor, add, mask, albedo, emission = flnr_cpu.prepare(color, albedo, emission,
-                                                                           _fit_radius(FILL_RADIUS, u), B.ALBEDO_FLOOR)
+                                                                           fit_radius(FILL_RADIUS, u), B.ALBEDO_FLOOR)
         else:
             color = color.contiguous()
             albedo, emission = (None if v is None else v.contiguous() for v in (albedo, emission))
-            emission_lo = _sample_down(emission, u, phase)
+            emission_lo = sample_down(emission, u, phase)
             mask = B.emitter_mask(emission_lo, color)
-            target, factor, add = B.demodulate(color, _sample_down(albedo, u, phase), emission_lo,
-                                               _fit_radius(FILL_RADIUS, u), mask=mask)
+            target, factor, add = B.demodulate(color, sample_down(albedo, u, phase), emission_lo,
+                                               fit_radius(FILL_RADIUS, u), mask=mask)
             mask = torch.zeros_like(color[:, :1]) if mask is None else mask.expand(color.shape[0], -1, -1, -1)
         guides = dict(guides, albedo=albedo, emission=emission)
         if u > 1:
@@ -242,9 +242,9 @@ class FLNR(nn.Module):
         eps_t = self.log_eps.exp().to(color.dtype) if eps is None else eps
         # the fit's samples: colour resolution, then averaged over fit_down x fit_down when the cells allow it
         fd = self.config["fit_down"] if scale % self.config["fit_down"] == 0 else 1
-        g_lo = (_area_down(g, u * fd) if phase is None else _area_down(_sample_down(g, u, phase), fd)).contiguous()
-        t_lo = _area_down(target, fd).contiguous()
-        r_lo = [_fit_radius(r, u * fd) for r in radii]
+        g_lo = (area_down(g, u * fd) if phase is None else area_down(sample_down(g, u, phase), fd)).contiguous()
+        t_lo = area_down(target, fd).contiguous()
+        r_lo = [fit_radius(r, u * fd) for r in radii]
         s_lo = scale // fd
         if len(r_lo) == 1:
             coeffs = local_linear_fit(g_lo, t_lo, r_lo[0], eps_t, scale=s_lo)
@@ -453,14 +453,14 @@ def flnr_tiled(color: torch.Tensor, guides: dict, model: FLNR, radius: int | Non
     with replication at tile borders, so the result matches the whole frame to within float rounding where
     the margin covers the receptive field (:data:`NET_MARGIN` pixels) and very nearly elsewhere."""
     h, w = color.shape[-2:]
-    hf, wf = _full_size(color, guides)
+    hf, wf = full_size(color, guides)
     if hf <= tile and wf <= tile:
         return flnr(color, guides, model, radius, eps, scale, phase=phase)
-    u = _upsample_factor((h, w), (hf, wf))
+    u = upsample_factor((h, w), (hf, wf))
     reach = model.radius if radius is None else int(radius)
     scale = model.scale if scale is None else int(scale)
     stats = frame_stats(guides, color, (hf, wf))
-    r = _fit_radius(reach, u)
+    r = fit_radius(reach, u)
     r_cells = max(1, round(r / scale)) if scale > 1 else r
     # regression reach as in flr_tiled, plus the network's receptive field; origins on a common grid
     unit = math.lcm(u * scale, CELL * model.net.multiple * u)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import buffers as B
-from .flr import _area_down
+from .flr import area_down
 
 GUIDES = ("normal", "depth", "ao", "albedo")  # fixed layout of the buffers: 3 + 1 + 1 + 3 = 8 channels
 FEATURES = 8
@@ -86,7 +86,7 @@ def _resize(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 def _pool(x: torch.Tensor) -> torch.Tensor:
-    return _area_down(x, CELL)
+    return area_down(x, CELL)
 
 
 def guide_buffers(guides: dict, like: torch.Tensor) -> list[torch.Tensor | None]:

@@ -31,14 +31,15 @@ def _head_bands(model, code: torch.Tensor, buffers: list, weight: torch.Tensor, 
     ``up(code) + W f + b`` for a linear head), in (channels, pixels) planes: the code is upsampled along x
     once at the cells' height, then every band upsamples its rows along y, adds the buffers' product and
     runs the output layer while its hidden layer is in cache; bands go to the workers of
-    :func:`vision.kernels.local_linear.torch_path.own_threads`. Both upsampling passes are lerps of
+    :func:`vision.kernels.runtime.threads.own_threads`. Both upsampling passes are lerps of
     contiguous rows (the bilinear weights of ``align_corners=False``; replicated ends give its clamping),
     and the hidden layer never exists at full resolution. Planes, not (pixels, channels) rows: every band
     gathers its rows of the buffers into one (channels x pixels) block and adds one (width x channels) @
     (channels x pixels) product (one pass over the hidden layer instead of one per buffer, and BLAS runs
     these about 1.2x faster than the same products with the pixels as rows).
     """
-    from vision.kernels.local_linear import torch_path as tp
+    from vision.kernels.local_linear.torch_path import cells_band, cells_horizontal
+    from vision.kernels.runtime.threads import own_threads, parallel_for
 
     if jit.enabled(code, weight, bias, *(v for v in buffers if v is not None)):
         from . import flnr_cpu
@@ -53,18 +54,18 @@ def _head_bands(model, code: torch.Tensor, buffers: list, weight: torch.Tensor, 
     cols = [at + k for n, v, at in zip(GUIDES, buffers, offsets) if v is not None for k in range(B.CHANNELS[n])]
     wT = weight.transpose(1, 2)[:, :, cols].contiguous()  # (B or 1, width, channels present)
     g = code.new_empty(b, q, h, w)
-    with tp.own_threads(code.device):
+    with own_threads(code.device):
         # (B, width, gh + 2, gw CELL): the code plus the head's bias, upsampled along x, one replicated row each end
         # (the apply's first pass over its coefficient grid)
         c = code + bias.reshape(-1, width, 1, 1)
-        hx = tp._cells_horizontal(c.view(b, width, 1, gh, gw), CELL)[..., :w]
+        hx = cells_horizontal(c.view(b, width, 1, gh, gw), CELL)[..., :w]
 
         def one(i0):
             i1 = min(gh, i0 + rows)
             y0, y1 = i0 * CELL, min(h, i1 * CELL)
             n = (y1 - y0) * w
             # the apply's second pass: the band's rows upsampled along y, (B, width, 1, y1 - y0, w) -> (B, width, n)
-            hid = tp._cells_band(hx, i0, i1, CELL, (b, width, 1, h, w)).view(b, width, n)
+            hid = cells_band(hx, i0, i1, CELL, (b, width, 1, h, w)).view(b, width, n)
             feats = hx.new_empty(len(cols), y1 - y0, w)
             for j in range(b):
                 hj, wj, out = hid[j], wT[min(j, wT.shape[0] - 1)], g[j, :, y0:y1].view(q, n)
@@ -80,7 +81,7 @@ def _head_bands(model, code: torch.Tensor, buffers: list, weight: torch.Tensor, 
                 else:
                     torch.addmm(model.head_out.bias[:, None], model.head_out.weight, F.leaky_relu_(hj, 0.1), out=out)
 
-        tp.parallel_for(one, range(0, gh, rows), code.device)
+        parallel_for(one, range(0, gh, rows), code.device)
     return g
 
 
@@ -95,8 +96,8 @@ def _finish_bands(model, fitted, factor, add, blend, albedo, out):
     they equal the frame's): each band's light, contrast, weights and
     means stay in cache between these ten or so per-pixel steps instead of each one streaming full frames
     through memory (on 2 cores these stages were memory bound); bands go to the workers of
-    :func:`vision.kernels.local_linear.torch_path.own_threads`."""
-    from vision.kernels.local_linear import torch_path as tp
+    :func:`vision.kernels.runtime.threads.own_threads`."""
+    from vision.kernels.runtime.threads import own_threads, parallel_for
 
     if jit.enabled(fitted, factor, add, blend, out, *(() if albedo is None else (albedo,))) and fitted.shape[1] == 3:
         from . import flnr_cpu
@@ -112,8 +113,8 @@ def _finish_bands(model, fitted, factor, add, blend, albedo, out):
                                     None if albedo is None else albedo[:, :, e0:e1])
         torch.add(band[:, :, y0 - e0:y1 - e0], add[:, :, y0:y1], out=out[:, :, y0:y1])
 
-    with tp.own_threads(fitted.device):
-        tp.parallel_for(one, range(0, h, rows), fitted.device)
+    with own_threads(fitted.device):
+        parallel_for(one, range(0, h, rows), fitted.device)
     return out
 
 

@@ -32,7 +32,7 @@ DEFAULT_RADIUS = 8
 DEFAULT_EPS = 1e-2
 
 
-def _area_down(x: torch.Tensor | None, u: int) -> torch.Tensor | None:
+def area_down(x: torch.Tensor | None, u: int) -> torch.Tensor | None:
     """Mean over u x u blocks (the last partial blocks average their real pixels)."""
     if x is None or u == 1:
         return x
@@ -59,12 +59,12 @@ def _area_down(x: torch.Tensor | None, u: int) -> torch.Tensor | None:
     return F.avg_pool2d(x, u, u, ceil_mode=True, count_include_pad=False)
 
 
-def _sample_down(x: torch.Tensor | None, u: int, phase=None) -> torch.Tensor | None:
+def sample_down(x: torch.Tensor | None, u: int, phase=None) -> torch.Tensor | None:
     """A full-resolution buffer at the colour's sample positions: the u x u block means when ``phase`` is None
     (a sample anywhere in its block), else the pixel ``(u i + dy, u j + dx)`` for ``phase = (dy, dx)``; the
     last partial blocks take their last pixel when the phase falls outside them."""
     if x is None or u == 1 or phase is None:
-        return _area_down(x, u)
+        return area_down(x, u)
     dy, dx = phase
     h, w = x.shape[-2:]
     if h % u == 0 and w % u == 0:
@@ -88,7 +88,7 @@ def check_phase(phase, u: int):
     return dy, dx
 
 
-def _fit_radius(radius: int, u: int) -> int:
+def fit_radius(radius: int, u: int) -> int:
     return radius if u == 1 else max(1, round(radius / u))
 
 
@@ -114,8 +114,8 @@ def flr(color: torch.Tensor, guides: dict[str, torch.Tensor | None], radius: int
     colour at 1/u resolution, where in its u x u block each colour sample was taken (None: anywhere).
     """
     h, w = color.shape[-2:]
-    hf, wf = _full_size(color, guides)
-    u = _upsample_factor((h, w), (hf, wf))
+    hf, wf = full_size(color, guides)
+    u = upsample_factor((h, w), (hf, wf))
     phase = check_phase(phase, u)
     albedo, emission = guides.get("albedo"), guides.get("emission")
     raw, _ = B.raw_features({k: guides.get(k) for k in B.GUIDE_ORDER})
@@ -126,10 +126,10 @@ def flr(color: torch.Tensor, guides: dict[str, torch.Tensor | None], radius: int
         stats = None
     mean, std = stats if stats is not None else B.feature_stats(raw)
     feat = ((raw - mean) / std).expand(b, -1, -1, -1).contiguous()
-    r = _fit_radius(radius, u)
-    target, factor, add = B.demodulate(color, _sample_down(albedo, u, phase), _sample_down(emission, u, phase), r)
+    r = fit_radius(radius, u)
+    target, factor, add = B.demodulate(color, sample_down(albedo, u, phase), sample_down(emission, u, phase), r)
     # the fit itself runs at the colour's resolution: the features are taken at its samples (or averaged)
-    feat_lo = _sample_down(feat, u, phase)
+    feat_lo = sample_down(feat, u, phase)
     fitted = _solve(feat_lo, target.contiguous(), feat, r, eps, scale, u).clamp_min(0)
     if u == 1:
         return fitted * factor + add
@@ -138,7 +138,7 @@ def flr(color: torch.Tensor, guides: dict[str, torch.Tensor | None], radius: int
     return fitted * factor_full + add_full
 
 
-def _full_size(color, guides) -> tuple[int, int]:
+def full_size(color, guides) -> tuple[int, int]:
     sizes = {tuple(t.shape[-2:]) for t in guides.values() if t is not None}
     if len(sizes) > 1:
         names = {k: f"{t.shape[-1]}x{t.shape[-2]}" for k, t in guides.items() if t is not None}
@@ -146,7 +146,7 @@ def _full_size(color, guides) -> tuple[int, int]:
     return sizes.pop() if sizes else tuple(color.shape[-2:])
 
 
-def _upsample_factor(small: tuple[int, int], full: tuple[int, int]) -> int:
+def upsample_factor(small: tuple[int, int], full: tuple[int, int]) -> int:
     if small == full:
         return 1
     for u in range(2, 17):
@@ -161,8 +161,8 @@ def flr_tiled(color: torch.Tensor, guides: dict, radius: int, eps: float, scale:
     """:func:`flr` over tiles of about ``tile`` full-resolution pixels with an overlap margin that makes
     every tile's interior equal to the whole-frame result, so memory is bounded by the tile size."""
     h, w = color.shape[-2:]
-    hf, wf = _full_size(color, guides)
-    u = _upsample_factor((h, w), (hf, wf))
+    hf, wf = full_size(color, guides)
+    u = upsample_factor((h, w), (hf, wf))
     raw, _ = B.raw_features({k: guides.get(k) for k in B.GUIDE_ORDER})
     if raw is None or (hf <= tile and wf <= tile):
         return flr(color, guides, radius, eps, scale, phase=phase)
@@ -170,7 +170,7 @@ def flr_tiled(color: torch.Tensor, guides: dict, radius: int, eps: float, scale:
     del raw
     # what influences a pixel: emitter fill (r) + fit window (r) + coefficient averaging (r) + one cell
     # each for the cell grid and the bilinear apply, all in colour pixels; aligned to whole cells
-    r = _fit_radius(radius, u)
+    r = fit_radius(radius, u)
     unit = u * scale  # tile origins on the cell grid, in full-resolution pixels
     r_cells = max(1, round(r / scale)) if scale > 1 else r
     margin_lo = r + (2 * r_cells + 2) * scale
@@ -199,95 +199,3 @@ def run_tiles(color: torch.Tensor, guides: dict, full: tuple[int, int], u: int, 
             res = fn(c, sub)
             out[..., y0:y1, x0:x1] = res[..., y0 - ya:y1 - ya, x0 - xa:x1 - xa]
     return out
-
-
-class TemporalFLR:
-    r"""FLR over a static-camera sequence: the regression statistics are carried from frame to frame.
-
-    The moments the local linear fit is built from, window sums of ``f p`` and ``p`` for guides ``f``
-    and signal ``p``, are linear in ``p``; while the guides of a pixel do not change (static camera and
-    scene), a running mean of those statistics is the statistics of the running mean of the signal.
-    So each call blends the new noisy colour into a per-pixel history, ``h <- (1 - a) h + a c`` with
-    ``a = max(1 / n, alpha)`` after n accepted frames, and fits FLR on ``h``. Where any guide of a
-    pixel changes by more than ``threshold`` (albedo, normal, AO: absolute; depth, position, emission:
-    relative to ``1 + |previous|``), that pixel's history is rejected (``n`` restarts at 1), so moving
-    or changing content is not smeared. Successive outputs then differ far less than per-frame FLR
-    (less flicker); ``alpha`` bounds how long an old frame keeps weight.
-
-    Example:
-        >>> tf = TemporalFLR()
-        >>> outs = [tf(f["color"], albedo=f["albedo"], normal=f["normal"], depth=f["depth"]) for f in frames]
-    """
-
-    GUIDES = ("albedo", "normal", "depth", "ao", "emission", "position")
-    _ABSOLUTE = ("albedo", "normal", "ao")
-
-    def __init__(self, radius: int = DEFAULT_RADIUS, eps: float = DEFAULT_EPS, scale: int = 1, alpha: float = 0.1,
-                 threshold: float = 0.05, tile: int | None = None):
-        if not 0 < alpha <= 1:
-            raise ValueError(f"alpha must be in (0, 1], got {alpha}")
-        if threshold <= 0:
-            raise ValueError(f"threshold must be positive, got {threshold}")
-        self.radius, self.eps, self.scale, self.alpha, self.threshold, self.tile = radius, eps, scale, alpha, \
-            threshold, tile
-        self.reset()
-
-    def reset(self) -> None:
-        self.history = self.count = self.previous = None
-        self.rejected = 0  # pixels whose history was rejected at the last call (a 0-dim tensor on the GPU)
-        self.phase, self._mixed = None, False  # the history's sampling phase; whether phases were mixed
-
-    def accumulate(self, color, phase=None, **guides) -> torch.Tensor:
-        """Blend a frame into the history (without denoising it); returns the history (B, 3, h, w)."""
-        ph = None if phase is None else tuple(int(v) for v in phase)
-        c = B.to_bchw(color, "color", 3)
-        c, _ = B.repair_nonfinite(c.float(), "color")
-        g = {k: (None if guides.get(k) is None else B.to_bchw(guides[k], k, B.CHANNELS[k]).float().to(c.device))
-             for k in self.GUIDES}
-        g = {k: (None if v is None else B.repair_nonfinite(v, k)[0]) for k, v in g.items()}
-        if self.history is None or self.history.shape != c.shape or not self._same_buffers(g):
-            self.history, self.count = c.clone(), torch.ones_like(c[:, :1])
-            self.previous, self.rejected = g, 0
-            self.phase, self._mixed = ph, False
-            return self.history
-        self._mixed |= ph != self.phase
-        keep = torch.ones_like(c[:, :1], dtype=torch.bool)
-        for k, v in g.items():
-            if v is None:
-                continue
-            old = self.previous[k]
-            diff = (v - old).abs()
-            if k not in self._ABSOLUTE:
-                diff = diff / (1 + old.abs())
-            moved = (diff > self.threshold).any(1, keepdim=True)
-            if moved.shape[-2:] != c.shape[-2:]:  # full-resolution guides, low-resolution colour
-                u = moved.shape[-1] // c.shape[-1] if moved.shape[-1] != c.shape[-1] else 1
-                moved = F.max_pool2d(moved.float(), u, u, ceil_mode=True) > 0
-            keep &= ~moved
-        self.count = torch.where(keep, self.count + 1, torch.ones_like(self.count))
-        a = torch.clamp(1.0 / self.count, min=self.alpha)
-        self.history = torch.where(keep, (1 - a) * self.history + a * c, c)
-        rejected = (~keep).sum()
-        # a count read on the host only where that is free (CPU): on the GPU a 0-dim tensor, read when wanted
-        self.previous, self.rejected = g, int(rejected) if B.host_reads(rejected) else rejected
-        return self.history
-
-    def _same_buffers(self, g) -> bool:
-        return all((v is None) == (self.previous.get(k) is None) and (v is None or v.shape == self.previous[k].shape)
-                   for k, v in g.items())
-
-    def __call__(self, color, phase=None, **guides):
-        """Blend ``color`` into the history and denoise the history with this frame's guides.
-
-        ``phase``: for colour smaller than the guides, the pixel of its block each sample was shaded at (as
-        in :func:`~vision.denoise.denoise`). While every frame since the history started has the same phase
-        the fit reads the guides there; once frames of different phases were blended, each history pixel
-        mixes samples from several pixels of its block, so the fit averages the guides over the block
-        (``phase=None``) until the history restarts."""
-        from . import denoise
-
-        acc = self.accumulate(color, phase=phase, **guides)
-        out = denoise(acc, **{k: guides.get(k) for k in self.GUIDES if guides.get(k) is not None},
-                      radius=self.radius, eps=self.eps, scale=self.scale, tile=self.tile,
-                      phase=None if self._mixed else self.phase)
-        return B.like(out, color)

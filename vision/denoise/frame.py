@@ -1,0 +1,164 @@
+"""``denoise``: one path-traced frame (or a batch) through FLR or FLNR, with repair, tiling and CUDA graphs."""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import torch
+
+from vision.kernels.runtime import forced_backend
+
+from . import buffers, graphs
+from .flr import DEFAULT_EPS, DEFAULT_RADIUS, full_size, sample_down, upsample_factor, check_phase, flr, flr_tiled
+from .flnr import load_flnr
+
+__all__ = ["denoise", "MODELS"]
+
+MODELS = ("flr", "flnr")
+
+
+def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None, position=None, model: str = "flr",
+            radius: int | None = None, eps: float | None = None, scale: int | None = None, weights=None,
+            tile: int | None = None, repair: bool = True, phase=None):
+    r"""Denoise a path-traced frame (or a batch) with a local linear model of its radiance on guide buffers.
+
+    Args:
+        color: noisy linear HDR radiance, ``(H, W, 3)`` or ``(B, 3, H, W)``, NumPy or torch. For joint
+            denoising and upsampling it may be smaller than the guides by an integer factor (colour
+            rendered at 1/2 or 1/4 resolution, guides at full resolution); the result then has the
+            guides' size.
+        albedo: diffuse reflectance in [0, 1] (3 channels): divided out before the fit, multiplied back after.
+        normal: shading normal, components in [-1, 1] (world or camera space).
+        depth: z-depth (1 channel; 0 or less = no surface); used as log-depth.
+        ao: ambient occlusion in [0, 1] (1 channel).
+        emission: directly visible emitted radiance (3 channels): subtracted before the fit, added after.
+        position: world-space position (3 channels); used only while the 8 feature channels allow
+            (guides are taken in the order normal, depth, ao, albedo, position).
+        model: ``"flr"`` (Fast Local Regression) or ``"flnr"`` (Fast Local Neural Regression: a trained
+            network enhances the guides normal, depth, AO and albedo; position is not used).
+        radius: window radius in full-resolution pixels (default: 8 for FLR, the trained one for FLNR).
+        eps: ridge weight on the slopes, in units of each standardised guide's variance (default: 1e-2
+            for FLR; FLNR uses its learned per-channel weights unless a value is given).
+        scale: fit on ``scale x scale`` cells and apply the coefficients at full resolution (faster;
+            default: 1 for FLR, the trained one, 4, for FLNR).
+        weights: FLNR network weights: None (the bundled file; for colour at 1/2 or 1/4 of the guides'
+            size the bundled weights trained for that, ``flnr_up2`` / ``flnr_up4.safetensors``), a
+            ``.safetensors`` path, a state dict or a :class:`~vision.denoise.flnr.FLNR` (unused by FLR).
+        tile: process tiles of about this many pixels a side (with an exact overlap), bounding memory.
+        repair: replace NaN/Inf samples (warning with their count, :class:`BufferWarning`); with False
+            they raise a ValueError.
+        phase: for colour at 1/u of the guides' size, where each colour sample lies in the u x u block of
+            full-resolution pixels it covers, ``(dy, dx)`` with 0 <= dy, dx < u: colour pixel ``(i, j)``
+            was shaded at full-resolution pixel ``(u i + dy, u j + dx)`` (a renderer that shades one
+            pixel of every block, e.g. ``(0, 0)``, or with a known per-frame jitter). The fit then reads
+            the albedo, emission and guides at exactly those pixels; None (default): the sample may lie
+            anywhere in its block and they are averaged over it.
+
+    Returns:
+        The denoised radiance, same kind (NumPy / torch) and layout (HWC / BCHW) as ``color``.
+
+    Raises:
+        ValueError: mis-sized buffers, albedo outside [0, 1], normals outside [-1, 1] (checked where the
+            buffers may be read on the host: on CPU, or with ``VISION_CHECKS=on``), unknown model, a
+            ``radius``, ``scale`` or ``tile`` that is not a positive int, an ``eps`` that is not positive.
+
+    Colour samples that are negative are clamped to 0, and extreme ones (a broken sample, e.g. 1e30) are replaced
+    by the mean of their neighbours (:func:`.buffers.suppress_fireflies`; with a :class:`BufferWarning` on CPU).
+    On CUDA (and on the Triton path) the call reads no tensor value on the host: the repairs run branch-free on
+    the device and do not warn.
+    """
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; choose from {', '.join(MODELS)}")
+    radius, scale, tile = (_positive_int(v, n) for v, n in ((radius, "radius"), (scale, "scale"), (tile, "tile")))
+    if eps is not None and not isinstance(eps, torch.Tensor):
+        try:
+            ok = math.isfinite(float(eps)) and float(eps) > 0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"eps must be a positive finite float or None, got {eps!r}")
+    if not isinstance(repair, (bool, np.bool_)):
+        raise ValueError(f"repair must be True or False, got {repair!r}")
+    c = buffers.to_bchw(color, "color", 3)
+    device = c.device
+    named = {"albedo": albedo, "normal": normal, "depth": depth, "ao": ao, "emission": emission,
+             "position": position}
+    guides = {k: (None if v is None else buffers.to_bchw(v, k, buffers.CHANNELS[k]).to(device))
+              for k, v in named.items()}
+    work = torch.float64 if c.dtype == torch.float64 else torch.float32
+    c = c.to(work)
+    guides = {k: (None if v is None else v.to(work)) for k, v in guides.items()}
+    present = {k: v for k, v in guides.items() if v is not None}
+    if present:
+        size = next(iter(present.values())).shape[-2:]
+        buffers.check_sizes(present, size, c.shape[0])
+    u = upsample_factor(tuple(c.shape[-2:]), full_size(c, guides))
+    phase = check_phase(phase, u)
+    net = None
+    if model == "flnr":
+        net = load_flnr(weights, upsample=u)
+        p = next(net.parameters())
+        if p.device != c.device or p.dtype != c.dtype:
+            net = net.to(device=c.device, dtype=c.dtype)  # nn.Module.to moves in place: once per cached model
+    else:
+        radius = DEFAULT_RADIUS if radius is None else radius
+        eps = DEFAULT_EPS if eps is None else eps
+        scale = 1 if scale is None else scale
+    names = tuple(present)
+    inputs = [c, *(guides[k] for k in names)]
+    needs_grad = torch.is_grad_enabled() and (c.requires_grad or (net is not None and net.training))
+    frame = functools.partial(_frame, names=names, model=model, net=net, radius=radius, eps=eps, scale=scale,
+                              tile=tile, phase=phase, repair=repair, needs_grad=needs_grad)
+    # a frame that reads no tensor on the host (repair on, data checks off) can be a CUDA graph
+    if (graphs.wanted(inputs, needs_grad) and repair and not buffers.host_reads(c)
+            and not isinstance(eps, torch.Tensor)):
+        # the graph reads the network's weights where they lie: moved (nn.Module.to replaces them), a new graph
+        weights_at = () if net is None else tuple(t.data_ptr() for t in (*net.parameters(), *net.buffers()))
+        key = (model, id(net), weights_at, radius, eps, scale, tile, phase, names, forced_backend())
+        out = graphs.run(key, frame, inputs)
+    else:
+        out = frame(*inputs)
+    return buffers.like(out, color)
+
+
+def _frame(c, *present, names, model, net, radius, eps, scale, tile, phase, repair, needs_grad):
+    """One frame of :func:`denoise` on validated (B, C, H, W) buffers: repairs, checks, the model."""
+    guides = dict.fromkeys(("albedo", "normal", "depth", "ao", "emission", "position"))
+    guides.update(zip(names, present))
+    u = upsample_factor(tuple(c.shape[-2:]), full_size(c, guides))
+    with torch.set_grad_enabled(needs_grad):
+        for name, t in [("color", c), *zip(names, present)]:
+            if repair:
+                fixed, _ = buffers.repair_nonfinite(t, name)
+            else:  # raising needs the values on the host: one synchronisation per buffer on a GPU
+                bad = int((~torch.isfinite(t)).sum())
+                if bad:
+                    raise ValueError(f"{name} contains {bad} NaN or Inf values")
+                fixed = t
+            if name == "color":
+                c = fixed
+            else:
+                guides[name] = fixed
+        if buffers.host_reads(c):  # range checks read the buffers: on the GPU only with VISION_CHECKS=on
+            buffers.check_ranges(guides["albedo"], guides["normal"])
+        c = buffers.suppress_fireflies(c, sample_down(guides["emission"], u, phase))
+        if model == "flnr":
+            from .flnr import flnr as run_flnr, flnr_tiled
+
+            if tile is not None:
+                return flnr_tiled(c, guides, net, radius, eps, scale, tile, phase=phase)
+            return run_flnr(c, guides, net, radius, eps, scale, phase=phase)
+        if tile is not None:
+            return flr_tiled(c, guides, radius, eps, scale, tile, phase=phase)
+        return flr(c, guides, radius, eps, scale, phase=phase)
+
+
+def _positive_int(value, name: str) -> int | None:
+    """``value`` as an int >= 1 (None stays None); ValueError for anything else (bools, fractions, 0, negatives)."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or int(value) < 1:
+        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+    return int(value)
+
