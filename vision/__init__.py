@@ -11,7 +11,8 @@ _install_timm_hook()
 
 # name -> module, imported on first access (PEP 562) so that `import vision` stays light
 _LAZY = {"StructurePreservationLoss": "vision.losses", "ColorPreservationLoss": "vision.losses",
-         "restore_structure": "vision.restore"}
+         "restore_structure": "vision.restore", "SPL_DEFAULTS": "vision.kernels.spl.defaults",
+         "SPLDefaults": "vision.kernels.spl.defaults"}
 
 
 def __getattr__(name):

@@ -19,6 +19,7 @@ from vision.kernels import structure_loss
 from vision.kernels.runtime import backend_for
 from vision.kernels.spl.op import check_mask
 from vision.kernels.validate import check_all_finite, check_image
+from vision.kernels.spl.defaults import SPL_DEFAULTS
 
 
 def _check_pair(reference: torch.Tensor, edited: torch.Tensor, what: str) -> None:
@@ -92,7 +93,7 @@ class StructurePreservationLoss(nn.Module):
         True
     """
 
-    def __init__(self, radius: int = 5, eps: float = 1e-4, bidirectional: bool = True,
+    def __init__(self, radius: int = SPL_DEFAULTS.radius, eps: float = SPL_DEFAULTS.eps, bidirectional: bool = True,
                  detach_coefficients: bool = True, reduction: str = "mean", border: str = "valid") -> None:
         super().__init__()
         self.radius, self.eps, self.bidirectional = radius, eps, bidirectional
@@ -135,7 +136,7 @@ class PreservationLoss(nn.Module):
         (torch.Size([]), ['color', 'structure'])
     """
 
-    def __init__(self, spl_weight: float = 1e4, color_weight: float = 1e3, radius: int = 5, eps: float = 1e-4,
+    def __init__(self, spl_weight: float = SPL_DEFAULTS.spl_weight, color_weight: float = SPL_DEFAULTS.color_weight, radius: int = SPL_DEFAULTS.radius, eps: float = SPL_DEFAULTS.eps,
                  bidirectional: bool = True, detach_coefficients: bool = True) -> None:
         super().__init__()
         if spl_weight < 0 or color_weight < 0:

@@ -30,6 +30,7 @@ import torch
 from vision.kernels.runtime import backend_for
 from vision.kernels.spl.op import check_mask, value_and_grad
 from vision.kernels.validate import check_finite, check_radius
+from vision.kernels.spl.defaults import SPL_DEFAULTS
 
 REFERENCE_PIXELS = 512 * 512  # the resolution the published loss weights and step size were tuned at
 DEFAULT_LR = {"sgd": 1.0, "adam": 5e-3}
@@ -124,8 +125,8 @@ class RestoreObjective:
         torch.Size([1, 3, 32, 32])
     """
 
-    def __init__(self, source, edited, mask=None, color_mask=None, spl_weight: float = 1e4,
-                 color_weight: float = 1e3, radius: int = 5, eps: float = 1e-4, bidirectional: bool = True):
+    def __init__(self, source, edited, mask=None, color_mask=None, spl_weight: float = SPL_DEFAULTS.spl_weight,
+                 color_weight: float = SPL_DEFAULTS.color_weight, radius: int = SPL_DEFAULTS.radius, eps: float = SPL_DEFAULTS.eps, bidirectional: bool = True):
         e0 = edited.to(torch.float32).contiguous()
         self.edited, self.channels = e0, e0.shape[1]
         self.radius, self.eps, self.bidirectional = radius, float(eps), bool(bidirectional)
@@ -165,9 +166,9 @@ class RestoreObjective:
 
 
 def restore_structure(source: torch.Tensor, edited: torch.Tensor, mask: torch.Tensor | None = None,
-                      steps: int = 100, lr: float | None = None, spl_weight: float = 1e4,
-                      color_weight: float = 1e3, optimizer: str = "sgd", *, momentum: float = 0.9,
-                      radius: int = 5, eps: float = 1e-4, bidirectional: bool = True,
+                      steps: int = 100, lr: float | None = None, spl_weight: float = SPL_DEFAULTS.spl_weight,
+                      color_weight: float = SPL_DEFAULTS.color_weight, optimizer: str = "sgd", *, momentum: float = 0.9,
+                      radius: int = SPL_DEFAULTS.radius, eps: float = SPL_DEFAULTS.eps, bidirectional: bool = True,
                       color_mask: torch.Tensor | None = None, value_range="auto", progress: bool = False,
                       callback: Callable[[int, float], None] | None = None) -> torch.Tensor:
     r"""Optimise ``edited`` in pixel space towards the structure of ``source`` while keeping its colours.

@@ -15,6 +15,7 @@ from ..border import check_border
 from ..runtime import backend_for, data_checks
 from ..validate import check_all_finite, check_finite, check_image, check_radius
 from . import torch_path
+from .defaults import SPL_DEFAULTS
 
 REDUCTIONS = ("mean", "none")
 
@@ -167,7 +168,7 @@ def check_mask(mask, like: torch.Tensor, backend: str = "torch") -> torch.Tensor
     return m
 
 
-def structure_loss(source: torch.Tensor, edited: torch.Tensor, radius: int = 5, eps: float = 1e-4,
+def structure_loss(source: torch.Tensor, edited: torch.Tensor, radius: int = SPL_DEFAULTS.radius, eps: float = SPL_DEFAULTS.eps,
                    mask: torch.Tensor | None = None, bidirectional: bool = True, detach_coefficients: bool = True,
                    reduction: str = "mean", border: str = "valid") -> torch.Tensor:
     r"""Structure Preservation Loss (Gong, Ryu, Ok, Cho, WACV 2026): how far ``edited`` is from being a

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from vision.kernels.spl.defaults import SPL_DEFAULTS
+
 from .timing import (
     format_time, library_versions, print_table, resolve_device, set_threads, synchronize,
     time_interleaved,
@@ -62,8 +64,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 # ---------------------------------------------------------------------------------------------- the peer
 
-def unfused_structure_loss(source: torch.Tensor, edited: torch.Tensor, radius: int = 5,
-                           eps: float = 1e-4) -> torch.Tensor:
+def unfused_structure_loss(source: torch.Tensor, edited: torch.Tensor, radius: int = SPL_DEFAULTS.radius,
+                           eps: float = SPL_DEFAULTS.eps) -> torch.Tensor:
     """Bidirectional SPL with detached coefficients, every mean a cumsum box filter, autograd backward."""
     from .peers import cumsum_box_mean, window_count
 

@@ -14,6 +14,8 @@ import os
 import warnings
 from pathlib import Path
 
+from vision.kernels.spl.defaults import SPL_DEFAULTS
+
 DEFAULT_MODEL = "SimianLuo/LCM_Dreamshaper_v7"  # the SD1.5-based LCM the paper uses
 
 EPILOG = f"""examples:
@@ -78,8 +80,8 @@ def add_parser(sub) -> None:
     p.add_argument("--guidance-scale", type=float, default=None, help="classifier-free guidance (pipeline default)")
     p.add_argument("--start", type=float, default=0.8, help="guide the last (1 - START) of the steps (default 0.8)")
     p.add_argument("--spl-steps", type=int, default=100, help="optimisation steps per guided step (default 100)")
-    p.add_argument("--spl-weight", type=float, default=1e4)
-    p.add_argument("--color-weight", type=float, default=1e3)
+    p.add_argument("--spl-weight", type=float, default=SPL_DEFAULTS.spl_weight)
+    p.add_argument("--color-weight", type=float, default=SPL_DEFAULTS.color_weight)
     p.add_argument("--no-post-process", action="store_true", help="skip the final SPL restoration")
     p.add_argument("--working-size", type=int, default=1024,
                    help="longest side the model sees (default 1024); larger inputs are edited at this size")
@@ -192,7 +194,7 @@ def _multiple(pipe) -> int:
 def edit(pipe, image, prompt: str, *, source_prompt=None, mask=None, mask_words=None, mask_threshold=0.5,
          invert_mask=False,
          negative_prompt=None, steps=None, strength=None, guidance_scale=None, start=0.8, spl_steps=100,
-         spl_weight=1e4, color_weight=1e3, post_process=True, working_size=1024, seed=0,
+         spl_weight=SPL_DEFAULTS.spl_weight, color_weight=SPL_DEFAULTS.color_weight, post_process=True, working_size=1024, seed=0,
          cross_replace_steps=None, self_replace_steps=None, blend_words=None):
     """Edit ``image`` (anything :func:`vision.pipelines.editing.masks.to_image_tensor` takes) with SPL guidance.
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vision.kernels.spl.defaults import SPL_DEFAULTS
+
 EPILOG = """examples:
   vision restore-structure --source photo.png --edited edit.png -o restored.png
   vision restore-structure --source photo.png --edited edit.jpg --mask person.png -o restored.tif --bits 16
@@ -44,8 +46,10 @@ def add_parser(sub) -> None:
     p.add_argument("--steps", type=int, default=100, help="optimisation steps (default 100)")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd", help="default sgd (momentum 0.9)")
     p.add_argument("--lr", type=float, default=None, help="step size (default 1.0 for sgd, 5e-3 for adam)")
-    p.add_argument("--spl-weight", type=float, default=1e4, help="structure loss weight (default 1e4)")
-    p.add_argument("--color-weight", type=float, default=1e3, help="chroma loss weight (default 1e3)")
+    p.add_argument("--spl-weight", type=float, default=SPL_DEFAULTS.spl_weight,
+                   help=f"structure loss weight (default {SPL_DEFAULTS.spl_weight:g})")
+    p.add_argument("--color-weight", type=float, default=SPL_DEFAULTS.color_weight,
+                   help=f"chroma loss weight (default {SPL_DEFAULTS.color_weight:g})")
     p.add_argument("--radius", type=int, default=5, help="SPL window radius (default 5)")
     p.add_argument("--eps", type=float, default=1e-4, help="SPL eps (default 1e-4)")
     p.add_argument("--bits", type=int, choices=(8, 16), default=8,
