@@ -250,3 +250,18 @@ def test_no_future_warnings_from_our_calls(tmp_path, images):
         edit.save_pretrained(tmp_path / "edit")
         loaded = StructurePreservingEditPipeline.from_pretrained(tmp_path / "edit", dtype=torch.float32)
         assert loaded.unet.dtype == torch.float32
+
+
+def test_inpaint_is_guided_towards_its_image(images):
+    from diffusers import StableDiffusionInpaintPipeline
+
+    _, b = images
+    pipe = StableDiffusionInpaintPipeline(**tiny.sd_components(
+        DDIMScheduler(clip_sample=False, set_alpha_to_one=False, steps_offset=1)))
+    pipe.set_progress_bar_config(disable=True)
+    everywhere = torch.ones(1, 1, 32, 32)  # repaint the whole image: only the guidance keeps its structure
+    base = _run(pipe, b, mask_image=everywhere, height=32, width=32)
+    enable_structure_preservation(pipe, **GUIDE)
+    guided = _run(pipe, b, mask_image=everywhere, height=32, width=32)
+    print(f"inpaint: SPL {_spl(b, base):.5f} -> {_spl(b, guided):.5f}")
+    assert pipe._spl_guidance.guided_steps and _spl(b, guided) <= 0.7 * _spl(b, base)

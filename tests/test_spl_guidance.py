@@ -83,12 +83,15 @@ def _spl(source, out):
 def test_guidance_lowers_structure_loss(family):
     pipe, src = _pipe(family), tiny.source_image()
     base = _run(pipe, src)
-    enable_structure_preservation(pipe, src, post_process=False, **GUIDE)
-    # the wrapped step keeps its signature, so the pipeline still passes it `generator` (and `eta`)
-    assert "generator" in inspect.signature(pipe.scheduler.step).parameters
-    guided = _run(pipe, src)
+    seen = []
+    # no source: the call's own image; the guided step keeps its signature, so the pipeline still
+    # passes it `generator` (and `eta`)
+    enable_structure_preservation(pipe, post_process=False, **GUIDE)
+    guided = _run(pipe, src, callback_on_step_end=lambda p, i, t, kw: seen.append(
+        "generator" in inspect.signature(p.scheduler.step).parameters) or kw)
+    assert seen and all(seen)
     assert pipe._spl_guidance.guided_steps, "no step was guided"
-    enable_structure_preservation(pipe, src, post_process=True, **GUIDE)
+    enable_structure_preservation(pipe, post_process=True, **GUIDE)
     post = _run(pipe, src)
     disable_structure_preservation(pipe)
     again = _run(pipe, src)

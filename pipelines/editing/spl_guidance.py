@@ -131,8 +131,9 @@ class _Settings:
         return [] if self.last_call is None else self.last_call.guided_steps
 
 
-def _prepared_source(pipe, image) -> torch.Tensor:
-    """``image`` as the pipeline prepares its own ``image`` (size snapped to the latent grid), in [0, 1]."""
+def _prepared_source(pipe, image, height=None, width=None) -> torch.Tensor:
+    """``image`` as the pipeline prepares its own ``image`` (size snapped to the latent grid, or the call's
+    ``height`` x ``width``), in [0, 1]."""
     proc = getattr(pipe, "image_processor", None)
     if proc is None:
         return source_tensor(image)
@@ -144,18 +145,16 @@ def _prepared_source(pipe, image) -> torch.Tensor:
                                  or (isinstance(image, (list, tuple)) and image and isinstance(image[0], Image.Image)))
     # tensors and arrays go through source_tensor first: [0, 1] floats (a [-1, 1] tensor handed to the
     # processor draws diffusers' FutureWarning)
-    pixels = proc.preprocess(image if pil else source_tensor(image))
+    size = dict(height=height, width=width) if height is not None and width is not None else {}
+    pixels = proc.preprocess(image if pil else source_tensor(image), **size)
     return ((pixels.float() + 1) / 2).clamp(0, 1)
 
 
-def _call_image(base_call, pipe, args, kwargs):
-    if "image" in kwargs:
-        return kwargs["image"]
+def _call_arguments(base_call, pipe, args, kwargs) -> dict:
     try:
-        bound = inspect.signature(base_call).bind_partial(pipe, *args, **kwargs)
+        return inspect.signature(base_call).bind_partial(pipe, *args, **kwargs).arguments
     except TypeError:
-        return None
-    return bound.arguments.get("image")
+        return dict(kwargs)
 
 
 def _run_guided(base_call, pipe, args, kwargs):
@@ -171,13 +170,16 @@ def _run_guided(base_call, pipe, args, kwargs):
                          f"guided: {err}") from None
     source = per_call if per_call is not None else settings.source
     explicit = source is not None
-    if source is None:
-        source = _call_image(base_call, pipe, args, kwargs)
-        if source is None:
+    if explicit:
+        prepared = _prepared_source(pipe, source)
+    else:  # the call's own image, at the size the pipeline gives it
+        call = _call_arguments(base_call, pipe, args, kwargs)
+        if call.get("image") is None:
             raise ValueError(f"{type(pipe).__name__} was called without `image`, so there is no source for SPL "
                              "guidance: pass structure_source=... to the call or a source to "
                              "enable_structure_preservation")
-    restorer = LatentRestorer(_prepared_source(pipe, source), check_aspect=explicit, **settings.kwargs)
+        prepared = _prepared_source(pipe, call["image"], call.get("height"), call.get("width"))
+    restorer = LatentRestorer(prepared, check_aspect=explicit, **settings.kwargs)
     restorer.vae, restorer.decode_fn = vae, vae.decode
     guide = CallGuide(restorer, settings.start, settings.post_process)
     settings.last_call = guide
