@@ -265,3 +265,23 @@ def test_inpaint_is_guided_towards_its_image(images):
     guided = _run(pipe, b, mask_image=everywhere, height=32, width=32)
     print(f"inpaint: SPL {_spl(b, base):.5f} -> {_spl(b, guided):.5f}")
     assert pipe._spl_guidance.guided_steps and _spl(b, guided) <= 0.7 * _spl(b, base)
+
+
+def test_vae_tiling_and_slicing_apply_to_the_guidance(images, monkeypatch):
+    _, b = images
+    pipe = _sd()
+    base = _run(pipe, b, num_images_per_prompt=2)
+    vae = pipe.vae
+    vae.enable_tiling()
+    vae.enable_slicing()
+    vae.tile_sample_min_size = vae.tile_latent_min_size = 16  # tiles smaller than the 32 px test images
+    tiled = []
+    original = type(vae).tiled_decode
+    monkeypatch.setattr(type(vae), "tiled_decode", lambda self, *a, **k: tiled.append(1) or original(self, *a, **k))
+    enable_structure_preservation(pipe, **GUIDE)
+    guided = _run(pipe, b, num_images_per_prompt=2)
+    stages = len(pipe._spl_guidance.guided_steps)
+    b2 = b.expand(2, -1, -1, -1)
+    print(f"tiled + sliced: SPL {_spl(b2, base):.5f} -> {_spl(b2, guided):.5f}, {len(tiled)} tiled decodes")
+    assert guided.shape == (2, 3, 32, 32) and _spl(b2, guided) <= 0.7 * _spl(b2, base)
+    assert len(tiled) == 2 * stages + 1 + 2  # sliced, so per image: 2 per stage, the source once, the final 2
