@@ -78,8 +78,10 @@ def test_explicit_source_of_another_aspect_is_an_error(images):
     pipe = _sd()
     wide = torch.nn.functional.interpolate(b, size=(32, 48), mode="bilinear", align_corners=False)
     enable_structure_preservation(pipe, a, **GUIDE)
+    steps = []
     with pytest.raises(ValueError, match=r"source is 32x32 \(HxW\) but the output is 32x48: the aspect ratio differs"):
-        _run(pipe, wide)
+        _run(pipe, wide, callback_on_step_end=lambda p, i, t, kw: steps.append(i) or kw)
+    assert steps == [], "the mismatch must be reported before sampling starts"
     # the same aspect at another size is resized, as the pipeline's image processor resizes `image`
     big = torch.nn.functional.interpolate(a, size=(64, 64), mode="bicubic", align_corners=False).clamp(0, 1)
     enable_structure_preservation(pipe, big, **GUIDE)

@@ -56,7 +56,7 @@ def offload_link_suspended(vae):
             h.prev_module_hook = prev
 
 
-def _aspect_check(src_hw, out_hw):
+def aspect_check(src_hw, out_hw):
     (h, w), (H, W) = src_hw, out_hw
     if abs((w / h) / (W / H) - 1) > ASPECT_TOLERANCE:
         raise ValueError(f"the structure source is {h}x{w} (HxW) but the output is {H}x{W}: the aspect ratio "
@@ -134,7 +134,7 @@ class LatentRestorer:
         src = self.source.to(device)
         if tuple(src.shape[-2:]) != tuple(shape[-2:]):
             if self.check_aspect:
-                _aspect_check(tuple(src.shape[-2:]), tuple(shape[-2:]))
+                aspect_check(tuple(src.shape[-2:]), tuple(shape[-2:]))
             src = F.interpolate(src, size=tuple(shape[-2:]), mode="bicubic", antialias=True,
                                 align_corners=False).clamp(0, 1)
         return src

@@ -44,7 +44,7 @@ import inspect
 
 import torch
 
-from .restorer import LATENT_UPDATES, LatentRestorer, source_tensor  # noqa: F401  (re-exported)
+from .restorer import LATENT_UPDATES, LatentRestorer, aspect_check, source_tensor  # noqa: F401  (re-exported)
 from .schedulers import _schedule_index, scheduler_family, x0_coefficients
 from .spl_callback import SPLGuidanceCallback
 
@@ -170,10 +170,14 @@ def _run_guided(base_call, pipe, args, kwargs):
                          f"guided: {err}") from None
     source = per_call if per_call is not None else settings.source
     explicit = source is not None
+    call = _call_arguments(base_call, pipe, args, kwargs)
     if explicit:
         prepared = _prepared_source(pipe, source)
+        if call.get("image") is not None:  # report an aspect mismatch now, not after the first steps
+            out = _prepared_source(pipe, call["image"], call.get("height"), call.get("width"))
+            if tuple(out.shape[-2:]) != tuple(prepared.shape[-2:]):
+                aspect_check(tuple(prepared.shape[-2:]), tuple(out.shape[-2:]))
     else:  # the call's own image, at the size the pipeline gives it
-        call = _call_arguments(base_call, pipe, args, kwargs)
         if call.get("image") is None:
             raise ValueError(f"{type(pipe).__name__} was called without `image`, so there is no source for SPL "
                              "guidance: pass structure_source=... to the call or a source to "
