@@ -185,7 +185,8 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
             image = (image + 1) / 2
         pixels = self.image_processor.preprocess(image).to(device, torch.float32)  # [-1, 1], size to the grid
         if pixels.shape[0] not in (1, len(prompts)):
-            raise ValueError(f"got {pixels.shape[0]} images for {len(prompts)} prompts; pass one image or one per prompt")
+            raise ValueError(f"got {pixels.shape[0]} images for {len(prompts)} prompts; "
+                             "pass one image or one per prompt")
         source = (pixels + 1) / 2
         if source.shape[0] > 1:  # in the order of the prompt embeddings: each prompt's images together
             source = source.repeat_interleave(num_images_per_prompt, 0)

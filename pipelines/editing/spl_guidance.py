@@ -44,7 +44,7 @@ import inspect
 
 import torch
 
-from .restorer import LATENT_UPDATES, LatentRestorer, aspect_check, source_tensor  # noqa: F401  (re-exported)
+from .restorer import LATENT_UPDATES, LatentRestorer, aspect_check, source_tensor  # noqa: F401 (LATENT_UPDATES re-exported)
 from .schedulers import _schedule_index, scheduler_family, x0_coefficients
 from .spl_callback import SPLGuidanceCallback
 
