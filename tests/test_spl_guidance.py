@@ -32,7 +32,7 @@ from vision.pipelines import (  # noqa: E402
     SPLGuidanceCallback, disable_structure_preservation, enable_structure_preservation,
 )
 from vision.pipelines.editing.masks import load_mask  # noqa: E402
-from vision.pipelines.editing.spl_guidance import x0_coefficients  # noqa: E402
+from vision.pipelines.editing.spl_guidance import CallGuide, guided_scheduler, x0_coefficients  # noqa: E402
 
 diffusers.utils.logging.set_verbosity_error()
 GUIDE = dict(start=0.3, steps_per_guidance=30)  # the last 2 of the 3 steps run
@@ -83,12 +83,15 @@ def _spl(source, out):
 def test_guidance_lowers_structure_loss(family):
     pipe, src = _pipe(family), tiny.source_image()
     base = _run(pipe, src)
-    enable_structure_preservation(pipe, src, post_process=False, **GUIDE)
-    # the wrapped step keeps its signature, so the pipeline still passes it `generator` (and `eta`)
-    assert "generator" in inspect.signature(pipe.scheduler.step).parameters
-    guided = _run(pipe, src)
+    seen = []
+    # no source: the call's own image; the guided step keeps its signature, so the pipeline still
+    # passes it `generator` (and `eta`)
+    enable_structure_preservation(pipe, post_process=False, **GUIDE)
+    guided = _run(pipe, src, callback_on_step_end=lambda p, i, t, kw: seen.append(
+        "generator" in inspect.signature(p.scheduler.step).parameters) or kw)
+    assert seen and all(seen)
     assert pipe._spl_guidance.guided_steps, "no step was guided"
-    enable_structure_preservation(pipe, src, post_process=True, **GUIDE)
+    enable_structure_preservation(pipe, post_process=True, **GUIDE)
     post = _run(pipe, src)
     disable_structure_preservation(pipe)
     again = _run(pipe, src)
@@ -129,17 +132,18 @@ def test_scheduler_update_uses_the_optimised_x0(name):
     sched.set_timesteps(5)
     ref = SCHEDULERS[name]()
     ref.set_timesteps(5)
-    pipe = SimpleNamespace(scheduler=sched, vae=tiny.tiny_vae())
-    enable_structure_preservation(pipe, tiny.source_image(), start=0.0)
+    restorer = SimpleNamespace(steps=1)
+    guided = guided_scheduler(sched, CallGuide(restorer, start=0.0, post_process=False))
+    assert isinstance(guided, type(sched)) and "step" not in vars(sched)
     sample = torch.randn(1, 4, 8, 8, generator=g)
     for t in sched.timesteps[:3]:
         m = torch.randn(1, 4, 8, 8, generator=g)
         target = torch.randn(1, 4, 8, 8, generator=g)
-        pipe._spl_guidance.restorer.optimise_latent = lambda x0, target=target: target
+        restorer.optimise_latent = lambda x0, target=target: target
         a, b = x0_coefficients(ref, t, sample)
         gen = ({"generator": torch.Generator().manual_seed(1)}
                if "generator" in inspect.signature(ref.step).parameters else {})
-        out = sched.step(m, t, sample, **gen)
+        out = guided.step(m, t, sample, **gen)
         # the reference scheduler, fed the model output that by its own formula means x0 = target
         gen = {k: torch.Generator().manual_seed(1) for k in gen}
         expect = ref.step((target - a * sample) / b, t, sample, **gen)
@@ -154,7 +158,6 @@ def test_scheduler_update_uses_the_optimised_x0(name):
             s0, s1 = (float(sched.sigmas[sched.step_index - 1]), float(sched.sigmas[sched.step_index]))
             assert torch.allclose(out.prev_sample, (s1 / s0) * sample + (1 - s1 / s0) * target, atol=1e-5)
         sample = out.prev_sample
-    disable_structure_preservation(pipe)
 
 
 def _crops(x):

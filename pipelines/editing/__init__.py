@@ -7,7 +7,7 @@ Names resolve on first access, so importing a submodule such as ``masks`` does n
 import importlib
 
 _LAZY = {"StructurePreservingEditPipeline": "pipeline", "enable_structure_preservation": "spl_guidance",
-         "disable_structure_preservation": "spl_guidance", "SPLGuidanceCallback": "spl_guidance"}
+         "disable_structure_preservation": "spl_guidance", "SPLGuidanceCallback": "spl_callback"}
 __all__ = sorted(_LAZY)
 
 

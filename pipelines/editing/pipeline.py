@@ -17,10 +17,15 @@ self-attention replacement, LocalBlend) is in :mod:`.attention_control`, driven 
 ``cross_replace_steps``, ``self_replace_steps``, ``cross_attention_mode``, ``equalizer`` and
 ``local_blend_*`` arguments.
 
-This folder also works as ``DiffusionPipeline.from_pretrained(model, custom_pipeline=<this folder>)``.
+This folder also works as ``DiffusionPipeline.from_pretrained(model, custom_pipeline=<this folder>)``, and a
+saved pipeline loads with ``DiffusionPipeline.from_pretrained(saved, trust_remote_code=True)`` (see
+:meth:`StructurePreservingEditPipeline.save_pretrained`).
 """
 from __future__ import annotations
 
+import inspect
+import json
+import os
 from typing import Any, Callable
 
 import torch
@@ -29,7 +34,7 @@ from diffusers import AutoencoderKL, DiffusionPipeline, ImagePipelineOutput, LCM
 from diffusers.image_processor import VaeImageProcessor
 from diffusers.utils.torch_utils import randn_tensor
 
-from vision.pipelines.editing.spl_guidance import LatentRestorer
+from vision.pipelines.editing.restorer import LatentRestorer
 
 try:  # a package import, or this folder loaded by diffusers as custom_pipeline=<folder>
     from .attention_control import AttentionControl, attention_control
@@ -48,6 +53,7 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
     """
 
     model_cpu_offload_seq = "text_encoder->unet->vae"
+    _shim_name = "pipeline"  # the module file save_pretrained writes; model_index names it with the class
     _callback_tensor_inputs = ["latents", "denoised", "source_latents", "prompt_embeds"]
 
     def __init__(self, vae: AutoencoderKL, text_encoder, tokenizer, unet: UNet2DConditionModel,
@@ -56,6 +62,49 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
         self.register_modules(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet, scheduler=scheduler)
         self.vae_scale_factor = 2 ** (len(self.vae.config.block_out_channels) - 1) if vae is not None else 8
         self.image_processor = VaeImageProcessor(vae_scale_factor=self.vae_scale_factor)
+
+    def save_pretrained(self, save_directory, *args, push_to_hub: bool = False, **kwargs):
+        """``DiffusionPipeline.save_pretrained``, plus what lets ``DiffusionPipeline.from_pretrained`` find this
+        class: ``model_index.json`` names it as ``["pipeline", "StructurePreservingEditPipeline"]`` (diffusers'
+        form for a custom pipeline class) and ``pipeline.py`` holds one import of it from the installed
+        ``vision`` package (the folder carries no copy of the code). diffusers runs a folder's custom code
+        only with ``trust_remote_code=True``; ``StructurePreservingEditPipeline.from_pretrained`` does not need
+        it for folders written here. ``push_to_hub`` is not supported: save, then upload the folder."""
+        if push_to_hub:
+            raise NotImplementedError("save_pretrained(push_to_hub=True) is not supported for "
+                                      "StructurePreservingEditPipeline; save it, then upload the folder with "
+                                      "huggingface_hub.upload_folder")
+        super().save_pretrained(save_directory, *args, **kwargs)
+        index = os.path.join(save_directory, "model_index.json")
+        with open(index) as f:
+            config = json.load(f)
+        config["_class_name"] = [self._shim_name, type(self).__name__]
+        with open(index, "w") as f:
+            json.dump(config, f, indent=2, sort_keys=True)
+            f.write("\n")
+        with open(os.path.join(save_directory, f"{self._shim_name}.py"), "w") as f:
+            f.write(_SHIM)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
+        """``DiffusionPipeline.from_pretrained``; a folder written by :meth:`save_pretrained` (whose
+        ``pipeline.py`` is exactly the one-line import of this class) loads without ``trust_remote_code``."""
+        shim = os.path.join(str(pretrained_model_name_or_path), f"{cls._shim_name}.py")
+        if kwargs.get("custom_pipeline") is None and os.path.isfile(shim) and _accepts_trust_remote_code():
+            with open(shim) as f:
+                if f.read() == _SHIM:  # nothing but an import of the class being called
+                    kwargs.setdefault("trust_remote_code", True)
+        return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+
+    def _check_scheduler(self):
+        sched = self.scheduler
+        if ("strength" not in inspect.signature(sched.set_timesteps).parameters
+                or getattr(sched, "alphas_cumprod", None) is None):
+            raise ValueError(f"StructurePreservingEditPipeline samples with InfEdit's virtual inversion on the LCM "
+                             f"schedule and needs LCMScheduler, got {type(sched).__name__}; set "
+                             "pipe.scheduler = LCMScheduler.from_config(pipe.scheduler.config) (for SPL guidance "
+                             "with DDIM, Euler, DPM-Solver++ and other schedulers, use "
+                             "vision.pipelines.enable_structure_preservation on a stock img2img pipeline)")
 
     def _embed(self, prompts: list[str], device) -> torch.Tensor:
         ids = self.tokenizer(prompts, padding="max_length", max_length=self.tokenizer.model_max_length,
@@ -116,21 +165,36 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
             raise ValueError(f"callback_on_step_end_tensor_inputs {bad} not in {self._callback_tensor_inputs}")
         if not 0.0 < strength <= 1.0:
             raise ValueError(f"strength must be in (0, 1], got {strength}")
+        if output_type not in ("pil", "np", "pt", "latent"):
+            raise ValueError(f"output_type must be 'pil', 'np', 'pt' or 'latent', got {output_type!r}")
+        self._check_scheduler()
         prompts = [prompt] if isinstance(prompt, str) else list(prompt)
         n = len(prompts) * num_images_per_prompt
+        if isinstance(generator, list) and len(generator) != n:
+            raise ValueError(f"You have passed a list of generators of length {len(generator)}, but requested an "
+                             f"effective batch size of {n}. Make sure the batch size matches the length of the "
+                             "generators.")
         expand = lambda p: ([p] * len(prompts) if isinstance(p, str) else list(p))  # noqa: E731
         src_prompts, neg_prompts = expand(source_prompt), expand(negative_prompt)
         device = self._execution_device
         tgt_emb, src_emb, neg_emb = (self._embed(p, device).repeat_interleave(num_images_per_prompt, 0)
                                      for p in (prompts, src_prompts, neg_prompts))
 
-        pixels = self.image_processor.preprocess(image).to(device, self.vae.dtype)  # [-1, 1], size to the grid
-        restorer = LatentRestorer((pixels[:1].float() + 1) / 2, steps=steps_per_guidance, spl_weight=spl_weight,
-                                  color_weight=color_weight, mask=mask, invert_mask=invert_mask)
+        # [-1, 1] tensors are mapped to [0, 1] here: handed to the processor they draw diffusers' FutureWarning
+        if isinstance(image, torch.Tensor) and image.is_floating_point() and float(image.min()) < 0:
+            image = (image + 1) / 2
+        pixels = self.image_processor.preprocess(image).to(device, torch.float32)  # [-1, 1], size to the grid
+        if pixels.shape[0] not in (1, len(prompts)):
+            raise ValueError(f"got {pixels.shape[0]} images for {len(prompts)} prompts; "
+                             "pass one image or one per prompt")
+        source = (pixels + 1) / 2
+        if source.shape[0] > 1:  # in the order of the prompt embeddings: each prompt's images together
+            source = source.repeat_interleave(num_images_per_prompt, 0)
+        restorer = LatentRestorer(source, steps=steps_per_guidance, spl_weight=spl_weight, color_weight=color_weight,
+                                  mask=mask, invert_mask=invert_mask)
         restorer.vae, restorer.decode_fn = self.vae, self.vae.decode
-        z_src = restorer.encode((pixels.float() + 1) / 2).to(device)
-        z_src = (z_src.expand(n, -1, -1, -1) if z_src.shape[0] == 1
-                 else z_src.repeat_interleave(num_images_per_prompt, 0))
+        z_src = restorer.encode(source).to(device)
+        z_src = z_src.expand(n, -1, -1, -1) if z_src.shape[0] == 1 else z_src
 
         self.scheduler.set_timesteps(num_inference_steps, device=device, strength=strength)
         timesteps = self.scheduler.timesteps
@@ -188,3 +252,17 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
         if not return_dict:
             return (images,)
         return ImagePipelineOutput(images=images)
+
+
+_SHIM = ('"""Written by StructurePreservingEditPipeline.save_pretrained: the class comes from the installed '
+         '`vision` package."""\n'
+         "from vision.pipelines.editing.pipeline import StructurePreservingEditPipeline  # noqa: F401\n")
+
+
+def _accepts_trust_remote_code() -> bool:
+    """diffusers >= 0.35 asks for trust_remote_code before it runs a folder's pipeline.py; older ones run it."""
+    try:
+        from diffusers.utils.dynamic_modules_utils import get_cached_module_file
+    except ImportError:  # pragma: no cover
+        return False
+    return "trust_remote_code" in inspect.signature(get_cached_module_file).parameters

@@ -6,285 +6,63 @@ optimise that image in pixel space with SPL (+ colour preservation, optionally m
 source's VAE round trip, encode it and let the sampler go on; after the last step, run the same
 optimisation once more on the decoded output against the source itself (post-processing).
 
-How it attaches (``enable_structure_preservation``): the pipeline's scheduler instance gets a wrapped
-``step``. Every scheduler supported here computes its clean-sample prediction as an affine function
-``x0 = a * sample + b * model_output`` of the model output (epsilon, v or sample prediction; flow
-velocity; LCM's boundary-condition ``denoised``). The wrapper computes that ``x0``, optimises it, and
-hands the scheduler the model output ``model_output + (x0' - x0) / b``, for which the scheduler's own
-formula yields exactly ``x0'`` at the same ``sample``. So the re-noising is the scheduler's own update
-rule in every case: DDIM's deterministic direction, Euler's ODE step, DPM-Solver++'s multistep history
-(which stores ``x0'``), LCM's fresh-noise re-noising, the flow-matching Euler step. The VAE instance
-gets a wrapped ``decode`` that applies post-processing to the pipeline's final decode only.
+The guidance step: every scheduler supported here computes its clean-sample prediction as an affine
+function ``x0 = a * sample + b * model_output`` of the model output. The guided step computes that
+``x0``, optimises it, and hands the scheduler ``model_output + (x0' - x0) / b``, for which the
+scheduler's own formula yields exactly ``x0'``; so the re-noising is the scheduler's own update rule
+(DDIM's direction, Euler's ODE step, DPM-Solver++'s history, LCM's fresh noise, flow matching).
 
-    >>> pipe = StableDiffusionImg2ImgPipeline.from_pretrained(...)
-    >>> enable_structure_preservation(pipe, image, start=0.8)
+How it attaches, per pipeline instance and per call: ``enable_structure_preservation(pipe)`` records the
+settings on ``pipe`` and gives *that instance* a subclass of its own class (same name) whose
+``__call__`` does, for each call:
+
+- the source is the call's ``structure_source=`` if given, else the one fixed at enable time, else
+  the call's own ``image`` (img2img, inpaint, SDXL / SD3 img2img), prepared by the pipeline's image
+  processor exactly as the pipeline prepares ``image``. An explicit source of another size is resized
+  to the output; one of another aspect ratio (beyond 2 %) raises ValueError.
+- the pipeline's current ``scheduler`` and ``vae`` are checked (an unsupported scheduler, e.g. after
+  ``pipe.scheduler = PNDMScheduler.from_config(...)``, raises ValueError naming the ones that work) and,
+  for the duration of the call only, ``pipe``'s own attributes point at *views* of them: objects of a
+  one-off subclass that share the originals' state (same ``__dict__``) and differ only in ``step`` (the
+  guided step) and ``decode`` (post-processing of the final decode). The scheduler and VAE objects
+  themselves are never modified, so pipelines sharing them (``from_pipe``) are unaffected, and a swapped
+  scheduler is picked up at the next call.
+
+    >>> pipe = StableDiffusionImg2ImgPipeline.from_pretrained(..., dtype=torch.float16)
+    >>> enable_structure_preservation(pipe, start=0.8)           # guides towards each call's `image`
     >>> edited = pipe("a watercolour painting", image=image, strength=0.6).images[0]
     >>> disable_structure_preservation(pipe)
 
-``SPLGuidanceCallback`` is the same guidance as a ``callback_on_step_end`` for pipelines that expose
-``denoised`` to callbacks (LatentConsistencyModelImg2ImgPipeline, StructurePreservingEditPipeline):
-there the re-noised latent is ``sqrt(abar_prev) * denoised + sqrt(1 - abar_prev) * noise``, so moving
-``denoised`` by ``d`` moves the latent by exactly ``sqrt(abar_prev) * d``.
+Cost per guided step: one VAE decode, ``steps_per_guidance`` SGD steps in pixels, one VAE encode; per
+call one source round trip (cached). With ``enable_model_cpu_offload`` the VAE stays on the device next
+to the denoiser during the guided steps instead of swapping it out (see :mod:`.restorer`).
 """
 from __future__ import annotations
 
 import functools
-from typing import Any
+import inspect
 
 import torch
-import torch.nn.functional as F
 
-from vision.restore import restore_structure
-
-from .masks import load_mask, to_image_tensor
+from .restorer import LATENT_UPDATES, LatentRestorer, aspect_check, source_tensor  # noqa: F401 (LATENT_UPDATES re-exported)
+from .schedulers import _schedule_index, scheduler_family, x0_coefficients
+from .spl_callback import SPLGuidanceCallback
 
 _ATTR = "_spl_guidance"
-LATENT_UPDATES = ("replace", "delta")
+_GUIDED_CLASSES: dict = {}
 
 
-# ----------------------------------------------------------------------------- scheduler families
-def _ensure_step_index(scheduler, timestep) -> int | None:
-    if hasattr(scheduler, "step_index") and hasattr(scheduler, "_init_step_index"):
-        if scheduler.step_index is None:
-            scheduler._init_step_index(timestep)
-        return int(scheduler.step_index)
-    return None
+# ----------------------------------------------------------------------------- one call's guidance
+class CallGuide:
+    """State of one guided call: the restorer, which steps it guided, whether the next decode is final."""
 
-
-def _schedule_index(scheduler, timestep) -> int:
-    """Position of ``timestep`` in ``scheduler.timesteps`` (the scheduler's own counter when it has one)."""
-    idx = _ensure_step_index(scheduler, timestep)
-    if idx is not None:
-        return idx
-    ts = scheduler.timesteps
-    t = timestep.to(ts.device) if isinstance(timestep, torch.Tensor) else torch.tensor(timestep, device=ts.device)
-    hits = (ts == t).nonzero()
-    if len(hits) == 0:
-        raise ValueError(f"timestep {timestep} is not in the scheduler's timesteps")
-    return int(hits[0])
-
-
-def scheduler_family(scheduler) -> str:
-    """``"flow"``, ``"sigma"`` (Euler-type), ``"solver"`` (DPM-Solver++/UniPC ``convert_model_output``),
-    ``"lcm"`` or ``"alpha"`` (DDIM/DDPM); raises ValueError for schedulers this cannot guide exactly."""
-    name = type(scheduler).__name__
-    cfg = scheduler.config
-    if getattr(cfg, "thresholding", False):
-        raise ValueError(f"{name} with thresholding=True clips x0 non-linearly; SPL guidance needs it off")
-    if name == "FlowMatchEulerDiscreteScheduler":
-        return "flow"
-    if name in ("EulerDiscreteScheduler", "EulerAncestralDiscreteScheduler", "LMSDiscreteScheduler"):
-        return "sigma"
-    if name in ("DPMSolverMultistepScheduler", "DPMSolverSinglestepScheduler"):
-        if cfg.algorithm_type not in ("dpmsolver++", "sde-dpmsolver++"):
-            raise ValueError(f"{name} with algorithm_type={cfg.algorithm_type!r} works on noise, not x0; "
-                             "use algorithm_type='dpmsolver++' (the diffusers default)")
-        return "solver"
-    if name == "UniPCMultistepScheduler":
-        if not cfg.predict_x0:
-            raise ValueError("UniPCMultistepScheduler with predict_x0=False is not supported")
-        return "solver"
-    if name == "LCMScheduler":
-        return "lcm"
-    if name in ("DDIMScheduler", "DDPMScheduler"):
-        return "alpha"
-    raise ValueError(f"SPL guidance does not support {name}; supported: DDIM, DDPM, Euler, Euler ancestral, LMS, "
-                     "DPM-Solver++ (multistep, singlestep), UniPC, LCM, flow-matching Euler")
-
-
-def x0_coefficients(scheduler, timestep, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(a, b)``, float32 scalars, with the scheduler's clean prediction ``x0 = a * sample + b * model_output``."""
-    family = scheduler_family(scheduler)
-    dev = like.device
-    one = torch.ones((), dtype=torch.float32, device=dev)
-    pred = getattr(scheduler.config, "prediction_type", "epsilon")
-    if family in ("flow", "sigma"):
-        _ensure_step_index(scheduler, timestep)
-        sigma = scheduler.sigmas[scheduler.step_index].to(dev, torch.float32)
-        if family == "flow" or pred == "epsilon":
-            return one, -sigma
-        if pred == "v_prediction":
-            return 1 / (sigma ** 2 + 1), -sigma / (sigma ** 2 + 1).sqrt()
-        if pred == "sample":
-            return 0 * one, one
-    elif family == "solver":
-        _ensure_step_index(scheduler, timestep)
-        z = torch.zeros((1, 1, 1, 1), dtype=torch.float32, device=dev)
-        a = scheduler.convert_model_output(z, sample=z + 1).reshape(())
-        b = scheduler.convert_model_output(z + 1, sample=z).reshape(())
-        return a.float(), b.float()
-    else:
-        t = int(timestep)
-        abar = scheduler.alphas_cumprod[t].to(dev, torch.float32)
-        if pred == "epsilon":
-            a, b = 1 / abar.sqrt(), -(1 - abar).sqrt() / abar.sqrt()
-        elif pred == "v_prediction":
-            a, b = abar.sqrt(), -(1 - abar).sqrt()
-        elif pred == "sample":
-            a, b = 0 * one, one
-        else:
-            raise ValueError(f"unsupported prediction_type {pred!r}")
-        if family == "lcm":  # denoised = c_out * x0 + c_skip * sample
-            c_skip, c_out = scheduler.get_scalings_for_boundary_condition_discrete(t)
-            c_skip = torch.as_tensor(c_skip, dtype=torch.float32, device=dev)
-            c_out = torch.as_tensor(c_out, dtype=torch.float32, device=dev)
-            a, b = c_out * a + c_skip, c_out * b
-        return a, b
-    raise ValueError(f"unsupported prediction_type {pred!r}")
-
-
-# ----------------------------------------------------------------------------- pixel-space restoration
-class LatentRestorer:
-    """Decode a clean latent, restore its structure in pixel space with SPL + colour loss, encode it.
-
-    Holds the source (in [0, 1]), the optional mask and the loss settings; the reference inside the
-    sampling loop is the source's VAE round trip (cached per size), post-processing uses the source.
-    """
-
-    def __init__(self, source_image, *, steps: int = 100, spl_weight: float = 1e4, color_weight: float = 1e3,
-                 mask=None, invert_mask: bool = False, latent_update: str = "replace", radius: int = 5,
-                 eps: float = 1e-4, post_process_steps: int | None = None):
-        if latent_update not in LATENT_UPDATES:
-            raise ValueError(f"latent_update must be one of {LATENT_UPDATES}, got {latent_update!r}")
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ValueError(f"steps_per_guidance must be a non-negative integer, got {steps!r}")
-        self.source = to_image_tensor(source_image)  # (1, 3, H, W) float32 in [0, 1]
-        self.mask = None if mask is None else load_mask(mask, self.source.shape[-2:], invert=invert_mask)
-        self.steps, self.spl_weight, self.color_weight = steps, float(spl_weight), float(color_weight)
-        self.post_steps = steps if post_process_steps is None else int(post_process_steps)
-        self.latent_update, self.radius, self.eps = latent_update, radius, eps
-        self._references: dict = {}
-        self.vae = None
-        self.decode_fn = None  # the VAE's own decode (not the post-processing wrapper)
-
-    # latents <-> VAE space, as the pipelines do it
-    def _to_vae(self, z):
-        cfg = self.vae.config
-        mean, std = getattr(cfg, "latents_mean", None), getattr(cfg, "latents_std", None)
-        if mean is not None and std is not None:
-            c = z.shape[1]
-            mean = torch.tensor(mean, device=z.device, dtype=z.dtype).view(1, c, 1, 1)
-            std = torch.tensor(std, device=z.device, dtype=z.dtype).view(1, c, 1, 1)
-            return z * std / cfg.scaling_factor + mean
-        return z / cfg.scaling_factor + (getattr(cfg, "shift_factor", None) or 0.0)
-
-    def _from_vae(self, h):
-        cfg = self.vae.config
-        mean, std = getattr(cfg, "latents_mean", None), getattr(cfg, "latents_std", None)
-        if mean is not None and std is not None:
-            c = h.shape[1]
-            mean = torch.tensor(mean, device=h.device, dtype=h.dtype).view(1, c, 1, 1)
-            std = torch.tensor(std, device=h.device, dtype=h.dtype).view(1, c, 1, 1)
-            return (h - mean) * cfg.scaling_factor / std
-        return (h - (getattr(cfg, "shift_factor", None) or 0.0)) * cfg.scaling_factor
-
-    @torch.no_grad()
-    def decode(self, z: torch.Tensor) -> torch.Tensor:
-        """Latents (B, C, h, w) -> images (B, 3, H, W) float32 in [0, 1]."""
-        out = self.decode_fn(self._to_vae(z).to(self.vae.dtype), return_dict=False)[0]
-        return ((out.float() + 1) / 2).nan_to_num(0.5).clamp(0, 1)
-
-    @torch.no_grad()
-    def encode(self, img: torch.Tensor) -> torch.Tensor:
-        """Images in [0, 1] -> latents (posterior mean: deterministic, no extra noise per guided step)."""
-        enc = self.vae.encode((img * 2 - 1).to(self.vae.dtype))
-        dist = getattr(enc, "latent_dist", None)
-        h = dist.mean if dist is not None else (enc.latents if hasattr(enc, "latents") else enc[0])
-        return self._from_vae(h.float())
-
-    def _resized_source(self, shape, device):
-        src = self.source.to(device)
-        if tuple(src.shape[-2:]) != tuple(shape[-2:]):
-            src = F.interpolate(src, size=tuple(shape[-2:]), mode="bicubic", antialias=True,
-                                align_corners=False).clamp(0, 1)
-        return src
-
-    def _mask_at(self, shape, device):
-        if self.mask is None:
-            return None
-        m = self.mask.to(device)
-        if tuple(m.shape[-2:]) != tuple(shape[-2:]):
-            m = F.interpolate(m, size=tuple(shape[-2:]), mode="bilinear", align_corners=False).clamp(0, 1)
-        return m
-
-    def reference(self, shape, device) -> torch.Tensor:
-        """The source's VAE round trip at ``shape``'s size: the in-loop target (SPL does not chase detail
-        the VAE cannot hold)."""
-        key = (tuple(shape[-2:]), str(device))
-        if key not in self._references:
-            src = self._resized_source(shape, device)
-            self._references[key] = self.decode(self.encode(src))
-        return self._references[key]
-
-    def restore(self, target: torch.Tensor, image: torch.Tensor, steps: int) -> torch.Tensor:
-        b = image.shape[0]
-        return restore_structure(target.expand(b, -1, -1, -1), image, mask=self._mask_at(image.shape, image.device),
-                                 steps=steps, spl_weight=self.spl_weight, color_weight=self.color_weight,
-                                 radius=self.radius, eps=self.eps, value_range=(0.0, 1.0))
-
-    @torch.no_grad()
-    def optimise_latent(self, x0: torch.Tensor) -> torch.Tensor:
-        """One guided SPL stage: decode ``x0``, restore against the reference, encode. Returns float32 latents."""
-        x0 = x0.float()
-        img = self.decode(x0)
-        opt = self.restore(self.reference(img.shape, img.device), img, self.steps)
-        if self.latent_update == "replace":  # the published code: the re-encoded image is the new x0 ...
-            new = self.encode(opt)
-            if self.mask is None:
-                return new
-            # ... but only inside the mask: outside it the latent stays bit-exact, so the VAE round trip
-            # cannot blur the region the user left free (the loss there is zero anyway)
-            m = F.interpolate(self._mask_at(img.shape, x0.device), size=tuple(x0.shape[-2:]), mode="area")
-            return x0 + m * (new - x0)
-        # only the optimisation's own change goes back into the latent: with no change x0 stays bit-exact
-        both = self.encode(torch.cat([opt, img]))
-        return x0 + (both[: len(img)] - both[len(img):])
-
-    @torch.no_grad()
-    def post_process(self, decoded: torch.Tensor) -> torch.Tensor:
-        """Post-processing: the decoded output (in [-1, 1]) restored against the source itself."""
-        img = ((decoded.float() + 1) / 2).nan_to_num(0.5).clamp(0, 1)
-        out = self.restore(self._resized_source(img.shape, img.device), img, self.post_steps)
-        return (out * 2 - 1).to(decoded.dtype)
-
-
-# ----------------------------------------------------------------------------- attach to a pipeline
-def _forward(original, method):
-    """A plain function calling ``method`` that carries ``original``'s name, doc and signature."""
-    @functools.wraps(original)
-    def wrapper(*args, **kwargs):
-        return method(*args, **kwargs)
-
-    return wrapper
-
-
-class _Attachment:
-    def __init__(self, pipe, restorer: LatentRestorer, start: float, post_process: bool):
-        self.pipe, self.restorer, self.start, self.post_process = pipe, restorer, float(start), bool(post_process)
-        self.scheduler, self.vae = pipe.scheduler, pipe.vae
-        scheduler_family(self.scheduler)  # fail now, not mid-sampling
-        restorer.vae, restorer.decode_fn = self.vae, self.vae.decode
+    def __init__(self, restorer: LatentRestorer, start: float, post_process: bool):
+        self.restorer, self.start, self.post_process = restorer, float(start), bool(post_process)
         self.first = self.last = None
         self.post_pending = False
-        self.guided_steps: list[int] = []  # schedule indices guided in the latest run, for inspection
-        self._orig_step, self._orig_set_timesteps = self.scheduler.step, self.scheduler.set_timesteps
-        # functools.wraps keeps the wrapped signatures visible to inspect.signature: pipelines pass
-        # `generator` / `eta` to step and `timesteps` / `sigmas` to set_timesteps only if they see them
-        self.scheduler.step = _forward(self._orig_step, self.step)
-        self.scheduler.set_timesteps = _forward(self._orig_set_timesteps, self.set_timesteps)
-        self.vae.decode = _forward(self.restorer.decode_fn, self.decode)
+        self.guided_steps: list[int] = []  # schedule indices guided, for inspection
 
-    def detach(self):
-        for obj, name in ((self.scheduler, "step"), (self.scheduler, "set_timesteps"), (self.vae, "decode")):
-            obj.__dict__.pop(name, None)
-
-    def set_timesteps(self, *args, **kwargs):
-        self.first = self.last = None
-        self.post_pending = False
-        return self._orig_set_timesteps(*args, **kwargs)
-
-    def step(self, model_output, timestep, sample, *args, **kwargs):
-        sched = self.scheduler
+    def step(self, base_step, sched, model_output, timestep, sample, *args, **kwargs):
         idx = _schedule_index(sched, timestep)
         if self.first is None or (self.last is not None and idx <= self.last):
             self.first, self.post_pending, self.guided_steps = idx, False, []
@@ -297,13 +75,13 @@ class _Attachment:
             x0_new = self.restorer.optimise_latent(x0)
             model_output = (m + (x0_new - x0) / b).to(model_output.dtype)
             self.guided_steps.append(idx)
-        out = self._orig_step(model_output, timestep, sample, *args, **kwargs)
+        out = base_step(sched, model_output, timestep, sample, *args, **kwargs)
         if idx >= len(sched.timesteps) - 1:
             self.post_pending = self.post_process
         return out
 
-    def decode(self, z, *args, **kwargs):
-        out = self.restorer.decode_fn(z, *args, **kwargs)
+    def decode(self, base_decode, vae, z, *args, **kwargs):
+        out = base_decode(vae, z, *args, **kwargs)
         if not self.post_pending:
             return out
         self.post_pending = False
@@ -313,18 +91,150 @@ class _Attachment:
         return out
 
 
-def enable_structure_preservation(pipe, source_image, *, start: float = 0.8, steps_per_guidance: int = 100,
+def _view(obj, name: str, method):
+    """An object of a one-off subclass of ``type(obj)`` that shares ``obj``'s instance ``__dict__``: every
+    attribute read and write lands on ``obj``; only the method ``name`` differs. ``method(base, self, *a)``
+    receives the class's own function; the override keeps its signature (pipelines inspect ``step``)."""
+    base = type(obj)
+    original = getattr(base, name)
+
+    @functools.wraps(original)
+    def override(self, *args, **kwargs):
+        return method(original, self, *args, **kwargs)
+
+    cls = type(base.__name__, (base,), {name: override, "__module__": base.__module__,
+                                        "__qualname__": base.__qualname__})
+    view = object.__new__(cls)
+    object.__setattr__(view, "__dict__", obj.__dict__)
+    return view
+
+
+def guided_scheduler(scheduler, guide: CallGuide):
+    """A view of ``scheduler`` whose ``step`` is guided by ``guide`` (``scheduler`` itself is unchanged)."""
+    scheduler_family(scheduler)
+    return _view(scheduler, "step", guide.step)
+
+
+def guided_vae(vae, guide: CallGuide):
+    """A view of ``vae`` whose ``decode`` post-processes the decode after the last step."""
+    return _view(vae, "decode", guide.decode)
+
+
+# ----------------------------------------------------------------------------- attach to a pipeline
+class _Settings:
+    def __init__(self, source, kwargs, start, post_process):
+        self.source, self.kwargs, self.start, self.post_process = source, kwargs, float(start), bool(post_process)
+        self.last_call: CallGuide | None = None
+
+    @property
+    def guided_steps(self) -> list[int]:
+        return [] if self.last_call is None else self.last_call.guided_steps
+
+
+def _prepared_source(pipe, image, height=None, width=None) -> torch.Tensor:
+    """``image`` as the pipeline prepares its own ``image`` (size snapped to the latent grid, or the call's
+    ``height`` x ``width``), in [0, 1]."""
+    proc = getattr(pipe, "image_processor", None)
+    if proc is None:
+        return source_tensor(image)
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover
+        Image = None
+    pil = Image is not None and (isinstance(image, Image.Image)
+                                 or (isinstance(image, (list, tuple)) and image and isinstance(image[0], Image.Image)))
+    # tensors and arrays go through source_tensor first: [0, 1] floats (a [-1, 1] tensor handed to the
+    # processor draws diffusers' FutureWarning)
+    size = dict(height=height, width=width) if height is not None and width is not None else {}
+    pixels = proc.preprocess(image if pil else source_tensor(image), **size)
+    return ((pixels.float() + 1) / 2).clamp(0, 1)
+
+
+def _call_arguments(base_call, pipe, args, kwargs) -> dict:
+    try:
+        return inspect.signature(base_call).bind_partial(pipe, *args, **kwargs).arguments
+    except TypeError:
+        return dict(kwargs)
+
+
+def _run_guided(base_call, pipe, args, kwargs):
+    settings: _Settings = pipe.__dict__[_ATTR]
+    per_call = kwargs.pop("structure_source", None)
+    sched, vae = getattr(pipe, "scheduler", None), getattr(pipe, "vae", None)
+    if sched is None or vae is None:
+        raise ValueError("the pipeline has no scheduler or no VAE; SPL guidance needs both")
+    try:
+        scheduler_family(sched)
+    except ValueError as err:
+        raise ValueError(f"SPL guidance is enabled on this pipeline but its current scheduler cannot be "
+                         f"guided: {err}") from None
+    source = per_call if per_call is not None else settings.source
+    explicit = source is not None
+    call = _call_arguments(base_call, pipe, args, kwargs)
+    if explicit:
+        prepared = _prepared_source(pipe, source)
+        if call.get("image") is not None:  # report an aspect mismatch now, not after the first steps
+            out = _prepared_source(pipe, call["image"], call.get("height"), call.get("width"))
+            if tuple(out.shape[-2:]) != tuple(prepared.shape[-2:]):
+                aspect_check(tuple(prepared.shape[-2:]), tuple(out.shape[-2:]))
+    else:  # the call's own image, at the size the pipeline gives it
+        if call.get("image") is None:
+            raise ValueError(f"{type(pipe).__name__} was called without `image`, so there is no source for SPL "
+                             "guidance: pass structure_source=... to the call or a source to "
+                             "enable_structure_preservation")
+        prepared = _prepared_source(pipe, call["image"], call.get("height"), call.get("width"))
+    restorer = LatentRestorer(prepared, check_aspect=explicit, **settings.kwargs)
+    restorer.vae, restorer.decode_fn = vae, vae.decode
+    guide = CallGuide(restorer, settings.start, settings.post_process)
+    settings.last_call = guide
+    # only this instance's attributes change, and only for this call; DiffusionPipeline.__setattr__
+    # would also rewrite the pipeline config, hence the direct dict writes
+    pipe.__dict__["scheduler"], pipe.__dict__["vae"] = guided_scheduler(sched, guide), guided_vae(vae, guide)
+    try:
+        return base_call(pipe, *args, **kwargs)
+    finally:
+        views = (pipe.__dict__["scheduler"], pipe.__dict__["vae"])
+        pipe.__dict__["scheduler"], pipe.__dict__["vae"] = sched, vae
+        # maybe_free_model_hooks re-creates offload hooks from the pipeline's components, the views
+        # among them: point those hooks back at the real modules
+        for hook in getattr(pipe, "_all_hooks", None) or []:
+            if getattr(hook, "model", None) is views[1]:
+                hook.model = vae
+
+
+def _guided_class(base):
+    if base in _GUIDED_CLASSES:
+        return _GUIDED_CLASSES[base]
+    original = base.__call__
+
+    @functools.wraps(original)
+    def __call__(self, *args, **kwargs):
+        if _ATTR not in self.__dict__:
+            return original(self, *args, **kwargs)
+        return _run_guided(original, self, args, kwargs)
+
+    cls = type(base.__name__, (base,), {"__call__": __call__, "__module__": base.__module__,
+                                        "__qualname__": base.__qualname__, "_spl_stock_class": base})
+    _GUIDED_CLASSES[base] = cls
+    return cls
+
+
+def enable_structure_preservation(pipe, source_image=None, *, start: float = 0.8, steps_per_guidance: int = 100,
                                   spl_weight: float = 1e4, color_weight: float = 1e3, mask=None,
                                   invert_mask: bool = False, post_process: bool = True,
                                   post_process_steps: int | None = None, latent_update: str = "replace",
                                   radius: int = 5, eps: float = 1e-4):
-    """Attach SPL guidance (Gong et al., WACV 2026) to a stock diffusers pipeline, in place.
+    """Attach SPL guidance (Gong et al., WACV 2026) to this diffusers pipeline instance.
 
     Args:
-        pipe: a pipeline with ``scheduler`` and ``vae`` (SD / SDXL / SD3 img2img, LCM img2img, ...).
-            Re-run this after replacing ``pipe.scheduler``.
-        source_image: the image whose structure is kept: PIL image, (H, W, 3) array (uint8 or float in
-            [0, 1]) or tensor ((1,) 3, H, W) in [0, 1] (or [-1, 1] if it has negative values).
+        pipe: a pipeline with ``scheduler`` and ``vae`` (SD / SDXL / SD3 img2img and inpaint, LCM img2img,
+            ...). Other pipelines sharing its components (``from_pipe``) are not affected; replacing
+            ``pipe.scheduler`` later keeps the guidance (or raises ValueError at the next call if the new
+            scheduler cannot be guided).
+        source_image: the image whose structure is kept, for every call: PIL image, (H, W, 3) array (uint8
+            or float in [0, 1]) or tensor ((1,) 3, H, W) in [0, 1] (or [-1, 1] if it has negative values).
+            Default None: each call's own ``image``. A call may also pass ``structure_source=``. An explicit
+            source is resized to the output; a different aspect ratio raises ValueError.
         start: guide the steps whose position in this run's schedule is >= ``start`` (default 0.8: the
             last 20 %, as published; 0 guides every step).
         steps_per_guidance: SGD steps per guided sampling step (default 100).
@@ -335,8 +245,7 @@ def enable_structure_preservation(pipe, source_image, *, start: float = 0.8, ste
         post_process_steps: SGD steps of post-processing (default ``steps_per_guidance``).
         latent_update: ``"replace"`` (default, the published code: x0 = encode(optimised); with a mask
             only inside it, the mask area-downsampled to the latent grid) or ``"delta"``
-            (x0 += encode(optimised) - encode(decoded): the latent changes only by what the optimisation
-            changed, but a decoder that blurs then also blurs the correction, so it restores less).
+            (x0 += encode(optimised) - encode(decoded)).
         radius, eps: SPL window radius and ridge term.
 
     Returns:
@@ -348,104 +257,27 @@ def enable_structure_preservation(pipe, source_image, *, start: float = 0.8, ste
     for name in ("scheduler", "vae"):
         if getattr(pipe, name, None) is None:
             raise ValueError(f"the pipeline has no {name}; SPL guidance needs both a scheduler and a VAE")
+    scheduler_family(pipe.scheduler)  # fail now, not mid-sampling
+    kwargs = dict(steps=steps_per_guidance, spl_weight=spl_weight, color_weight=color_weight, mask=mask,
+                  invert_mask=invert_mask, latent_update=latent_update, radius=radius, eps=eps,
+                  post_process_steps=post_process_steps)
+    # validates the settings (and the source) now rather than at the first call
+    LatentRestorer(source_image if source_image is not None else torch.zeros(1, 3, 8, 8), **kwargs)
     disable_structure_preservation(pipe)
-    restorer = LatentRestorer(source_image, steps=steps_per_guidance, spl_weight=spl_weight,
-                              color_weight=color_weight, mask=mask, invert_mask=invert_mask,
-                              latent_update=latent_update, radius=radius, eps=eps,
-                              post_process_steps=post_process_steps)
-    setattr(pipe, _ATTR, _Attachment(pipe, restorer, start, post_process))
+    pipe.__dict__[_ATTR] = _Settings(source_image, kwargs, start, post_process)
+    if any("__call__" in vars(k) for k in type(pipe).__mro__[:-1]):
+        pipe.__class__ = _guided_class(type(pipe))
     return pipe
 
 
 def disable_structure_preservation(pipe):
     """Remove what :func:`enable_structure_preservation` attached; a no-op if nothing is attached."""
-    att = pipe.__dict__.pop(_ATTR, None)
-    if att is not None:
-        att.detach()
+    pipe.__dict__.pop(_ATTR, None)
+    stock = type(pipe).__dict__.get("_spl_stock_class")
+    if stock is not None:
+        pipe.__class__ = stock
     return pipe
 
 
-# ----------------------------------------------------------------------------- the callback form
-def _pipeline_callback_base():
-    from diffusers.callbacks import PipelineCallback
-
-    return PipelineCallback
-
-
-class SPLGuidanceCallback:
-    """SPL guidance as a ``callback_on_step_end``, for pipelines that pass ``denoised`` to callbacks.
-
-    Built on first use as a subclass of ``diffusers.callbacks.PipelineCallback`` (so pipelines read its
-    ``tensor_inputs`` themselves). After the scheduler's LCM step, ``latents = sqrt(abar_prev) * denoised
-    + sqrt(1 - abar_prev) * noise`` (``= denoised`` on the last step); the callback optimises
-    ``denoised`` and moves ``latents`` by ``sqrt(abar_prev) * (denoised' - denoised)``: exactly the latent
-    the scheduler would have produced from ``denoised'`` with the same noise. Post-processing is not part
-    of a callback (the pipeline decodes after the last callback); use :func:`enable_structure_preservation`
-    or ``vision.restore_structure`` on the output for it.
-
-        >>> cb = SPLGuidanceCallback(source_image, start=0.8)
-        >>> out = lcm_img2img(prompt, image=source_image, callback_on_step_end=cb,
-        ...                   callback_on_step_end_tensor_inputs=cb.tensor_inputs)  # LCM img2img does not read it
-    """
-
-    tensor_inputs = ["latents", "denoised"]
-
-    def __new__(cls, *args, **kwargs):
-        if cls is SPLGuidanceCallback:  # build the PipelineCallback subclass lazily (diffusers import)
-            cls = _callback_class()
-        return object.__new__(cls)
-
-
-_CALLBACK_CLASS = None
-
-
-def _callback_class():
-    global _CALLBACK_CLASS
-    if _CALLBACK_CLASS is not None:
-        return _CALLBACK_CLASS
-    base = _pipeline_callback_base()
-
-    class _SPLGuidanceCallback(SPLGuidanceCallback, base):
-        tensor_inputs = ["latents", "denoised"]
-
-        def __init__(self, source_image, *, start: float = 0.8, steps_per_guidance: int = 100,
-                     spl_weight: float = 1e4, color_weight: float = 1e3, mask=None, invert_mask: bool = False,
-                     latent_update: str = "replace", radius: int = 5, eps: float = 1e-4):
-            base.__init__(self, cutoff_step_ratio=1.0)
-            if not 0.0 <= float(start) <= 1.0:
-                raise ValueError(f"start must be in [0, 1], got {start!r}")
-            self.start = float(start)
-            self.restorer = LatentRestorer(source_image, steps=steps_per_guidance, spl_weight=spl_weight,
-                                           color_weight=color_weight, mask=mask, invert_mask=invert_mask,
-                                           latent_update=latent_update, radius=radius, eps=eps)
-
-        def callback_fn(self, pipeline, step_index, timestep, callback_kwargs) -> dict[str, Any]:
-            sched = pipeline.scheduler
-            n = int(getattr(pipeline, "num_timesteps", None) or len(sched.timesteps))
-            if step_index / max(n, 1) < self.start - 1e-9 or self.restorer.steps == 0:
-                return callback_kwargs
-            if "denoised" not in callback_kwargs:
-                raise ValueError("SPLGuidanceCallback needs 'denoised' in callback_on_step_end_tensor_inputs; "
-                                 "for pipelines without it use enable_structure_preservation")
-            self.restorer.vae = pipeline.vae
-            self.restorer.decode_fn = type(pipeline.vae).decode.__get__(pipeline.vae)
-            denoised, latents = callback_kwargs["denoised"], callback_kwargs["latents"]
-            new = self.restorer.optimise_latent(denoised)
-            nxt = sched.step_index  # already advanced past this step
-            if nxt is None or nxt >= len(sched.timesteps):
-                scale = 1.0
-            else:
-                scale = float(sched.alphas_cumprod[int(sched.timesteps[nxt])]) ** 0.5
-            shift = new - denoised.float()
-            callback_kwargs["denoised"] = new.to(denoised.dtype)
-            callback_kwargs["latents"] = (latents.float() + scale * shift).to(latents.dtype)
-            return callback_kwargs
-
-    _SPLGuidanceCallback.__name__ = _SPLGuidanceCallback.__qualname__ = "SPLGuidanceCallback"
-    _CALLBACK_CLASS = _SPLGuidanceCallback
-    return _CALLBACK_CLASS
-
-
 __all__ = ["enable_structure_preservation", "disable_structure_preservation", "SPLGuidanceCallback",
-           "LatentRestorer", "x0_coefficients", "scheduler_family"]
-
+           "LatentRestorer", "x0_coefficients", "scheduler_family", "guided_scheduler", "CallGuide"]

@@ -1,0 +1,86 @@
+"""SPL guidance as a ``callback_on_step_end`` (``diffusers.callbacks.PipelineCallback``), for pipelines
+that pass ``denoised`` to callbacks (LatentConsistencyModelImg2ImgPipeline, StructurePreservingEditPipeline)."""
+from __future__ import annotations
+
+from typing import Any
+
+from .restorer import LatentRestorer
+
+
+def _pipeline_callback_base():
+    from diffusers.callbacks import PipelineCallback
+
+    return PipelineCallback
+
+
+class SPLGuidanceCallback:
+    """SPL guidance as a ``callback_on_step_end``, for pipelines that pass ``denoised`` to callbacks.
+
+    Built on first use as a subclass of ``diffusers.callbacks.PipelineCallback`` (so pipelines read its
+    ``tensor_inputs`` themselves). After the scheduler's LCM step, ``latents = sqrt(abar_prev) * denoised
+    + sqrt(1 - abar_prev) * noise`` (``= denoised`` on the last step); the callback optimises
+    ``denoised`` and moves ``latents`` by ``sqrt(abar_prev) * (denoised' - denoised)``: exactly the latent
+    the scheduler would have produced from ``denoised'`` with the same noise. Post-processing is not part
+    of a callback (the pipeline decodes after the last callback); use :func:`enable_structure_preservation`
+    or ``vision.restore_structure`` on the output for it.
+
+        >>> cb = SPLGuidanceCallback(source_image, start=0.8)
+        >>> out = lcm_img2img(prompt, image=source_image, callback_on_step_end=cb,
+        ...                   callback_on_step_end_tensor_inputs=cb.tensor_inputs)  # LCM img2img does not read it
+    """
+
+    tensor_inputs = ["latents", "denoised"]
+
+    def __new__(cls, *args, **kwargs):
+        if cls is SPLGuidanceCallback:  # build the PipelineCallback subclass lazily (diffusers import)
+            cls = _callback_class()
+        return object.__new__(cls)
+
+
+_CALLBACK_CLASS = None
+
+
+def _callback_class():
+    global _CALLBACK_CLASS
+    if _CALLBACK_CLASS is not None:
+        return _CALLBACK_CLASS
+    base = _pipeline_callback_base()
+
+    class _SPLGuidanceCallback(SPLGuidanceCallback, base):
+        tensor_inputs = ["latents", "denoised"]
+
+        def __init__(self, source_image, *, start: float = 0.8, steps_per_guidance: int = 100,
+                     spl_weight: float = 1e4, color_weight: float = 1e3, mask=None, invert_mask: bool = False,
+                     latent_update: str = "replace", radius: int = 5, eps: float = 1e-4):
+            base.__init__(self, cutoff_step_ratio=1.0)
+            if not 0.0 <= float(start) <= 1.0:
+                raise ValueError(f"start must be in [0, 1], got {start!r}")
+            self.start = float(start)
+            self.restorer = LatentRestorer(source_image, steps=steps_per_guidance, spl_weight=spl_weight,
+                                           color_weight=color_weight, mask=mask, invert_mask=invert_mask,
+                                           latent_update=latent_update, radius=radius, eps=eps)
+
+        def callback_fn(self, pipeline, step_index, timestep, callback_kwargs) -> dict[str, Any]:
+            sched = pipeline.scheduler
+            n = int(getattr(pipeline, "num_timesteps", None) or len(sched.timesteps))
+            if step_index / max(n, 1) < self.start - 1e-9 or self.restorer.steps == 0:
+                return callback_kwargs
+            if "denoised" not in callback_kwargs:
+                raise ValueError("SPLGuidanceCallback needs 'denoised' in callback_on_step_end_tensor_inputs; "
+                                 "for pipelines without it use enable_structure_preservation")
+            self.restorer.vae, self.restorer.decode_fn = pipeline.vae, pipeline.vae.decode
+            denoised, latents = callback_kwargs["denoised"], callback_kwargs["latents"]
+            new = self.restorer.optimise_latent(denoised)
+            nxt = sched.step_index  # already advanced past this step
+            if nxt is None or nxt >= len(sched.timesteps):
+                scale = 1.0
+            else:
+                scale = float(sched.alphas_cumprod[int(sched.timesteps[nxt])]) ** 0.5
+            shift = new - denoised.float()
+            callback_kwargs["denoised"] = new.to(denoised.dtype)
+            callback_kwargs["latents"] = (latents.float() + scale * shift).to(latents.dtype)
+            return callback_kwargs
+
+    _SPLGuidanceCallback.__name__ = _SPLGuidanceCallback.__qualname__ = "SPLGuidanceCallback"
+    _CALLBACK_CLASS = _SPLGuidanceCallback
+    return _CALLBACK_CLASS
