@@ -122,13 +122,22 @@ def hub_offline() -> None:
             module.HF_HUB_OFFLINE = True
 
 
+def dtype_keyword() -> str:
+    """``dtype`` where the installed diffusers takes it (``torch_dtype`` is deprecated there), else ``torch_dtype``."""
+    try:
+        from diffusers.utils.deprecation_utils import _resolve_dtype  # noqa: F401  present where dtype= is the name
+    except ImportError:
+        return "torch_dtype"
+    return "dtype"
+
+
 def _load_local(cls, model: str, torch_dtype=None):
     """``cls.from_pretrained`` of a local folder, or of a cached model id without any download."""
     import json
 
     hub_offline()
     path = Path(os.path.expanduser(model))
-    kwargs = dict(torch_dtype=torch_dtype) if torch_dtype is not None else {}
+    kwargs = {dtype_keyword(): torch_dtype} if torch_dtype is not None else {}
     if path.exists():
         index = path / "model_index.json"
         if not index.is_file():

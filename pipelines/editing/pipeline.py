@@ -34,6 +34,7 @@ from diffusers import AutoencoderKL, DiffusionPipeline, ImagePipelineOutput, LCM
 from diffusers.image_processor import VaeImageProcessor
 from diffusers.utils.torch_utils import randn_tensor
 
+from vision.kernels.spl.defaults import SPL_DEFAULTS
 from vision.pipelines.editing.restorer import LatentRestorer
 
 try:  # a package import, or this folder loaded by diffusers as custom_pipeline=<folder>
@@ -120,7 +121,7 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
                  negative_prompt: str | list[str] = "", num_inference_steps: int = 15, strength: float = 1.0,
                  guidance_scale: float = 2.0, source_guidance_scale: float = 1.0,
                  structure_preservation: bool = True, start: float = 0.8, steps_per_guidance: int = 100,
-                 spl_weight: float = 1e4, color_weight: float = 1e3, mask=None, invert_mask: bool = False,
+                 spl_weight: float = SPL_DEFAULTS.spl_weight, color_weight: float = SPL_DEFAULTS.color_weight, mask=None, invert_mask: bool = False,
                  post_process: bool = True, cross_replace_steps: float = 0.7, self_replace_steps: float = 0.3,
                  cross_attention_mode: str = "auto", equalizer: dict | None = None,
                  local_blend_words: str | list[str] | None = None, local_blend_threshold: float = 0.3,

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from vision.restore import restore_structure
+from vision.kernels.spl.defaults import SPL_DEFAULTS
 
 from .masks import load_mask, to_image_tensor
 
@@ -75,9 +76,9 @@ class LatentRestorer:
     ratio raises ValueError when ``check_aspect`` (the default).
     """
 
-    def __init__(self, source_image, *, steps: int = 100, spl_weight: float = 1e4, color_weight: float = 1e3,
-                 mask=None, invert_mask: bool = False, latent_update: str = "replace", radius: int = 5,
-                 eps: float = 1e-4, post_process_steps: int | None = None, check_aspect: bool = True):
+    def __init__(self, source_image, *, steps: int = 100, spl_weight: float = SPL_DEFAULTS.spl_weight, color_weight: float = SPL_DEFAULTS.color_weight,
+                 mask=None, invert_mask: bool = False, latent_update: str = "replace", radius: int = SPL_DEFAULTS.radius,
+                 eps: float = SPL_DEFAULTS.eps, post_process_steps: int | None = None, check_aspect: bool = True):
         if latent_update not in LATENT_UPDATES:
             raise ValueError(f"latent_update must be one of {LATENT_UPDATES}, got {latent_update!r}")
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:

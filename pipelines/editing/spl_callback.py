@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from vision.kernels.spl.defaults import SPL_DEFAULTS
+
 from .restorer import LatentRestorer
 
 
@@ -50,8 +52,8 @@ def _callback_class():
         tensor_inputs = ["latents", "denoised"]
 
         def __init__(self, source_image, *, start: float = 0.8, steps_per_guidance: int = 100,
-                     spl_weight: float = 1e4, color_weight: float = 1e3, mask=None, invert_mask: bool = False,
-                     latent_update: str = "replace", radius: int = 5, eps: float = 1e-4):
+                     spl_weight: float = SPL_DEFAULTS.spl_weight, color_weight: float = SPL_DEFAULTS.color_weight, mask=None, invert_mask: bool = False,
+                     latent_update: str = "replace", radius: int = SPL_DEFAULTS.radius, eps: float = SPL_DEFAULTS.eps):
             base.__init__(self, cutoff_step_ratio=1.0)
             if not 0.0 <= float(start) <= 1.0:
                 raise ValueError(f"start must be in [0, 1], got {start!r}")

@@ -44,6 +44,8 @@ import inspect
 
 import torch
 
+from vision.kernels.spl.defaults import SPL_DEFAULTS
+
 from .restorer import LATENT_UPDATES, LatentRestorer, aspect_check, source_tensor  # noqa: F401 (LATENT_UPDATES re-exported)
 from .schedulers import _schedule_index, scheduler_family, x0_coefficients
 from .spl_callback import SPLGuidanceCallback
@@ -220,10 +222,10 @@ def _guided_class(base):
 
 
 def enable_structure_preservation(pipe, source_image=None, *, start: float = 0.8, steps_per_guidance: int = 100,
-                                  spl_weight: float = 1e4, color_weight: float = 1e3, mask=None,
+                                  spl_weight: float = SPL_DEFAULTS.spl_weight, color_weight: float = SPL_DEFAULTS.color_weight, mask=None,
                                   invert_mask: bool = False, post_process: bool = True,
                                   post_process_steps: int | None = None, latent_update: str = "replace",
-                                  radius: int = 5, eps: float = 1e-4):
+                                  radius: int = SPL_DEFAULTS.radius, eps: float = SPL_DEFAULTS.eps):
     """Attach SPL guidance (Gong et al., WACV 2026) to this diffusers pipeline instance.
 
     Args:
