@@ -23,15 +23,22 @@ def test_choose_follows_priority_and_support(toy_op):
     assert runtime.choose(toy_op, x, radius=5) == "torch"
 
 
-def test_a_triton_call_it_cannot_take_falls_back_to_torch_unless_forced(toy_op, monkeypatch):
+def test_a_triton_call_it_cannot_take_falls_back_to_torch(toy_op, monkeypatch):
     x = torch.zeros(1, 1, 4, 4)
     monkeypatch.setattr(paths, "backend_for", lambda t: "triton")
-    monkeypatch.setattr(paths, "forced_backend", lambda: None)
     assert paths.choose(toy_op, x, radius=2) == "triton"
     assert paths.choose(toy_op, x, radius=9) == "torch"
-    monkeypatch.setattr(paths, "forced_backend", lambda: "triton")
-    with pytest.raises(ValueError, match="no triton path takes this call: triton: radius >= 8"):
-        paths.choose(toy_op, x, radius=9)
+    assert "triton" in runtime.explain(toy_op, x, radius=9) and "not taken: radius >= 8" in runtime.explain(
+        toy_op, x, radius=9)
+
+
+def test_no_path_at_all_is_a_clear_error(monkeypatch):
+    paths.register("picky", "torch", "torch", supports=lambda radius: "never")
+    try:
+        with pytest.raises(ValueError, match="picky: no torch path takes this call: torch: never"):
+            runtime.choose("picky", torch.zeros(1), radius=1)
+    finally:
+        paths._PATHS.pop("picky")
 
 
 def test_explain_names_the_chosen_path_and_why_not_the_others(toy_op):

@@ -3,8 +3,8 @@
 An op registers its paths once, at import (``register``): a name, the backend that ``VISION_BACKEND`` /
 ``use_backend`` select it by, a priority, and ``supports(**call)``, which returns ``None`` when the path takes the
 call or a short reason when it does not. ``choose(op, x, **call)`` returns the name of the first path, by
-priority, that belongs to the backend ``backend_for(x)`` picks and supports the call; if no Triton path supports it,
-the PyTorch paths are tried (unless Triton was forced). The choice is logged once per (op, path, reason) at debug
+priority, that belongs to the backend ``backend_for(x)`` picks (or ``VISION_BACKEND`` forces) and supports the call;
+if no Triton path supports it (float64 gradchecks, border modes a kernel lacks), the PyTorch paths are tried. The choice is logged once per (op, path, reason) at debug
 level on the ``vision.kernels`` logger, and ``explain(op, x, **call)`` says which path a call takes and why the
 others do not. Example::
 
@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from .backends import backend_for, explain as explain_backend, forced_backend
+from .backends import backend_for, explain as explain_backend
 
 log = logging.getLogger("vision.kernels")
 
@@ -61,7 +61,7 @@ def paths(op: str) -> list[Path]:
 def _decide(op: str, x: torch.Tensor, call: dict) -> tuple[Path, list[tuple[Path, str]]]:
     backend = backend_for(x)
     notes = []
-    for wanted in (backend,) if backend == "torch" or forced_backend() else (backend, "torch"):
+    for wanted in (backend,) if backend == "torch" else (backend, "torch"):
         for p in paths(op):
             if p.backend != wanted:
                 continue
@@ -75,6 +75,8 @@ def _decide(op: str, x: torch.Tensor, call: dict) -> tuple[Path, list[tuple[Path
 def choose(op: str, x: torch.Tensor, **call) -> str:
     """The name of the path ``op`` runs for this call (see the module docstring)."""
     path, notes = _decide(op, x, call)
+    if torch.compiler.is_compiling():  # traced into a graph: the eager calls log it
+        return path.name
     key = (op, path.name, tuple(r for _, r in notes))
     if key not in _logged and log.isEnabledFor(logging.DEBUG):
         _logged.add(key)

@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from ..border import check_border
-from ..runtime import backend_for, data_checks
+from ..runtime import choose, data_checks, register_path
 from ..validate import check_all_finite, check_finite, check_image, check_radius
 from . import torch_path
 from .defaults import SPL_DEFAULTS
@@ -20,9 +20,25 @@ from .defaults import SPL_DEFAULTS
 REDUCTIONS = ("mean", "none")
 
 
+def _triton_takes(dtype: torch.dtype, border: str) -> str | None:
+    if dtype != torch.float32:
+        return f"{str(dtype).replace('torch.', '')} runs the PyTorch path (the kernels are float32)"
+    if border != "valid":
+        return f"border {border!r} runs the PyTorch path (the kernels implement 'valid')"
+    return None
+
+
+register_path("structure_loss", "triton", "triton", 10, supports=_triton_takes)
+register_path("structure_loss", "torch", "torch", 0)
+
+
+def _backend(x: torch.Tensor, dtype: torch.dtype, border: str) -> str:
+    """"triton" or "torch": the path :func:`vision.kernels.runtime.choose` takes for this call."""
+    return "triton" if choose("structure_loss", x, dtype=dtype, border=border) == "triton" else "torch"
+
+
 def _triton_ok(backend: str, border: str, dtype: torch.dtype) -> bool:
-    # float64 (gradcheck, references) and padded border modes run the PyTorch path
-    return backend == "triton" and dtype == torch.float32 and border == "valid"
+    return backend == "triton" and _triton_takes(dtype, border) is None
 
 
 def _torch_gray(x, c):
@@ -120,7 +136,7 @@ def value_and_grad(S: torch.Tensor, E: torch.Tensor, w: torch.Tensor | None, rad
     """
     if not isinstance(grad_scale, torch.Tensor):
         grad_scale = torch.tensor(float(grad_scale), dtype=S.dtype, device=S.device)
-    if _triton_ok(backend_for(S), "valid", S.dtype):
+    if _backend(S, S.dtype, "valid") == "triton":
         from . import triton_path
 
         zero = torch.zeros(S.shape[0], device=S.device, dtype=torch.float32)
@@ -225,11 +241,11 @@ def structure_loss(source: torch.Tensor, edited: torch.Tensor, radius: int = SPL
         raise ValueError(f"eps must be a positive float, got {eps!r}") from None
     if not (math.isfinite(eps) and eps > 0):
         raise ValueError(f"eps must be positive and finite (it regularises flat windows), got {eps}")
-    backend = backend_for(source)
+    work = torch.float64 if torch.float64 in (source.dtype, edited.dtype) else torch.float32
+    backend = _backend(source, work, border)
     # compiled graphs cannot read tensor values either: check there as on the Triton path
     checks = "triton" if torch.compiler.is_compiling() else backend
     check_all_finite((source, "source"), (edited, "edited"), backend=checks)
-    work = torch.float64 if torch.float64 in (source.dtype, edited.dtype) else torch.float32
     w = None if mask is None else check_mask(mask, source, checks).to(work)
     out_dtype = edited.dtype if edited.dtype == source.dtype else work
     source, edited = source.to(work), edited.to(work)
