@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from ..border import check_border
-from ..runtime import backend_for
+from ..runtime import choose, jit, register_path
 from ..guided.reference import low_res_radius
 from ..runtime import data_checks
 from ..validate import check_all_finite, check_image, check_radius, check_scale
@@ -15,6 +15,26 @@ from .library import apply_op, fit_op
 
 MAX_FEATURES = 8
 MAX_TARGETS = 4
+
+
+def _triton_takes(dtype: torch.dtype, tensors=()) -> str | None:
+    return None if dtype == torch.float32 else f"{str(dtype).replace('torch.', '')} runs the PyTorch path (the kernels are float32)"
+
+
+def _numba_takes(dtype: torch.dtype, tensors=()) -> str | None:
+    # the same predicate the PyTorch path asks before each of its numba stages
+    return None if jit.enabled(*tensors) else "needs CPU float32 without autograd, numba importable and VISION_NUMBA on"
+
+
+for _op in ("local_linear_fit", "local_linear_apply"):
+    register_path(_op, "triton", "triton", 10, supports=_triton_takes)
+    register_path(_op, "torch+numba", "torch", 5, supports=_numba_takes)
+    register_path(_op, "torch", "torch", 0)
+
+
+def _backend(op: str, x: torch.Tensor, dtype: torch.dtype, *tensors) -> str:
+    """"triton" or "torch": the backend of the path :func:`vision.kernels.runtime.choose` takes for this call."""
+    return "triton" if choose(op, x, dtype=dtype, tensors=tensors) == "triton" else "torch"
 
 
 def _reads_data(backend: str) -> bool:
@@ -167,7 +187,7 @@ def local_linear_fit(features: torch.Tensor, target: torch.Tensor, radius, eps, 
     border = check_border(border)
     work = _work_dtype(features, target)
     grid = (-(-features.shape[-2] // scale), -(-features.shape[-1] // scale))
-    backend = backend_for(features)
+    backend = _backend("local_linear_fit", features, work, features, target)
     radii, weights = _check_radii(radius, weights, features.shape[0], grid, features.device, work, backend)
     out_dtype = torch.promote_types(features.dtype, target.dtype)
     eps_t = _check_eps(eps, features.shape[0], k, features.device, work, backend)
@@ -264,10 +284,10 @@ def local_linear_apply(features: torch.Tensor, coeffs: torch.Tensor, scale: int 
             raise ValueError(f"scale={s} makes a {-(-h // s)}x{-(-w // s)} grid for {h}x{w} features, but coeffs "
                              f"are {gh}x{gw}")
         sh = sw = float(s)
-    backend = backend_for(features)
+    work = _work_dtype(features, coeffs)
+    backend = _backend("local_linear_apply", features, work, features, coeffs)
     if _reads_data(backend):
         check_all_finite((features, "features"), (coeffs, "coeffs"), backend=backend)
-    work = _work_dtype(features, coeffs)
     out_dtype = torch.promote_types(features.dtype, coeffs.dtype)
     f, co = features.to(work).contiguous(), coeffs.to(work).contiguous()
     return apply_op(f, co, float(sh), float(sw), backend).to(out_dtype)
