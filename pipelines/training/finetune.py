@@ -391,7 +391,8 @@ def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bo
             record["saved"] = not cfg.select_best or not better  # keep the best validation epoch's weights
             if record["saved"]:
                 save_run_files(run, cfg, core, weights)
-                write_card(run, cfg, record, edge_metrics(task, val_set, pred), acc.mixed_precision, command)
+                write_card(run, cfg, record, edge_metrics(task, val_set, pred), acc.mixed_precision, command,
+                           getattr(core, "create_kwargs", None))
             _preview(task, val_set, pred, run / "previews" / f"epoch_{epoch + 1:03d}.png")
             _save_resume(run / RESUME, live, opt.optimizer.state_dict(), sched.scheduler.state_dict(),
                          _ema_state(ema, core) if ema is not None else None, epoch + 1, history + [record])

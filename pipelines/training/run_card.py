@@ -14,8 +14,6 @@ def edge_metrics(task, samples, pred, width: int = 4) -> dict | None:
     target itself; None when neither exists (or the band is empty)."""
     from vision.dense.edges import edge_band
 
-    from .finetune import stacked_targets
-
     first = samples[0]
     extras = first.get("extras") or {}
     if "segment" in extras or "depth" in extras:
@@ -26,7 +24,7 @@ def edge_metrics(task, samples, pred, width: int = 4) -> dict | None:
     else:
         return None
     band = edge_band(seg, depth, width=width)
-    target = stacked_targets(task, samples)
+    target = task.make_target(torch.stack([samples[i]["target"] for i in range(len(samples))]))
     valid = task.valid_mask(target) & band.to(target.device)
     if not bool(valid.any()):
         return None
@@ -37,8 +35,10 @@ def _table(metrics: dict) -> str:
     return " | ".join(f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, (int, float)))
 
 
-def write_card(run: Path, cfg, record: dict, edge: dict | None, mixed_precision: str, command: str | None) -> Path:
-    """Write RUN/README.md (atomically) for the weights kept at ``record``'s epoch."""
+def write_card(run: Path, cfg, record: dict, edge: dict | None, mixed_precision: str, command: str | None,
+               create_kwargs: dict | None = None) -> Path:
+    """Write RUN/README.md (atomically) for the weights kept at ``record``'s epoch; ``create_kwargs`` are the
+    ``timm.create_model`` arguments the backbone was built with (for the peft loading example)."""
     from vision.outputs import write_text_atomic
 
     from .dense_model import ADAPTER
@@ -75,6 +75,16 @@ def write_card(run: Path, cfg, record: dict, edge: dict | None, mixed_precision:
         f"vision predict {run} IMAGES... -o OUT",
         "```",
         "",
+        *([] if not cfg.lora_rank else [
+            "The adapters alone, with peft, on the backbone timm builds (load the same base weights into it first):",
+            "",
+            "```python",
+            "import timm, peft",
+            f"backbone = timm.create_model({cfg.backbone!r}, features_only=True, "
+            + ", ".join(f"{k}={v!r}" for k, v in (create_kwargs or {}).items()) + ")",
+            f"backbone = peft.PeftModel.from_pretrained(backbone, {str(run / ADAPTER)!r})",
+            "```",
+            ""]),
         "## Command",
         "",
         "```",
