@@ -172,3 +172,46 @@ def test_timm_errors_and_pretrained_names_are_one_line(tmp_path):
         with pytest.raises(ValueError, match=words) as info:
             build_model(bad)
         assert len(str(info.value).splitlines()) == 1
+
+
+def test_pretrained_names_load_from_the_local_cache_only(tmp_path, monkeypatch):
+    import huggingface_hub.constants as hub
+    import timm
+    from safetensors.torch import save_file
+
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "hub"))  # an empty cache with what we put in it
+    torch.manual_seed(5)
+    ref = timm.create_model("vit_small_patch16_224", img_size=32, **{k: v for k, v in VIT.items() if k != "out_indices"})
+
+    def cache(repo, files):  # the layout huggingface_hub writes: refs/main -> snapshots/<rev>/<file>
+        root = tmp_path / "hub" / ("models--" + repo.replace("/", "--"))
+        (root / "refs").mkdir(parents=True)
+        (root / "refs" / "main").write_text("0" * 40)
+        snap = root / "snapshots" / ("0" * 40)
+        snap.mkdir(parents=True)
+        for name, write in files.items():
+            write(snap / name)
+
+    weights = {"model.safetensors": lambda p: save_file(ref.state_dict(), str(p))}
+    cache("timm/vit_small_patch16_224.augreg_in21k", weights)
+    cache("someone/tiny-vit", dict(weights, **{"config.json": lambda p: p.write_text(
+        json.dumps({"architecture": "vit_small_patch16_224", "num_classes": 1000}))}))
+    want = ref.state_dict()["blocks.1.attn.qkv.weight"]
+    for spec in ("vit_small_patch16_224.augreg_in21k", "hf-hub:someone/tiny-vit"):
+        cfg = DenseConfig(task="depth", backbone="vit_small_patch16_224", img_size=32, lora_rank=0, extra=VIT,
+                          pretrained=spec)
+        torch.manual_seed(99)  # another seed: only the cached file can make the weights equal
+        got = dict(build_model(cfg).backbone.named_parameters())["model.blocks.1.attn.qkv.weight"]
+        assert torch.equal(got, want), spec
+    wrong = DenseConfig(task="depth", backbone="vig_tiny_patch16_224", img_size=32, pretrained="hf-hub:someone/tiny-vit")
+    with pytest.raises(ValueError, match="holds vit_small_patch16_224 weights, not vig_tiny_patch16_224"):
+        build_model(wrong)
+
+
+def test_missing_tracker_is_one_line(tmp_path):
+    from accelerate.tracking import get_available_trackers
+
+    if "tensorboard" in {str(t) for t in get_available_trackers()}:
+        pytest.skip("tensorboard is installed here")
+    with pytest.raises(ValueError, match="--log-with tensorboard: that tracker is not installed"):
+        _train(tiny_cfg(log_with="tensorboard"), tmp_path / "run", Crop("depth"))
