@@ -215,3 +215,26 @@ def test_missing_tracker_is_one_line(tmp_path):
         pytest.skip("tensorboard is installed here")
     with pytest.raises(ValueError, match="--log-with tensorboard: that tracker is not installed"):
         _train(tiny_cfg(log_with="tensorboard"), tmp_path / "run", Crop("depth"))
+
+
+def test_fixed_size_backbone_is_resized_and_dynamic_ones_are_not():
+    from vision.dense import TASKS
+
+    task = TASKS["depth"]
+    beit = DenseConfig(task="depth", backbone="beit_base_patch16_224", img_size=32, lora_rank=4,
+                       extra=dict(depth=2, embed_dim=32, num_heads=2, out_indices=2))
+    torch.manual_seed(0)
+    model = build_model(beit).eval()
+    x = torch.rand(1, 3, 48, 40)
+    out = predict_raw(model, task, x, tta=False)  # BEiT's relative position tables fix it to 32 x 32
+    assert out.shape == (1, 1, 48, 40) and model.fixed_size
+    F = torch.nn.functional
+    with torch.no_grad():
+        inner = F.interpolate(F.pad(x, (0, 8, 0, 0), mode="replicate"), size=(32, 32), mode="bilinear",
+                              align_corners=False, antialias=True)
+        want = F.interpolate(model(inner), size=(48, 48), mode="bilinear", align_corners=False)[..., :48, :40]
+    torch.testing.assert_close(out, want, rtol=0, atol=0)
+    vit = build_model(DenseConfig(task="depth", backbone="vit_small_patch16_224", img_size=32, lora_rank=0,
+                                  extra=VIT)).eval()
+    assert vit.create_kwargs["dynamic_img_size"] and not hasattr(vit, "train_size")
+    assert predict_raw(vit, task, torch.rand(1, 3, 48, 64), tta=False).shape[-2:] == (48, 64)

@@ -153,6 +153,8 @@ def build_model(cfg: DenseConfig) -> DenseModel:
     # inputs are padded to a multiple of every feature stride, so stride-32 stages see whole cells
     model.pad_to = math.lcm(16, *[int(r) for r in reductions])
     model.create_kwargs = create_kwargs
+    if "img_size" in create_kwargs and not create_kwargs.get("dynamic_img_size"):
+        model.train_size = cfg.img_size  # maybe fixed to it: predict_raw finds out on another size
     return model
 
 
@@ -247,15 +249,35 @@ def load_run(run, device="cpu") -> tuple[DenseModel, DenseConfig]:
     return model.to(device).eval(), cfg
 
 
+def _sized_forward(model: DenseModel, x: torch.Tensor) -> torch.Tensor:
+    """``model(x)``; a backbone fixed to its training size (one that takes ``img_size`` but has no
+    ``dynamic_img_size``: BEiT, MLP-Mixer, ...) sees ``x`` resized to that size instead, and its output is
+    resized back. Which kind a backbone is shows on its first input of another size (a timm size assertion);
+    ViG-style backbones interpolate their position embedding themselves and are never resized."""
+    size = getattr(model, "train_size", None)
+    if size is None or tuple(x.shape[-2:]) == (size, size):
+        return model(x)
+    if not getattr(model, "fixed_size", False):
+        try:
+            return model(x)
+        except (AssertionError, RuntimeError):
+            model.fixed_size = True
+    h, w = x.shape[-2:]
+    inner = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", align_corners=False,
+                                            antialias=size < max(h, w))
+    return torch.nn.functional.interpolate(model(inner), size=(h, w), mode="bilinear", align_corners=False)
+
+
 @torch.no_grad()
 def predict_raw(model: DenseModel, task, image: torch.Tensor, tta: bool = True) -> torch.Tensor:
-    """Raw output for (B, 3, H, W) images in [0, 1], padded to the patch and cropped back; with ``tta``
-    the mean of the image's and its horizontal mirror's (mirrored back by ``task.flip``) raw outputs."""
+    """Raw output for (B, 3, H, W) images in [0, 1], padded to the coarsest feature stride and cropped back
+    (resized for backbones fixed to their training size); with ``tta`` the mean of the image's and its
+    horizontal mirror's (mirrored back by ``task.flip``) raw outputs."""
     h, w = image.shape[-2:]
     p = getattr(model, "pad_to", model.patch)
     ph, pw = (-h) % p, (-w) % p
     x = torch.nn.functional.pad(image, (0, pw, 0, ph), mode="replicate") if ph or pw else image
-    raw = model(x)
+    raw = _sized_forward(model, x)
     if tta:
-        raw = 0.5 * (raw + task.flip(model(x.flip(-1))))
+        raw = 0.5 * (raw + task.flip(_sized_forward(model, x.flip(-1))))
     return raw[..., :h, :w]

@@ -31,7 +31,8 @@ LEGACY_RESUME = "resume.pt"    # the pickle format of earlier versions: never lo
 
 
 class EMA:
-    """Exponential moving average of the trainable tensors, with the usual warmup of the decay
+    """The EMA state as the resume file stores it (``shadow`` tensors and ``step``); training itself uses
+    timm's ``ModelEmaV3``. Exponential moving average of the trainable tensors, with the usual warmup of the decay
     (``min(decay, (1 + step) / (10 + step))``) so early averages are not dominated by the init."""
 
     def __init__(self, model: torch.nn.Module, decay: float):
@@ -49,13 +50,6 @@ class EMA:
     def weights(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         dtypes = {n: p.dtype for n, p in model.named_parameters()}
         return {n: t.to(dtypes[n]).contiguous().cpu() for n, t in self.shadow.items()}
-
-
-def _schedule(step: int, total: int, warmup: int) -> float:
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 def _param_groups(model, cfg: DenseConfig):
