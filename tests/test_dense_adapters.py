@@ -238,3 +238,26 @@ def test_fixed_size_backbone_is_resized_and_dynamic_ones_are_not():
                                   extra=VIT)).eval()
     assert vit.create_kwargs["dynamic_img_size"] and not hasattr(vit, "train_size")
     assert predict_raw(vit, task, torch.rand(1, 3, 48, 64), tta=False).shape[-2:] == (48, 64)
+
+
+def test_runs_of_earlier_versions_with_unwrapped_adapters_still_load(tmp_path):
+    from vision.dense import TASKS
+    from vision.pipelines.training.dense_model import save_run_files
+    from safetensors.torch import save_file
+
+    cfg = tiny_cfg(lora_rank=4)
+    torch.manual_seed(0)
+    model = build_model(cfg).eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_()  # non-zero adapters, so a missed adapter would show
+    save_run_files(tmp_path, cfg, model)
+    for name in ("model.safetensors", "base.safetensors"):  # the key names peft's bare injection gave
+        state = load_file(str(tmp_path / name))
+        save_file({k.replace("backbone.base_model.model.", "backbone."): v for k, v in state.items()},
+                  str(tmp_path / name))
+    again, _ = load_run(tmp_path)
+    x = torch.rand(1, 3, 32, 32)
+    task = TASKS["depth"]
+    assert torch.equal(predict_raw(again, task, x), predict_raw(model, task, x))

@@ -2,7 +2,7 @@
 pretrained weights found locally (never downloaded), and peft LoRA adapters on it.
 
     >>> backbone = create_backbone(cfg)                       # timm.create_model(..., features_only=True)
-    >>> backbone = add_lora(backbone, lora_config(cfg))       # a peft.PeftModel; save_pretrained() works on it
+    >>> backbone = add_lora(backbone, lora_config(cfg, backbone))  # a peft.PeftModel; save_pretrained() works on it
 
 An adapter folder written by ``save_pretrained`` loads onto a fresh backbone made the same way::
 
@@ -119,7 +119,9 @@ def create_backbone(cfg) -> nn.Module:
             break
         model.create_kwargs = tried  # what a fresh copy needs: timm.create_model(name, features_only=True, **it)
         return model
-    raise ValueError(f"{cfg.backbone} with {kwargs_text(kwargs)}: {_first_line(err)}") from None
+    hint = ("; choose feature blocks with --backbone-kwargs '{\"out_indices\": N}'"
+            if "out of range" in str(err) else "")
+    raise ValueError(f"{cfg.backbone} with {kwargs_text(kwargs)}: {_first_line(err)}{hint}") from None
 
 
 def kwargs_text(kwargs: dict) -> str:

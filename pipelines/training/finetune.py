@@ -246,9 +246,11 @@ def _accelerator(cfg: DenseConfig, run: Path):
         if cfg.log_with != "all" and cfg.log_with not in available:
             raise ValueError(f"--log-with {cfg.log_with}: that tracker is not installed here "
                              f"(available: {', '.join(sorted(available)) or 'none'})")
+    import os
+
     state = AcceleratorState._shared_state
-    if (state and PartialState().num_processes == 1 and cfg.mixed_precision is not None
-            and state.get("_mixed_precision") != cfg.mixed_precision):
+    wanted = cfg.mixed_precision or os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+    if state and PartialState().num_processes == 1 and state.get("_mixed_precision") != wanted:
         # Accelerate keeps one process-wide state; a single-process caller that trains twice with other
         # precisions (a notebook, the tests) would otherwise be refused by the second Accelerator
         AcceleratorState._reset_state()
