@@ -103,8 +103,8 @@ def test_resume_is_bit_identical_to_training_in_one_go(tmp_path):
     data = Crop("depth")
     cfg = dict(epochs=2, lora_dropout=0.1)  # dropout and flips: the RNG must be restored too
     _train(tiny_cfg(**cfg), tmp_path / "once", data)
-    # the same 2-epoch schedule, interrupted after epoch 1 (the time budget), then resumed
-    first = _train(tiny_cfg(**dict(cfg, max_minutes=0)), tmp_path / "split", data)
+    # the same 2-epoch schedule, stopped after epoch 1, then resumed
+    first = _train(tiny_cfg(**dict(cfg, stop_after=1)), tmp_path / "split", data)
     assert [r["epoch"] for r in first] == [1]
     history = _train(tiny_cfg(**cfg), tmp_path / "split", data, resume=True)
     assert [r["epoch"] for r in history] == [1, 2]
@@ -113,6 +113,22 @@ def test_resume_is_bit_identical_to_training_in_one_go(tmp_path):
         assert set(a) == set(b) and a
         for k in a:
             assert torch.equal(a[k], b[k]), (name, k)
+
+
+def test_cli_one_plus_one_epochs_with_resume_equals_two(tmp_path):
+    from vision.pipelines.cli import main
+
+    data = tmp_path / "data"
+    _write_data(data)
+    args = ["finetune", "--task", "depth", "--data", str(data), "--epochs", "2", "--batch-size", "4",
+            "--img-size", "32", "--lora-rank", "4", "--threads", "1", "--quiet", "--last",
+            "--backbone-kwargs", json.dumps(tiny_cfg().extra)]
+    assert main(args + ["-o", str(tmp_path / "once")]) == 0
+    assert main(args + ["-o", str(tmp_path / "split"), "--stop-after", "1"]) == 0
+    assert main(args + ["-o", str(tmp_path / "split"), "--resume"]) == 0
+    for name in ("model.safetensors", "adapter/adapter_model.safetensors"):
+        a, b = (load_file(str(tmp_path / r / name)) for r in ("once", "split"))
+        assert a and all(torch.equal(a[k], b[k]) for k in a), name
 
 
 def test_mixed_precision_is_accelerates_and_honoured(tmp_path):

@@ -11,6 +11,8 @@ examples:
   vision finetune --task normals --head local-linear --lora-rank 0 --epochs 20 --data data/scenes -o runs/normals
   vision finetune --task depth --pretrained vig_t.pth --lora-rank 16 --data my_data -o runs/d   # official weights
   vision finetune ... -o runs/depth --resume                                                  # continue a run
+  vision finetune ... --epochs 20 --stop-after 10 -o runs/d; vision finetune ... --epochs 20 -o runs/d --resume
+      (10 + 10 epochs: the same weights, bit for bit, as 20 in one go: schedule, RNG and data order restored)
   vision finetune --task depth --backbone vit_small_patch16_224 --pretrained vit_small_patch16_224.augreg_in21k \
       --lora-rank 8 --lora-targets qkv,proj --merge --mixed-precision bf16 --grad-accum 4 --data d -o runs/vit
   accelerate launch --multi_gpu --num_processes 4 -m vision.pipelines.cli finetune --task depth --data data/scenes -o runs/d
@@ -96,6 +98,9 @@ def add_parser(sub) -> None:
                                                         "best validation metric, e.g. AbsRel or mean angle)")
     p.add_argument("--no-tta", action="store_true", help="validate without horizontal-flip test-time augmentation")
     p.add_argument("--max-minutes", type=float, default=None, help="stop after the epoch that passes this budget")
+    p.add_argument("--stop-after", type=int, default=None, metavar="N",
+                   help="end after epoch N, on the learning-rate schedule of --epochs; --resume continues it "
+                        "exactly (bit-identical to one uninterrupted run)")
     p.add_argument("--limit", type=int, default=None, help="use at most N images per split (quick runs)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
@@ -132,6 +137,7 @@ def run(args) -> int:
                       batch_size=args.batch_size, lr=args.lr, backbone_lr=args.backbone_lr,
                       weight_decay=args.weight_decay, ema=args.ema, clip=args.clip, tta=not args.no_tta,
                       select_best=not args.last, seed=args.seed, limit=args.limit, max_minutes=args.max_minutes,
+                      stop_after=args.stop_after,
                       data=str(args.data), lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
                       lora_targets=_targets(args.lora_targets), mixed_precision=args.mixed_precision,
                       grad_accum=args.grad_accum, cpu=args.cpu, log_with=args.log_with,

@@ -59,6 +59,7 @@ class DenseConfig:
     seed: int = 0
     limit: int | None = None
     max_minutes: float | None = None
+    stop_after: int | None = None  # end after this epoch, on the schedule of ``epochs`` (resume continues it)
     grad_accum: int = 1           # micro-batches per optimiser step
     mixed_precision: str | None = None  # no / fp16 / bf16; None: what `accelerate config` / launch set
     cpu: bool = False             # force the CPU even when CUDA or MPS is present

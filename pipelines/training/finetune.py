@@ -369,7 +369,8 @@ def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bo
             losses.append(float(loss.detach()))
             bar.set_postfix(loss=f"{losses[-1]:.4f}")
         over_budget = cfg.max_minutes is not None and time.perf_counter() - t0 > 60 * cfg.max_minutes
-        last = epoch + 1 == cfg.epochs or over_budget
+        stop = cfg.stop_after is not None and epoch + 1 >= cfg.stop_after
+        last = epoch + 1 == cfg.epochs or over_budget or stop
         record = {"epoch": epoch + 1, "loss": sum(losses) / max(1, len(losses)), "steps": steps,
                   "seconds": time.perf_counter() - t0,
                   "cpu_seconds": time.process_time() - c0}  # this process's CPU time: steady on a shared machine
