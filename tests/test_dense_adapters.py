@@ -277,3 +277,21 @@ def test_runs_of_earlier_versions_with_unwrapped_adapters_still_load(tmp_path):
     x = torch.rand(1, 3, 32, 32)
     task = TASKS["depth"]
     assert torch.equal(predict_raw(again, task, x), predict_raw(model, task, x))
+
+
+def test_precision_comes_from_the_flag_the_launcher_or_accelerate_config(tmp_path, monkeypatch):
+    import accelerate.commands.config as config
+
+    from vision.pipelines.training.finetune import configured_precision
+
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    monkeypatch.setattr(config, "default_config_file", str(tmp_path / "missing.yaml"))
+    assert configured_precision(None) == "no"
+    path = tmp_path / "default_config.yaml"  # what `accelerate config` writes
+    path.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\nmixed_precision: bf16\n"
+                    "use_cpu: true\ndebug: false\n")
+    monkeypatch.setattr(config, "default_config_file", str(path))
+    assert configured_precision(None) == "bf16"
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "fp16")  # accelerate launch --mixed_precision fp16
+    assert configured_precision(None) == "fp16"
+    assert configured_precision("no") == "no"

@@ -27,7 +27,7 @@ def _one_thread(one_thread):
 
 def tiny_cfg(**kw) -> DenseConfig:
     base = dict(task="depth", head="token-local", lora_rank=4, epochs=1, batch_size=2, img_size=32, extra=TINY,
-                ema=0.9)
+                ema=0.9, mixed_precision="no")  # not whatever `accelerate config` left on this machine
     base.update(kw)
     return DenseConfig(**base)
 
