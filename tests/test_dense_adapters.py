@@ -60,6 +60,13 @@ def test_vit_lora_finetune_predicts_at_other_sizes_and_adapters_are_peft_native(
         out = tmp_path / f"pred_{h}x{w}"
         assert main(["predict", str(run), str(tmp_path / f"im_{h}x{w}.png"), "-o", str(out), "--format", "npy"]) == 0
         assert np.load(out / f"im_{h}x{w}.npy").shape == (h, w, 1)
+    # evaluate runs it on the bundled 128 x 128 renders (4 x the training size)
+    from vision.bundled import asset_path
+
+    scores = tmp_path / "scores.json"
+    assert main(["evaluate", str(run), "--data", str(asset_path("scenes")), "--split", "all", "--json",
+                 str(scores)]) == 0
+    assert "edge_abs_rel" in json.loads(scores.read_text())[1]
     # the adapter folder is what peft writes, and loads onto a fresh timm model
     assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in (run / "adapter").iterdir()}
     adapter_cfg = json.loads((run / "adapter" / "adapter_config.json").read_text())
