@@ -27,7 +27,7 @@ def _one_thread(one_thread):
 
 def tiny_cfg(**kw) -> DenseConfig:
     base = dict(task="depth", head="token-local", lora_rank=4, epochs=1, batch_size=2, img_size=32, extra=TINY,
-                ema=0.9)
+                ema=0.9, mixed_precision="no")  # not whatever `accelerate config` left on this machine
     base.update(kw)
     return DenseConfig(**base)
 
@@ -96,7 +96,8 @@ def test_lora_freezes_backbone_and_adapts_every_projection():
     base = build_model(tiny_cfg(lora_rank=0)).backbone
     projections = lora_targets(base)
     adapted = {n.split(".lora_A")[0] for n in trainable if ".lora_A" in n}
-    assert adapted == {"backbone." + p for p in projections} and len(projections) == 4 * 8
+    # the backbone is a peft PeftModel: its modules sit under base_model.model
+    assert adapted == {"backbone.base_model.model." + p for p in projections} and len(projections) == 4 * 8
     head_params = sum(p.numel() for p in model.head.parameters())
     assert head_params == 32 * 16 * 16 * 1 + 16 * 16 * 1  # token-local: dim p^2 K + p^2 K
     # LoRA's B starts at zero: at init the adapted backbone computes exactly what the frozen one does

@@ -11,6 +11,10 @@ examples:
   vision finetune --task normals --head local-linear --lora-rank 0 --epochs 20 --data data/scenes -o runs/normals
   vision finetune --task depth --pretrained vig_t.pth --lora-rank 16 --data my_data -o runs/d   # official weights
   vision finetune ... -o runs/depth --resume                                                  # continue a run
+  vision finetune ... --epochs 20 --stop-after 10 -o runs/d; vision finetune ... --epochs 20 -o runs/d --resume
+      (10 + 10 epochs: the same weights, bit for bit, as 20 in one go: schedule, RNG and data order restored)
+  vision finetune --task depth --backbone vit_small_patch16_224 --pretrained vit_small_patch16_224.augreg_in21k \
+      --lora-rank 8 --lora-targets qkv,proj --merge --mixed-precision bf16 --grad-accum 4 --data d -o runs/vit
   accelerate launch --multi_gpu --num_processes 4 -m vision.pipelines.cli finetune --task depth --data data/scenes -o runs/d
       (data-parallel: DDP over NCCL on GPUs, over gloo on a CPU-only machine; only rank 0 writes the run)
 
@@ -26,12 +30,17 @@ predict per-patch affine maps of the image's pixels, blended across patches: edg
 resolution) and dpt (a DPT-style convolutional decoder, the baseline).
 
 --lora-rank R > 0 freezes the backbone and trains rank-R LoRA adapters on its linear projections
-(peft); --lora-rank 0 trains the whole backbone. Without --pretrained the backbone starts from random
+(peft LoraConfig; --lora-alpha, --lora-dropout, --lora-targets); they are saved with peft's
+save_pretrained in RUN/adapter and load with peft.PeftModel.from_pretrained onto
+timm.create_model(BACKBONE, features_only=True, ...) (see RUN/README.md); --merge also writes RUN/merged,
+the adapters folded into the backbone. --lora-rank 0 trains the whole backbone.
+ViT-style backbones are built with dynamic_img_size=True, so predict / evaluate take any image size. Without --pretrained the backbone starts from random
 weights: then use --lora-rank 0 (adapters on a random backbone learn little).
 
 The run folder holds config.json, base.safetensors (the frozen backbone, once), model.safetensors
-(trainable tensors only; EMA weights of the best validation epoch), resume.safetensors (optimiser, schedule,
-EMA, epoch: tensors, and JSON in its header; never a pickle), metrics.jsonl and previews/epoch_NNN.png
+(trainable tensors only; EMA weights of the best validation epoch), README.md (model card),
+state/ (accelerator.save_state: model, optimiser, schedule, RNG; loaded with weights_only=True),
+resume.safetensors (EMA, epoch, history: tensors, and JSON in its header; never a pickle), metrics.jsonl and previews/epoch_NNN.png
 (image | target | prediction on validation scenes). `vision predict RUN IMAGES... -o OUT` uses it.
 """
 
@@ -50,7 +59,9 @@ def add_parser(sub) -> None:
     p.add_argument("--backbone", default=d.backbone, help=f"timm model name (default {d.backbone})")
     p.add_argument("--head", default=d.head, choices=("token-local", "local-linear", "dpt"),
                    help=f"head (default {d.head})")
-    p.add_argument("--pretrained", default=None, metavar="FILE", help="local backbone checkpoint (no downloads)")
+    p.add_argument("--pretrained", default=None, metavar="FILE|NAME",
+                   help="backbone weights: a local file, a timm name (vit_small_patch16_224.augreg_in21k) or an "
+                        "hf-hub:org/repo name, the last two from the local cache only (nothing is downloaded)")
     p.add_argument("--backbone-kwargs", default=None, metavar="JSON",
                    help='extra timm.create_model arguments, e.g. \'{"drop_path_rate": 0.1}\'')
     p.add_argument("--head-kwargs", default=None, metavar="JSON",
@@ -61,6 +72,19 @@ def add_parser(sub) -> None:
                         'the depth / normal residual; default 0)')
     p.add_argument("--lora-rank", type=int, default=d.lora_rank, help=f"LoRA rank; 0 = full fine-tuning "
                                                                       f"(default {d.lora_rank})")
+    p.add_argument("--lora-alpha", type=float, default=None, help="LoRA alpha (scale alpha / rank; default rank)")
+    p.add_argument("--lora-dropout", type=float, default=0.0, help="dropout on the LoRA input (default 0)")
+    p.add_argument("--lora-targets", default=None, metavar="NAMES|REGEX",
+                   help="modules that get adapters: comma-separated name suffixes (qkv,proj) or one regular "
+                        "expression matching whole module names (default: every nn.Linear)")
+    p.add_argument("--merge", action="store_true", help="after training, also write RUN/merged: the adapters "
+                                                        "folded into the backbone (predicts without peft)")
+    p.add_argument("--mixed-precision", choices=("no", "fp16", "bf16", "fp8"), default=None,
+                   help="autocast precision (default: what `accelerate config` / `accelerate launch` set, else no)")
+    p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimiser step (default 1)")
+    p.add_argument("--cpu", action="store_true", help="train on the CPU even when CUDA or MPS is present")
+    p.add_argument("--log-with", default=None, metavar="TRACKER",
+                   help="an Accelerate tracker: tensorboard, wandb, ... (logs into RUN)")
     p.add_argument("--img-size", type=int, default=d.img_size, help=f"backbone input size (default {d.img_size})")
     p.add_argument("--epochs", type=int, default=d.epochs, help=f"epochs (default {d.epochs})")
     p.add_argument("--batch-size", type=int, default=d.batch_size, help=f"per-process batch (default {d.batch_size})")
@@ -74,12 +98,15 @@ def add_parser(sub) -> None:
                                                         "best validation metric, e.g. AbsRel or mean angle)")
     p.add_argument("--no-tta", action="store_true", help="validate without horizontal-flip test-time augmentation")
     p.add_argument("--max-minutes", type=float, default=None, help="stop after the epoch that passes this budget")
+    p.add_argument("--stop-after", type=int, default=None, metavar="N",
+                   help="end after epoch N, on the learning-rate schedule of --epochs; --resume continues it "
+                        "exactly (bit-identical to one uninterrupted run)")
     p.add_argument("--limit", type=int, default=None, help="use at most N images per split (quick runs)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
     p.add_argument("--resume", action="store_true", help="continue the run in RUN from its last epoch")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, finetune_parser=p)
 
 
 def run(args) -> int:
@@ -110,16 +137,58 @@ def run(args) -> int:
                       batch_size=args.batch_size, lr=args.lr, backbone_lr=args.backbone_lr,
                       weight_decay=args.weight_decay, ema=args.ema, clip=args.clip, tta=not args.no_tta,
                       select_best=not args.last, seed=args.seed, limit=args.limit, max_minutes=args.max_minutes,
-                      data=str(args.data),
+                      stop_after=args.stop_after,
+                      data=str(args.data), lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
+                      lora_targets=_targets(args.lora_targets), mixed_precision=args.mixed_precision,
+                      grad_accum=args.grad_accum, cpu=args.cpu, log_with=args.log_with,
                       extra=extra, head_kwargs=head_kwargs, task_kwargs=task_kwargs)
     if args.out.exists() and any(args.out.iterdir()) and not args.resume:
         raise FileExistsError(f"{args.out} is not empty; pass --resume to continue it or choose another folder")
     prepare_folder(args.out, "-o")  # writable before any training, not after the first epoch
-    history = train(cfg, args.out, resume=args.resume, progress=not args.quiet)
+    if args.merge and args.lora_rank == 0:
+        raise ValueError("--merge needs LoRA adapters (--lora-rank > 0)")
+    history = train(cfg, args.out, resume=args.resume, progress=not args.quiet, command=_command(args))
     if history:
         last = history[-1]
         print(f"done: {last['epoch']} epochs in {last['seconds']:.0f} s; run in {args.out}")
+    if args.merge:
+        from accelerate import PartialState
+
+        if PartialState().is_main_process:
+            from vision.pipelines.training.dense_model import merge_run
+
+            print(f"merged adapters into {merge_run(args.out)}")
     return 0
+
+
+def _command(args) -> str:
+    """The command line that reproduces this run (every option that differs from its default), for the card;
+    rebuilt from the parsed options, so it is the same whether the CLI ran from a shell or from Python."""
+    import shlex
+
+    words = ["vision", "finetune"]
+    for action in args.finetune_parser._actions:
+        if not action.option_strings or action.dest in ("help", "resume", "quiet", "threads"):
+            continue
+        value = getattr(args, action.dest, None)
+        if value is None or value == action.default:
+            continue
+        flag = max(action.option_strings, key=len)
+        words += [flag] if value is True else [flag, str(value)]
+    return shlex.join(words)
+
+
+def _targets(text: str | None):
+    """``--lora-targets``: a list of module-name suffixes, or one regular expression (peft matches a string
+    against whole names)."""
+    if not text:
+        return None
+    if any(c in text for c in "*+?[]()|^$\\"):
+        return text
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise ValueError(f"--lora-targets {text!r} names no modules")
+    return names
 
 
 def _json_object(text: str | None, option: str) -> dict:

@@ -12,12 +12,17 @@ Run folder (written by ``vision finetune``, read by ``vision predict`` and :func
                                may be deleted: the file config.json names is then read again)
     RUN/model.safetensors      trainable tensors only (LoRA adapters and head; EMA weights when on) of
                                the best validation epoch (or the last one, select_best=False)
-    RUN/resume.pt              optimiser, schedule, EMA and epoch, for ``--resume``
+    RUN/adapter/               LoRA runs: the adapters as peft's save_pretrained writes them
+                               (adapter_config.json, adapter_model.safetensors), same epoch as model.safetensors
+    RUN/merged/                ``--merge``: a complete run with the adapters folded into the backbone (no peft)
+    RUN/state/                 ``accelerator.save_state`` of the last epoch (+ EMA, epoch, history), for ``--resume``
+    RUN/README.md              the model card: task, backbone, head, data, metrics, the command
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,8 +42,10 @@ class DenseConfig:
     head: str = "token-local"
     img_size: int = 128
     lora_rank: int = 16          # 0: the whole backbone is trainable (no LoRA)
-    lora_alpha: float | None = None
-    pretrained: str | None = None  # local backbone checkpoint file (timm pretrained_cfg_overlay file=)
+    lora_alpha: float | None = None  # LoRA scale alpha / rank; default alpha = rank
+    lora_dropout: float = 0.0
+    lora_targets: list | str | None = None  # module-name suffixes, or one full-match regex; default every Linear
+    pretrained: str | None = None  # a local file, a cached timm name or a cached hf-hub: name (never downloaded)
     epochs: int = 10
     batch_size: int = 8
     lr: float = 1e-3
@@ -52,6 +59,11 @@ class DenseConfig:
     seed: int = 0
     limit: int | None = None
     max_minutes: float | None = None
+    stop_after: int | None = None  # end after this epoch, on the schedule of ``epochs`` (resume continues it)
+    grad_accum: int = 1           # micro-batches per optimiser step
+    mixed_precision: str | None = None  # no / fp16 / bf16; None: what `accelerate config` / launch set
+    cpu: bool = False             # force the CPU even when CUDA or MPS is present
+    log_with: str | None = None   # an accelerate tracker (tensorboard, wandb, ...)
     data: str | None = None
     extra: dict = field(default_factory=dict)  # extra timm.create_model kwargs (e.g. depth=2 for a tiny model)
     head_kwargs: dict = field(default_factory=dict)  # extra head arguments (e.g. cells=4 for local-linear)
@@ -97,42 +109,7 @@ class DenseModel(nn.Module):
         return self.head(f)
 
 
-def _create_backbone(cfg: DenseConfig) -> nn.Module:
-    import timm
-
-    import vision  # noqa: F401  registers the ViG family into timm
-
-    kwargs = dict(cfg.extra, features_only=True)
-    if cfg.pretrained:
-        if not Path(cfg.pretrained).is_file():
-            raise FileNotFoundError(f"no backbone checkpoint at {cfg.pretrained}")
-        kwargs.update(pretrained=True, pretrained_cfg_overlay=dict(file=str(cfg.pretrained)))
-    if cfg.backbone not in timm.list_models():
-        raise ValueError(f"unknown backbone {cfg.backbone!r}; e.g. vig_tiny_patch16_224, hvig_tiny_224, "
-                         "vit_small_patch16_224 (any timm model with features_only)")
-    try:
-        return timm.create_model(cfg.backbone, img_size=cfg.img_size, **kwargs)
-    except TypeError:  # hierarchical models take any size and have no img_size argument
-        return timm.create_model(cfg.backbone, **kwargs)
-
-
-def lora_targets(backbone: nn.Module) -> list[str]:
-    """Names of the attention / MLP projections (every ``nn.Linear``) that receive LoRA adapters."""
-    return [n for n, m in backbone.named_modules() if isinstance(m, nn.Linear)]
-
-
-def add_lora(backbone: nn.Module, rank: int, alpha: float | None = None) -> nn.Module:
-    """Freeze ``backbone`` and inject rank-``rank`` LoRA adapters (peft) into its linear projections."""
-    from peft import LoraConfig, inject_adapter_in_model
-
-    targets = lora_targets(backbone)
-    if not targets:
-        raise ValueError("the backbone has no nn.Linear projections to adapt; use --lora-rank 0 (full fine-tuning)")
-    config = LoraConfig(r=rank, lora_alpha=alpha or rank, target_modules=targets, lora_dropout=0.0, bias="none")
-    backbone = inject_adapter_in_model(config, backbone)
-    for name, p in backbone.named_parameters():
-        p.requires_grad_("lora_" in name)
-    return backbone
+from .backbone import add_lora, create_backbone, lora_config, lora_targets  # noqa: E402,F401  (re-exported)
 
 
 def build_model(cfg: DenseConfig) -> DenseModel:
@@ -147,7 +124,7 @@ def build_model(cfg: DenseConfig) -> DenseModel:
     if cfg.lora_rank < 0:
         raise ValueError(f"--lora-rank must be >= 0, got {cfg.lora_rank}")
     task = TASKS[cfg.task]
-    backbone = _create_backbone(cfg)
+    backbone = create_backbone(cfg)
     info = backbone.feature_info
     channels, reductions = info.channels(), info.reduction()
     stride16 = [i for i, r in enumerate(reductions) if r == 16]
@@ -170,9 +147,16 @@ def build_model(cfg: DenseConfig) -> DenseModel:
         allowed = [n for n in inspect.signature(head_cls).parameters if n not in fixed]
         raise ValueError(f"--head-kwargs {cfg.head_kwargs} do not fit the {cfg.head} head ({err}); "
                          f"it takes {', '.join(allowed)}") from None
+    create_kwargs = backbone.create_kwargs
     if cfg.lora_rank > 0:
-        backbone = add_lora(backbone, cfg.lora_rank, cfg.lora_alpha)
-    return DenseModel(backbone, head, cfg.head, index, mean, std, patch=16)
+        backbone = add_lora(backbone, lora_config(cfg, backbone))
+    model = DenseModel(backbone, head, cfg.head, index, mean, std, patch=16)
+    # inputs are padded to a multiple of every feature stride, so stride-32 stages see whole cells
+    model.pad_to = math.lcm(16, *[int(r) for r in reductions])
+    model.create_kwargs = create_kwargs
+    if "img_size" in create_kwargs and not create_kwargs.get("dynamic_img_size"):
+        model.train_size = cfg.img_size  # maybe fixed to it: predict_raw finds out on another size
+    return model
 
 
 def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -187,8 +171,15 @@ def base_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {n: t.detach().contiguous().cpu() for n, t in frozen.items()}
 
 
+ADAPTER = "adapter"
+MERGED = "merged"
+
+
 def save_run_files(run: Path, cfg: DenseConfig, model: nn.Module, weights: dict[str, torch.Tensor] | None = None) -> None:
-    """Write config.json, base.safetensors (once) and model.safetensors (atomically) into ``run``."""
+    """Write config.json, base.safetensors (once), model.safetensors and, for LoRA runs, adapter/ (peft's
+    ``save_pretrained`` of the same ``weights``) into ``run``, each file atomically."""
+    import shutil
+
     from safetensors.torch import save_file
 
     run.mkdir(parents=True, exist_ok=True)
@@ -202,6 +193,37 @@ def save_run_files(run: Path, cfg: DenseConfig, model: nn.Module, weights: dict[
     save_file(weights, str(run / (WEIGHTS + ".tmp")), metadata={"task": cfg.task, "head": cfg.head,
                                                                  "backbone": cfg.backbone})
     (run / (WEIGHTS + ".tmp")).replace(run / WEIGHTS)
+    backbone = getattr(model, "backbone", None)
+    if hasattr(backbone, "save_pretrained"):
+        live = trainable_state(model)
+        model.load_state_dict(weights, strict=False)
+        tmp = run / f".{ADAPTER}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            backbone.save_pretrained(str(tmp))
+        finally:
+            model.load_state_dict(live, strict=False)
+        shutil.rmtree(run / ADAPTER, ignore_errors=True)
+        tmp.replace(run / ADAPTER)
+
+
+def merge_run(run, out=None) -> Path:
+    """Fold a LoRA run's adapters into its backbone (peft ``merge_and_unload``) and write the result as a
+    complete run folder (``RUN/merged`` by default) that loads and predicts without peft."""
+    run = Path(run)
+    out = run / MERGED if out is None else Path(out)
+    model, cfg = load_run(run)
+    if cfg.lora_rank == 0:
+        raise ValueError(f"{run} has no LoRA adapters to merge (lora_rank 0)")
+    model.backbone = model.backbone.merge_and_unload()
+    for p in model.parameters():
+        p.requires_grad_(True)
+    merged = dataclasses.replace(cfg, lora_rank=0, lora_alpha=None, lora_targets=None, lora_dropout=0.0,
+                                 pretrained=None)  # every backbone tensor is in model.safetensors
+    if (out / BASE).exists():
+        (out / BASE).unlink()
+    save_run_files(out, merged, model)
+    return out
 
 
 def load_run(run, device="cpu") -> tuple[DenseModel, DenseConfig]:
@@ -217,6 +239,10 @@ def load_run(run, device="cpu") -> tuple[DenseModel, DenseConfig]:
     if (run / BASE).is_file():
         state.update(load_file(str(run / BASE)))
     state.update(load_file(str(run / WEIGHTS)))
+    if cfg.lora_rank > 0 and not any(k.startswith("backbone.base_model.model.") for k in state):
+        # runs of earlier versions injected the adapters without peft's PeftModel wrapper
+        state = {("backbone.base_model.model." + k[len("backbone."):] if k.startswith("backbone.") else k): v
+                 for k, v in state.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or (missing and not cfg.pretrained):
         raise ValueError(f"{run}: weights do not match the model ({len(missing)} missing, {len(unexpected)} unexpected, "
@@ -224,15 +250,35 @@ def load_run(run, device="cpu") -> tuple[DenseModel, DenseConfig]:
     return model.to(device).eval(), cfg
 
 
+def _sized_forward(model: DenseModel, x: torch.Tensor) -> torch.Tensor:
+    """``model(x)``; a backbone fixed to its training size (one that takes ``img_size`` but has no
+    ``dynamic_img_size``: BEiT, MLP-Mixer, ...) sees ``x`` resized to that size instead, and its output is
+    resized back. Which kind a backbone is shows on its first input of another size (a timm size assertion);
+    ViG-style backbones interpolate their position embedding themselves and are never resized."""
+    size = getattr(model, "train_size", None)
+    if size is None or tuple(x.shape[-2:]) == (size, size):
+        return model(x)
+    if not getattr(model, "fixed_size", False):
+        try:
+            return model(x)
+        except (AssertionError, RuntimeError):
+            model.fixed_size = True
+    h, w = x.shape[-2:]
+    inner = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", align_corners=False,
+                                            antialias=size < max(h, w))
+    return torch.nn.functional.interpolate(model(inner), size=(h, w), mode="bilinear", align_corners=False)
+
+
 @torch.no_grad()
 def predict_raw(model: DenseModel, task, image: torch.Tensor, tta: bool = True) -> torch.Tensor:
-    """Raw output for (B, 3, H, W) images in [0, 1], padded to the patch and cropped back; with ``tta``
-    the mean of the image's and its horizontal mirror's (mirrored back by ``task.flip``) raw outputs."""
+    """Raw output for (B, 3, H, W) images in [0, 1], padded to the coarsest feature stride and cropped back
+    (resized for backbones fixed to their training size); with ``tta`` the mean of the image's and its
+    horizontal mirror's (mirrored back by ``task.flip``) raw outputs."""
     h, w = image.shape[-2:]
-    p = model.patch
+    p = getattr(model, "pad_to", model.patch)
     ph, pw = (-h) % p, (-w) % p
     x = torch.nn.functional.pad(image, (0, pw, 0, ph), mode="replicate") if ph or pw else image
-    raw = model(x)
+    raw = _sized_forward(model, x)
     if tta:
-        raw = 0.5 * (raw + task.flip(model(x.flip(-1))))
+        raw = 0.5 * (raw + task.flip(_sized_forward(model, x.flip(-1))))
     return raw[..., :h, :w]

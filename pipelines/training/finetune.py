@@ -1,10 +1,12 @@
 """Dense-prediction fine-tuning: frozen backbone with LoRA (or fully trainable), our head, one task.
 
-AdamW (head at ``lr``, backbone / adapters at ``backbone_lr``), linear warmup then cosine decay,
+AdamW (head at ``lr``, backbone / adapters at ``backbone_lr``), transformers' cosine-with-warmup schedule,
 the weights of the best validation epoch kept (``select_best``; else the last epoch's),
-gradient clipping, an EMA of the trainable weights (used for validation and saved), horizontal-flip
-augmentation and test-time augmentation (normals mirror their x component), bf16 autocast on CUDA.
-Runs under Hugging Face Accelerate, so the same code is data-parallel under
+gradient clipping, timm's ``ModelEmaV3`` of the weights (used for validation and saved), horizontal-flip
+augmentation and test-time augmentation (normals mirror their x component). Everything device-related
+is Accelerate's: mixed precision from ``--mixed-precision`` or ``accelerate config``, CUDA / MPS / CPU,
+gradient accumulation, trackers (``log_with``) and ``save_state`` / ``load_state`` for resume (RNG
+included; the data order is a function of seed and epoch), so 1 + 1 epochs equal 2. It is data-parallel under
 ``accelerate launch --multi_gpu --num_processes N -m vision.pipelines.cli finetune ...`` (DDP: every rank sees a different
 shard of each epoch, gradients are averaged, weights stay identical); only the main process writes.
 
@@ -13,10 +15,12 @@ shard of each epoch, gradients are averaged, weights stay identical); only the m
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -27,7 +31,8 @@ LEGACY_RESUME = "resume.pt"    # the pickle format of earlier versions: never lo
 
 
 class EMA:
-    """Exponential moving average of the trainable tensors, with the usual warmup of the decay
+    """The EMA state as the resume file stores it (``shadow`` tensors and ``step``); training itself uses
+    timm's ``ModelEmaV3``. Exponential moving average of the trainable tensors, with the usual warmup of the decay
     (``min(decay, (1 + step) / (10 + step))``) so early averages are not dominated by the init."""
 
     def __init__(self, model: torch.nn.Module, decay: float):
@@ -45,13 +50,6 @@ class EMA:
     def weights(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         dtypes = {n: p.dtype for n, p in model.named_parameters()}
         return {n: t.to(dtypes[n]).contiguous().cpu() for n, t in self.shadow.items()}
-
-
-def _schedule(step: int, total: int, warmup: int) -> float:
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 def _param_groups(model, cfg: DenseConfig):
@@ -227,21 +225,84 @@ def _read_resume(run: Path) -> dict | None:
                          "start a new run folder") from None
 
 
-def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bool = False, progress: bool = True,
-          log=print) -> list[dict]:
-    """Fine-tune ``cfg``'s model on ``cfg.data`` (or the given datasets); write the run folder; return the
-    per-epoch records (loss, validation metrics, seconds)."""
+STATE = "state"  # accelerator.save_state folder: model, optimiser, schedule, RNG of every rank
+
+
+def configured_precision(flag: str | None) -> str:
+    """The mixed precision to train in: ``--mixed-precision``, else what ``accelerate launch`` exported,
+    else ``accelerate config``'s default config file (also when the command runs without the launcher),
+    else "no"."""
+    import os
+
+    if flag:
+        return flag
+    if os.environ.get("ACCELERATE_MIXED_PRECISION"):
+        return os.environ["ACCELERATE_MIXED_PRECISION"]
+    from accelerate.commands.config import default_config_file, load_config_from_file
+
+    if os.path.isfile(default_config_file):
+        try:
+            return str(load_config_from_file(default_config_file).mixed_precision or "no")
+        except (OSError, ValueError, TypeError, KeyError) as err:
+            raise ValueError(f"{default_config_file} (accelerate config) cannot be read: {err}") from None
+    return "no"
+
+
+def _accelerator(cfg: DenseConfig, run: Path):
+    """Accelerate's ``Accelerator`` for a config: its mixed precision (None: what ``accelerate config`` or
+    ``accelerate launch`` set), its device choice (CUDA or MPS when present, the CPU when ``cfg.cpu``),
+    gradient accumulation and trackers, each refused with one line when it cannot be honoured."""
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, PartialState
+
+    if cfg.grad_accum < 1:
+        raise ValueError(f"--grad-accum must be >= 1, got {cfg.grad_accum}")
+    if cfg.mixed_precision not in (None, "no", "fp16", "bf16", "fp8"):
+        raise ValueError(f"--mixed-precision {cfg.mixed_precision}: choose no, fp16, bf16 or fp8")
+    if cfg.log_with:
+        from accelerate.tracking import get_available_trackers
+
+        available = {str(t) for t in get_available_trackers()}
+        if cfg.log_with != "all" and cfg.log_with not in available:
+            raise ValueError(f"--log-with {cfg.log_with}: that tracker is not installed here "
+                             f"(available: {', '.join(sorted(available)) or 'none'})")
+    state = AcceleratorState._shared_state
+    wanted = configured_precision(cfg.mixed_precision)
+    if state and PartialState().num_processes == 1 and state.get("_mixed_precision") != wanted:
+        # Accelerate keeps one process-wide state; a single-process caller that trains twice with other
+        # precisions (a notebook, the tests) would otherwise be refused by the second Accelerator
+        AcceleratorState._reset_state()
+    try:
+        return Accelerator(mixed_precision=wanted, cpu=cfg.cpu, gradient_accumulation_steps=cfg.grad_accum,
+                           log_with=cfg.log_with, project_dir=str(run) if cfg.log_with else None)
+    except (ValueError, RuntimeError) as err:
+        raise ValueError(f"--mixed-precision {wanted} / --cpu {cfg.cpu}: {str(err).strip().splitlines()[0]}") from None
+
+
+def _ema_state(ema, core) -> SimpleNamespace:
+    """The EMA's trainable tensors (what checkpoints keep of it) and its step, as the resume file stores them."""
+    names = {n for n, p in core.named_parameters() if p.requires_grad}
+    return SimpleNamespace(shadow={n: t.detach().float() for n, t in ema.module.named_parameters() if n in names},
+                           step=ema.step)
+
+
+def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bool = False, progress: bool = True,
+          log=print, command: str | None = None) -> list[dict]:
+    """Fine-tune ``cfg``'s model on ``cfg.data`` (or the given datasets); write the run folder; return the
+    per-epoch records (loss, validation metrics, optimiser steps, seconds). ``command`` goes into the card."""
     from accelerate.utils import set_seed
+    from timm.utils import ModelEmaV3
     from tqdm.auto import tqdm
+    from transformers.optimization import get_cosine_schedule_with_warmup
 
     from vision.data.dense import DenseSamples
+
+    from .run_card import edge_metrics, write_card
 
     run = Path(run_dir)
     task = task_of(cfg)
     saved = _read_resume(run) if resume else None  # before any work: a bad state file fails at once
-    cuda = torch.cuda.is_available()
-    acc = Accelerator(mixed_precision="bf16" if cuda else "no", cpu=not cuda)
+    acc = _accelerator(cfg, run)
     set_seed(cfg.seed)
     if train_set is None:
         if not cfg.data:
@@ -253,38 +314,52 @@ def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bo
     torch.manual_seed(cfg.seed)  # the base (random or pretrained) weights, the adapters' and head's init
     model = build_model(cfg)
     opt = torch.optim.AdamW(_param_groups(model, cfg), weight_decay=cfg.weight_decay)
-    loader = torch.utils.data.DataLoader(train_set, batch_size=cfg.batch_size, shuffle=True, drop_last=len(train_set) > cfg.batch_size,
-                                         collate_fn=_Collate(task), generator=torch.Generator().manual_seed(cfg.seed))
-    steps_per_epoch = max(1, math.ceil(len(loader) / acc.num_processes))
-    total = steps_per_epoch * cfg.epochs
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _schedule(s, total, max(1, int(cfg.warmup * total))))
-    ema = EMA(model, cfg.ema) if cfg.ema > 0 else None
-    start, history = 0, []
-    if saved is not None:
-        try:
-            model.load_state_dict(saved["model"], strict=False)
-            opt.load_state_dict(saved["optimizer"])
-        except (RuntimeError, ValueError, KeyError) as err:
-            raise ValueError(f"{run / RESUME} does not fit this model and its settings "
-                             f"({str(err).strip().splitlines()[0]})") from None
-        sched.load_state_dict(saved["scheduler"])
-        if ema is not None and saved["ema"] is not None:
-            ema.shadow, ema.step = saved["ema"], saved["ema_step"]
-        start, history = saved["epoch"], saved["history"]
-        log(f"resuming {run} after epoch {start}")
+    order = torch.Generator()  # reseeded every epoch: the data order is a function of (seed, epoch)
+    loader = torch.utils.data.DataLoader(train_set, batch_size=cfg.batch_size, shuffle=True,
+                                         drop_last=len(train_set) > cfg.batch_size, collate_fn=_Collate(task),
+                                         generator=order)
+    # Accelerate steps a prepared scheduler once per process per optimiser step: count in global steps
+    total = math.ceil(len(loader) / cfg.grad_accum) * cfg.epochs
+    sched = get_cosine_schedule_with_warmup(opt, max(1, int(cfg.warmup * total)), total)
     model, opt, loader, sched = acc.prepare(model, opt, loader, sched)
     core = acc.unwrap_model(model)
+    ema = ModelEmaV3(core, decay=cfg.ema, use_warmup=True) if cfg.ema > 0 else None
+    if ema is not None:
+        ema.step = 0
+    start, history, steps = 0, [], 0
+    if saved is not None:
+        try:
+            if (run / STATE).is_dir():
+                acc.load_state(str(run / STATE))  # model, optimiser, schedule and every RNG, as saved
+            else:  # a run of an earlier version: its weights and optimiser, not its RNG
+                core.load_state_dict(saved["model"], strict=False)
+                opt.optimizer.load_state_dict(saved["optimizer"])
+                sched.scheduler.load_state_dict(saved["scheduler"])
+        except (RuntimeError, ValueError, KeyError, OSError) as err:
+            raise ValueError(f"{run / STATE} does not fit this model and its settings "
+                             f"({str(err).strip().splitlines()[0]})") from None
+        if ema is not None and saved["ema"] is not None:
+            ema.module.load_state_dict(saved["ema"], strict=False)
+            ema.step = saved["ema_step"]
+        start, history = saved["epoch"], saved["history"]
+        steps = history[-1].get("steps", 0) if history else 0
+        log(f"resuming {run} after epoch {start}")
     base = baseline_metrics(task, train_set, val_set) if acc.is_main_process else {}
     if acc.is_main_process:
         run.mkdir(parents=True, exist_ok=True)
         (run / "previews").mkdir(exist_ok=True)
         log(f"{cfg.task} on {cfg.backbone} + {cfg.head} head ({'LoRA r=%d' % cfg.lora_rank if cfg.lora_rank else 'full'}):"
             f" {sum(p.numel() for p in core.parameters() if p.requires_grad):,} trainable parameters, "
-            f"{len(train_set)} train / {len(val_set)} val images; mean-prediction baseline "
+            f"{len(train_set)} train / {len(val_set)} val images on {acc.device} ({acc.mixed_precision} mixed "
+            f"precision, {cfg.grad_accum} micro-batches per step); mean-prediction baseline "
             + ", ".join(f"{k} {v:.4g}" for k, v in base.items()))
+    if cfg.log_with:
+        acc.init_trackers("vision-finetune", config={k: v for k, v in dataclasses.asdict(cfg).items()
+                                                     if isinstance(v, (int, float, str, bool))})
     t0, c0 = time.perf_counter(), time.process_time()
     for epoch in range(start, cfg.epochs):
         model.train()
+        order.manual_seed(cfg.seed * 1000003 + epoch)
         losses = []
         bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not (progress and acc.is_main_process),
                    leave=False)
@@ -294,29 +369,35 @@ def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bo
             if flip.any():
                 image = torch.where(flip.view(-1, 1, 1, 1), image.flip(-1), image)
                 target = torch.where(flip.view(-1, 1, 1, 1), task.flip(target), target)
-            with acc.autocast():
-                raw = model(image)
-            loss = task.loss(raw.float(), target, task.valid_mask(target))
-            acc.backward(loss)
-            if cfg.clip > 0:
-                acc.clip_grad_norm_(model.parameters(), cfg.clip)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            if ema is not None:
-                ema.update(core)
+            with acc.accumulate(model):
+                with acc.autocast():
+                    raw = model(image)
+                loss = task.loss(raw.float(), target, task.valid_mask(target))
+                acc.backward(loss)
+                if cfg.clip > 0 and acc.sync_gradients:
+                    acc.clip_grad_norm_(model.parameters(), cfg.clip)
+                opt.step()
+                sched.step()
+                opt.zero_grad(set_to_none=True)
+            if acc.sync_gradients:
+                steps += 1
+                if ema is not None:
+                    ema.step += 1
+                    ema.update(core, step=ema.step)
             losses.append(float(loss.detach()))
             bar.set_postfix(loss=f"{losses[-1]:.4f}")
         over_budget = cfg.max_minutes is not None and time.perf_counter() - t0 > 60 * cfg.max_minutes
-        last = epoch + 1 == cfg.epochs or over_budget
-        record = {"epoch": epoch + 1, "loss": sum(losses) / max(1, len(losses)), "seconds": time.perf_counter() - t0,
+        stop = cfg.stop_after is not None and epoch + 1 >= cfg.stop_after
+        last = epoch + 1 == cfg.epochs or over_budget or stop
+        record = {"epoch": epoch + 1, "loss": sum(losses) / max(1, len(losses)), "steps": steps,
+                  "seconds": time.perf_counter() - t0,
                   "cpu_seconds": time.process_time() - c0}  # this process's CPU time: steady on a shared machine
         if acc.is_main_process:
-            weights = ema.weights(core) if ema is not None else trainable_state(core)
             live = trainable_state(core)
-            core.load_state_dict(weights, strict=False)  # validate (and save) the EMA weights
-            metrics, pred = evaluate(core, task, val_set, tta=cfg.tta, device=acc.device)
-            core.load_state_dict(live, strict=False)
+            judged = ema.module if ema is not None else core  # validate (and save) the EMA weights
+            weights = {n: t.to(live[n].dtype).contiguous().cpu() for n, t in trainable_state_all(judged).items()
+                       if n in live}
+            metrics, pred = evaluate(judged, task, val_set, tta=cfg.tta, device=acc.device)
             record.update(metrics)
             record["baseline"] = base
             score = metrics[task.primary_metric]
@@ -325,14 +406,27 @@ def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bo
             record["saved"] = not cfg.select_best or not better  # keep the best validation epoch's weights
             if record["saved"]:
                 save_run_files(run, cfg, core, weights)
+                write_card(run, cfg, record, edge_metrics(task, val_set, pred), acc.mixed_precision, command,
+                           getattr(core, "create_kwargs", None))
             _preview(task, val_set, pred, run / "previews" / f"epoch_{epoch + 1:03d}.png")
-            _save_resume(run / RESUME, live, opt.state_dict(), sched.state_dict(), ema, epoch + 1, history + [record])
+            _save_resume(run / RESUME, live, opt.optimizer.state_dict(), sched.scheduler.state_dict(),
+                         _ema_state(ema, core) if ema is not None else None, epoch + 1, history + [record])
             with open(run / "metrics.jsonl", "a") as fh:
                 fh.write(json.dumps(record) + "\n")
             log(f"epoch {epoch + 1}: loss {record['loss']:.4f}, " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
                 + f" ({record['seconds']:.0f} s)" + (" saved" if record["saved"] else ""))
+        if cfg.log_with:
+            acc.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=epoch + 1)
+        acc.save_state(str(run / STATE))  # every rank: its RNG state is part of it
         history.append(record)
         acc.wait_for_everyone()
         if last:
             break
+    if cfg.log_with:
+        acc.end_training()
     return history
+
+
+def trainable_state_all(model) -> dict[str, torch.Tensor]:
+    """Every parameter of ``model`` (the EMA copy has none marked trainable), detached on the CPU."""
+    return {n: p.detach().contiguous().cpu() for n, p in model.named_parameters()}
