@@ -155,7 +155,9 @@ def box_mean(x: torch.Tensor, r: int, border: str) -> torch.Tensor:
         from .torch_path import box_mean as torch_box_mean
 
         return torch_box_mean(x, r, border)
-    return _launch(x, r, border, 0, 0)
+    from . import sliding
+
+    return sliding.launch(x, r, MODES[border], 0, 0)
 
 
 def box_mean_adjoint(g: torch.Tensor, r: int, border: str) -> torch.Tensor:
@@ -165,8 +167,10 @@ def box_mean_adjoint(g: torch.Tensor, r: int, border: str) -> torch.Tensor:
         from .torch_path import box_mean_adjoint as torch_adjoint
 
         return torch_adjoint(g, r, border)
+    from . import sliding
+
     if border == "valid":
-        return _launch(g, r, border, 1, 0)
+        return sliding.launch(g, r, 0, 1, 0)
     h, w = g.shape[-2:]
-    z = _launch(g, r, border, 2, r)
+    z = sliding.launch(g, r, 0, 2, r)
     return unpad_adjoint(z, h, w, r, border) * (1.0 / (2 * r + 1) ** 2)
