@@ -166,3 +166,41 @@ def test_custom_ops_registered():
     eps = torch.full((1,), 1e-2, requires_grad=True)
     opcheck(torch.ops.vision.guided_filter.default, (I, p, eps, 2, "valid", "torch"))
     opcheck(torch.ops.vision.guided_coeffs.default, (I, p, eps, 2, "valid", "torch"))
+
+
+STATIC = r'''
+import json
+from vision.kernels.static_compile import compile_static
+from vision.kernels.box import sliding as B
+from vision.kernels.guided import sliding as G
+out = []
+for r, mode, kind in [(1, 0, 0), (4, 1, 0), (8, 0, 0), (8, 3, 0), (16, 2, 0), (8, 0, 1), (16, 0, 2)]:
+    c = compile_static(B._sliding_box_kernel, dict(R=r, MODE=mode, KIND=kind, BWI=B.strip_width(r), CH=64,
+                                                   RB=B.RB), num_warps=1)
+    out.append((f"box r={r} mode={mode} kind={kind}", c.registers, c.stack_bytes, c.seconds))
+for r, mode in [(1, 0), (8, 0), (16, 1)]:
+    c = compile_static(G._fit_gray_kernel, dict(R=r, MODE=mode, BWI=G.strip_width(r), CH=16, RB=G.FIT_RB),
+                       num_warps=1)
+    out.append((f"gray fit r={r} mode={mode}", c.registers, c.stack_bytes, c.seconds))
+    for apply, store in [(True, False), (True, True), (False, True)]:
+        c = compile_static(G._apply_gray_kernel, dict(R=r, MODE=mode, APPLY=apply, STORE_MA=store,
+                                                      BWI=G.strip_width(r), CH=16, RB=G.APPLY_RB), num_warps=1)
+        out.append((f"gray apply={apply} store_ma={store} r={r} mode={mode}", c.registers, c.stack_bytes,
+                    c.seconds))
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.slow
+def test_sliding_kernels_compile_for_sm90_without_spills():
+    """Static sm_90 compile of the sliding box and gray guided kernels: no spill, <= 10 s each (CPU, no GPU)."""
+    pytest.importorskip("triton")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", STATIC], env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-2000:]
+    import json
+
+    rows = json.loads(res.stdout.strip().splitlines()[-1])
+    for name, regs, stack, seconds in rows:
+        assert stack == 0, (name, regs, stack)
+        assert regs <= 255 and seconds <= 10.0, (name, regs, seconds)

@@ -14,7 +14,12 @@ import torch
 import triton
 import triton.language as tl
 
-from ..box.sliding import RB, chunk_rows, strip_width
+from ..box.sliding import chunk_rows, strip_width
+
+# rows per step: the fit keeps 4 moments of entering and leaving rows live, so it steps 2 rows at a time to stay
+# within 255 registers of one warp without spilling; the apply keeps 2
+FIT_RB = 2
+APPLY_RB = 4
 from ..box.triton_path import src_index, window_count
 
 
@@ -177,14 +182,14 @@ def forward_gray(I, p, eps, r, mode: int, apply: bool, keep_ma: bool = False):
     grid = (bsz * c, triton.cdiv(h, ch), strips)
     a = torch.empty(bsz, c, h, w, device=I.device, dtype=torch.float32)
     b = torch.empty_like(a)
-    _fit_gray_kernel[grid](I, p, a, b, eps, c, h, w, R=r, MODE=mode, BWI=bwi, CH=ch, RB=RB, num_warps=1)
+    _fit_gray_kernel[grid](I, p, a, b, eps, c, h, w, R=r, MODE=mode, BWI=bwi, CH=ch, RB=FIT_RB, num_warps=1)
     if apply:
         q = torch.empty_like(a)
         ma = torch.empty_like(a) if keep_ma else q
         _apply_gray_kernel[grid](a, b, I, q, ma, q, c, h, w, R=r, MODE=mode, APPLY=True, STORE_MA=keep_ma, BWI=bwi,
-                                 CH=ch, RB=RB, num_warps=1)
+                                 CH=ch, RB=APPLY_RB, num_warps=1)
         return (q, ma) if keep_ma else q
     ma, mb = torch.empty_like(a), torch.empty_like(a)
     _apply_gray_kernel[grid](a, b, I, mb, ma, mb, c, h, w, R=r, MODE=mode, APPLY=False, STORE_MA=True, BWI=bwi,
-                             CH=ch, RB=RB, num_warps=1)
+                             CH=ch, RB=APPLY_RB, num_warps=1)
     return ma, mb
