@@ -187,13 +187,23 @@ for r, mode in [(1, 0), (8, 0), (16, 1)]:
                                                       BWI=G.strip_width(r), CH=16, RB=G.APPLY_RB), num_warps=1)
         out.append((f"gray apply={apply} store_ma={store} r={r} mode={mode}", c.registers, c.stack_bytes,
                     c.seconds))
+from vision.kernels.guided import sliding_color as K
+for r, mode in [(2, 0), (8, 1)]:
+    c = compile_static(K._fit_color_kernel, dict(R=r, MODE=mode, BWI=K.strip_width(r), CH=16, RB=K.FIT_RB),
+                       num_warps=1)
+    out.append((f"colour fit r={r} mode={mode}", c.registers, c.stack_bytes, c.seconds))
+    for apply, store in [(True, False), (True, True), (False, True)]:
+        c = compile_static(K._apply_color_kernel, dict(R=r, MODE=mode, APPLY=apply, STORE_MA=store,
+                                                       BWI=K.strip_width(r), CH=16, RB=K.APPLY_RB), num_warps=1)
+        out.append((f"colour apply={apply} store_ma={store} r={r} mode={mode}", c.registers, c.stack_bytes,
+                    c.seconds))
 print(json.dumps(out))
 '''
 
 
 @pytest.mark.slow
 def test_sliding_kernels_compile_for_sm90_without_spills():
-    """Static sm_90 compile of the sliding box and gray guided kernels: no spill, <= 10 s each (CPU, no GPU)."""
+    """Static sm_90 compile of the sliding box, gray and colour guided forward kernels: no spill, <= 10 s each."""
     pytest.importorskip("triton")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     res = subprocess.run([sys.executable, "-c", STATIC], env=env, capture_output=True, text=True, timeout=900)

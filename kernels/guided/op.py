@@ -47,7 +47,7 @@ def _prepare(I, p, eps, r, border, backend, check: bool, grad: bool = False, app
         return I, p, eps, None, None, None
     ci, cp = I.mean((2, 3), keepdim=True), p.mean((2, 3), keepdim=True)
     I, p = I - ci, p - cp
-    s = I.abs().amax((1, 2, 3), keepdim=True)
+    s = torch.maximum(I.amax((1, 2, 3), keepdim=True), -I.amin((1, 2, 3), keepdim=True))
     s = torch.where(s > HUGE, s, torch.ones_like(s))
     tiny = torch.finfo(I.dtype).tiny
     return I / s, p, (eps / s.view(-1) / s.view(-1)).clamp_min(tiny), ci, cp, s
@@ -66,8 +66,8 @@ def _filter_op(I: torch.Tensor, p: torch.Tensor, eps: torch.Tensor, radius: int,
         check_all_finite((I, "guide"), *(() if p is I else ((p, "src"),)), backend=backend)
         check_eps(eps, I.shape[0], I.device, backend=backend)
         ci, cp = I.mean((2, 3), keepdim=True), p.mean((2, 3), keepdim=True)
-        s = (I - ci).abs().amax()
-        if float(s) <= HUGE:  # the PyTorch path reads data anyway (its checks); huge guides take the generic path
+        lo, hi = torch.aminmax(I)  # one pass, no temporary: |I - ci| <= hi - lo
+        if float(hi - lo) <= HUGE:  # the PyTorch path reads data anyway (its checks); huge guides take the generic path
             return cpu_banded.forward(I.contiguous(), p.contiguous(), ci, cp, eps, radius, border)
     I2, p2, e2, ci, cp, s = _prepare(I, p, eps, radius, border, backend, check=True)
     q, _ = _forward(I2, p2, e2, radius, border, True, backend)

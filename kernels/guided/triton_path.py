@@ -159,6 +159,9 @@ def fused_forward(I, p, eps, r, border, apply: bool, keep_ma: bool = False):
         from . import sliding
 
         return sliding.forward_gray(I, p, eps.float().contiguous(), r, mode, apply, keep_ma)
+    from . import sliding_color
+
+    return sliding_color.forward_color(I, p, eps.float().contiguous(), r, mode, apply, keep_ma)
     th, tw = tile_shape(r, wide=g == 1)
     grid = (bsz * c, triton.cdiv(h, th - 2 * r), triton.cdiv(w, tw - 2 * r))
     a = torch.empty(bsz, c, *((g,) if g == 3 else ()), h, w, device=I.device, dtype=torch.float32)
