@@ -1,4 +1,5 @@
-"""Triton kernels of the box filter, and the tile machinery the other fused kernels share.
+"""Triton entry points of the box filter (which runs the sliding kernels of ``sliding.py``), and the tile
+machinery the fused guided backward kernels still use.
 
 A program owns one output tile. It loads a (TH, TW) input tile that carries an R-pixel halo on every
 side (coordinates mapped by the border mode), removes the tile's mean (so float32 sums stay small),

@@ -1,5 +1,9 @@
 """Triton path of the guided filter: two fused kernels per call.
 
+The forward runs the sliding-window kernels of ``sliding.py`` (gray guide) and ``sliding_color.py``
+(colour guide); the tile kernels below (``_fit_*_kernel``, ``_apply_kernel``) are the previous tile-based
+forward, kept as the design the fused backward (``triton_backward.py``) shares.
+
 K1 (``_fit_*_kernel``): load guide and src tiles with a 2R halo, form every window moment in
 registers (see ``box/triton_path.py`` for the tile scheme), solve for a and b (gray: one division;
 colour: 3x3 cofactor inverse per pixel), store a and b. K2 (``_apply_kernel``): box-average a and b
