@@ -35,9 +35,8 @@ def strip_width(r: int) -> int:
 
 
 @triton.jit
-def _row_sums(x_ptr, rows, cols, rmask, H, W, cvals, MODE: tl.constexpr, KIND: tl.constexpr, R: tl.constexpr,
-              BWI: tl.constexpr):
-    """Horizontal window sums of (centred) input rows ``rows`` ([RB, 1], unmapped) at strip columns ``cols``."""
+def _row_vals(x_ptr, rows, cols, rmask, H, W, cvals, MODE: tl.constexpr, KIND: tl.constexpr, R: tl.constexpr):
+    """Centred input values of rows ``rows`` ([RB, 1], unmapped) at strip columns ``cols``, 0 where absent."""
     ry = src_index(rows, H, MODE)
     rx = src_index(cols, W, MODE)
     inside = rmask & (rows == rows) & (cols == cols)
@@ -46,7 +45,17 @@ def _row_sums(x_ptr, rows, cols, rmask, H, W, cvals, MODE: tl.constexpr, KIND: t
     t = tl.load(x_ptr + ry * W + rx, mask=inside, other=0.0).to(tl.float32)
     if KIND == 1:  # the valid adjoint sums x / N, N the count of the window centred on each input pixel
         t = t / tl.maximum(window_count(rows, H, R) * window_count(cols, W, R), 1).to(tl.float32)
-    t = tl.where(inside, t - cvals, 0.0)
+    return tl.where(inside, t - cvals, 0.0)
+
+
+@triton.jit
+def _row_sums(x_ptr, rows, lrows, cols, rmask, H, W, cvals, MODE: tl.constexpr, KIND: tl.constexpr,
+              R: tl.constexpr, BWI: tl.constexpr, LEAVE: tl.constexpr):
+    """Horizontal window sums of rows ``rows``, less those of ``lrows`` when LEAVE (the sums are linear, so
+    one scan of the difference serves both)."""
+    t = _row_vals(x_ptr, rows, cols, rmask, H, W, cvals, MODE, KIND, R)
+    if LEAVE:
+        t = t - _row_vals(x_ptr, lrows, cols, rmask, H, W, cvals, MODE, KIND, R)
     j = tl.arange(0, BWI)[None, :] + rows * 0
     s = tl.cumsum(t, axis=1)
     hi = tl.minimum(j + 2 * R, BWI - 1)
@@ -80,13 +89,12 @@ def _sliding_box_kernel(x_ptr, out_ptr, H, W, HO, WO, OFF, R: tl.constexpr, MODE
     acc = tl.zeros([BWI], dtype=tl.float32)
     for w0 in range(0, 2 * R + 1, RB):
         rows = y0 - OFF - 1 - R + w0 + k
-        h = _row_sums(x_ptr, rows, cols, (w0 + k) < 2 * R + 1, H, W, c, MODE, KIND, R, BWI)
+        h = _row_sums(x_ptr, rows, rows, cols, (w0 + k) < 2 * R + 1, H, W, c, MODE, KIND, R, BWI, False)
         acc += tl.sum(h, axis=0)
     for yb in range(y0, tl.minimum(y0 + CH, HO), RB):
         ent = yb - OFF + R + k
         lev = yb - OFF - R - 1 + k
-        d = _row_sums(x_ptr, ent, cols, k >= 0, H, W, c, MODE, KIND, R, BWI) - \
-            _row_sums(x_ptr, lev, cols, k >= 0, H, W, c, MODE, KIND, R, BWI)
+        d = _row_sums(x_ptr, ent, lev, cols, k >= 0, H, W, c, MODE, KIND, R, BWI, True)
         v = acc[None, :] + tl.cumsum(d, axis=0)
         acc = acc + tl.sum(d, axis=0)
         oy = yb + k

@@ -60,12 +60,24 @@ def _count(oy, oc, H, W, R: tl.constexpr, MODE: tl.constexpr):
 
 
 @triton.jit
-def _fit_rows(I_ptr, p_ptr, rows, cols, H, W, cI, cp, sc, MODE: tl.constexpr, R: tl.constexpr, BWI: tl.constexpr):
+def _centred2(I_ptr, p_ptr, rows, cols, H, W, cI, cp, sc, MODE: tl.constexpr):
     I, inside = _load(I_ptr, rows, cols, H, W, MODE)
     p, _ = _load(p_ptr, rows, cols, H, W, MODE)
-    I = tl.where(inside, (I - cI) / sc, 0.0)
-    p = tl.where(inside, p - cp, 0.0)
-    return _hsum(I, R, BWI), _hsum(p, R, BWI), _hsum(I * I, R, BWI), _hsum(I * p, R, BWI)
+    return tl.where(inside, (I - cI) / sc, 0.0), tl.where(inside, p - cp, 0.0)
+
+
+@triton.jit
+def _fit_rows(I_ptr, p_ptr, rows, lrows, cols, H, W, cI, cp, sc, LEAVE: tl.constexpr, MODE: tl.constexpr,
+              R: tl.constexpr, BWI: tl.constexpr):
+    """Horizontal window sums of I, p, I^2, I p over rows ``rows`` less those over ``lrows`` (when LEAVE):
+    the sums are linear, so one scan of the difference serves both."""
+    I, p = _centred2(I_ptr, p_ptr, rows, cols, H, W, cI, cp, sc, MODE)
+    if LEAVE:
+        LI, Lp = _centred2(I_ptr, p_ptr, lrows, cols, H, W, cI, cp, sc, MODE)
+    else:
+        LI, Lp = I * 0.0, p * 0.0
+    return (_hsum(I - LI, R, BWI), _hsum(p - Lp, R, BWI), _hsum(I * I - LI * LI, R, BWI),
+            _hsum(I * p - LI * Lp, R, BWI))
 
 
 @triton.jit
@@ -90,18 +102,14 @@ def _fit_gray_kernel(I_ptr, p_ptr, a_ptr, b_ptr, eps_ptr, C, H, W, R: tl.constex
     for w0 in range(0, 2 * R + 1, RB):  # window moments of row y0 - 1
         rows = y0 - 1 - R + w0 + k
         keep = ((w0 + k) < 2 * R + 1).to(tl.float32)
-        hI, hp, hII, hIp = _fit_rows(I_ptr, p_ptr, rows, cols, H, W, cI, cp, sc, MODE, R, BWI)
+        hI, hp, hII, hIp = _fit_rows(I_ptr, p_ptr, rows, rows, cols, H, W, cI, cp, sc, False, MODE, R, BWI)
         aI += tl.sum(hI * keep, axis=0)
         ap += tl.sum(hp * keep, axis=0)
         aII += tl.sum(hII * keep, axis=0)
         aIp += tl.sum(hIp * keep, axis=0)
     for yb in range(y0, tl.minimum(y0 + CH, H), RB):
-        eI, ep, eII, eIp = _fit_rows(I_ptr, p_ptr, yb + R + k, cols, H, W, cI, cp, sc, MODE, R, BWI)
-        lI, lp, lII, lIp = _fit_rows(I_ptr, p_ptr, yb - R - 1 + k, cols, H, W, cI, cp, sc, MODE, R, BWI)
-        dI = eI - lI
-        dp = ep - lp
-        dII = eII - lII
-        dIp = eIp - lIp
+        dI, dp, dII, dIp = _fit_rows(I_ptr, p_ptr, yb + R + k, yb - R - 1 + k, cols, H, W, cI, cp, sc, True, MODE,
+                                     R, BWI)
         oy = yb + k
         inv_n = 1.0 / _count(oy, oc, H, W, R, MODE)
         mI = (aI[None, :] + tl.cumsum(dI, axis=0)) * inv_n
@@ -121,10 +129,18 @@ def _fit_gray_kernel(I_ptr, p_ptr, a_ptr, b_ptr, eps_ptr, C, H, W, R: tl.constex
 
 
 @triton.jit
-def _ab_rows(a_ptr, b_ptr, rows, cols, H, W, ca, cb, MODE: tl.constexpr, R: tl.constexpr, BWI: tl.constexpr):
+def _ab_rows(a_ptr, b_ptr, rows, lrows, cols, H, W, ca, cb, LEAVE: tl.constexpr, MODE: tl.constexpr,
+             R: tl.constexpr, BWI: tl.constexpr):
     a, inside = _load(a_ptr, rows, cols, H, W, MODE)
     b, _ = _load(b_ptr, rows, cols, H, W, MODE)
-    return _hsum(tl.where(inside, a - ca, 0.0), R, BWI), _hsum(tl.where(inside, b - cb, 0.0), R, BWI)
+    a = tl.where(inside, a - ca, 0.0)
+    b = tl.where(inside, b - cb, 0.0)
+    if LEAVE:
+        la, linside = _load(a_ptr, lrows, cols, H, W, MODE)
+        lb, _ = _load(b_ptr, lrows, cols, H, W, MODE)
+        a -= tl.where(linside, la - ca, 0.0)
+        b -= tl.where(linside, lb - cb, 0.0)
+    return _hsum(a, R, BWI), _hsum(b, R, BWI)
 
 
 @triton.jit
@@ -147,14 +163,12 @@ def _apply_gray_kernel(a_ptr, b_ptr, I_ptr, q_ptr, ma_ptr, mb_ptr, C, H, W, R: t
     sa, sb = zero, zero
     for w0 in range(0, 2 * R + 1, RB):
         keep = ((w0 + k) < 2 * R + 1).to(tl.float32)
-        ha, hb = _ab_rows(a_ptr, b_ptr, y0 - 1 - R + w0 + k, cols, H, W, ca, cb, MODE, R, BWI)
+        rows = y0 - 1 - R + w0 + k
+        ha, hb = _ab_rows(a_ptr, b_ptr, rows, rows, cols, H, W, ca, cb, False, MODE, R, BWI)
         sa += tl.sum(ha * keep, axis=0)
         sb += tl.sum(hb * keep, axis=0)
     for yb in range(y0, tl.minimum(y0 + CH, H), RB):
-        ea, eb = _ab_rows(a_ptr, b_ptr, yb + R + k, cols, H, W, ca, cb, MODE, R, BWI)
-        la, lb = _ab_rows(a_ptr, b_ptr, yb - R - 1 + k, cols, H, W, ca, cb, MODE, R, BWI)
-        da = ea - la
-        db = eb - lb
+        da, db = _ab_rows(a_ptr, b_ptr, yb + R + k, yb - R - 1 + k, cols, H, W, ca, cb, True, MODE, R, BWI)
         oy = yb + k
         inv_n = 1.0 / _count(oy, oc, H, W, R, MODE)
         ma = (sa[None, :] + tl.cumsum(da, axis=0)) * inv_n + ca
