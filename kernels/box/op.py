@@ -10,24 +10,52 @@ from ..validate import check_finite, check_image, check_radius
 from . import torch_path
 
 
-class _BoxMean(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, r, border, backend):
-        ctx.r, ctx.border, ctx.backend = r, border, backend
-        if backend == "triton":
-            from .triton_path import box_mean as tri
+@torch.library.custom_op("vision::box_filter", mutates_args=())
+def _box_op(x: torch.Tensor, radius: int, border: str, backend: str) -> torch.Tensor:
+    # the data check lives inside the op: torch.compile sees one opaque call, and the Triton path never reads x
+    check_finite(x, "x", backend=backend)
+    if backend == "triton":
+        from .triton_path import box_mean as tri
 
-            return tri(x, r, border)
-        return torch_path.box_mean(x, r, border)
+        return tri(x, radius, border)
+    return torch_path.box_mean(x, radius, border)
 
-    @staticmethod
-    def backward(ctx, g):
-        g = g.contiguous()
-        if ctx.backend == "triton":
-            from .triton_path import box_mean_adjoint as tri_adj
 
-            return tri_adj(g, ctx.r, ctx.border), None, None, None
-        return torch_path.box_mean_adjoint(g, ctx.r, ctx.border), None, None, None
+@_box_op.register_fake
+def _(x, radius, border, backend):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("vision::box_filter_backward", mutates_args=())
+def _box_backward_op(g: torch.Tensor, radius: int, border: str, backend: str) -> torch.Tensor:
+    if backend == "triton":
+        from .triton_path import box_mean_adjoint as tri_adj
+
+        return tri_adj(g, radius, border)
+    return torch_path.box_mean_adjoint(g, radius, border)
+
+
+@_box_backward_op.register_fake
+def _(g, radius, border, backend):
+    return torch.empty_like(g)
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.r, ctx.border, ctx.backend = inputs[1:]
+
+
+def _backward(ctx, g):
+    return _box_backward_op(g.contiguous(), ctx.r, ctx.border, ctx.backend), None, None, None
+
+
+_box_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def effective_radius(radius: int, h: int, w: int, border: str) -> int:
+    """The radius that gives the same means: in "valid" mode a window of radius max(H, W) - 1 already holds
+    the whole image, so larger radii are clamped there (padded modes reduce large radii exactly inside the
+    PyTorch path, see ``large_radius``)."""
+    return min(radius, max(h, w) - 1) if border == "valid" else radius
 
 
 def box_filter(x: torch.Tensor, radius: int, border: str = "valid") -> torch.Tensor:
@@ -38,10 +66,15 @@ def box_filter(x: torch.Tensor, radius: int, border: str = "valid") -> torch.Ten
         radius: window radius r >= 0 (r = 0 returns x).
         border: ``"valid"`` (mean over the pixels inside the image; default), ``"reflect"``
             (OpenCV BORDER_REFLECT_101, kornia), ``"replicate"``, ``"symmetric"`` (OpenCV BORDER_REFLECT).
-            Windows larger than the image are fine in every mode.
+            Windows larger than the image are fine in every mode, and cost what the image costs:
+            in "valid" mode a radius >= max(H, W) gives the means of radius max(H, W) - 1; in the padded
+            modes the extra reflections (whole periods, or repeated edge pixels for "replicate") are
+            added in closed form, so the result is exact for any radius.
 
     Returns:
         (B, C, H, W) window means. Differentiable (closed-form adjoint, no autograd through sums).
+        Registered as the custom op ``torch.ops.vision.box_filter`` (with its backward), so
+        ``torch.compile(fullgraph=True)`` and CUDA graphs take it whole.
 
     Example:
         >>> x = torch.rand(2, 3, 64, 80)
@@ -51,10 +84,10 @@ def box_filter(x: torch.Tensor, radius: int, border: str = "valid") -> torch.Ten
     x = check_image(x, "x")
     radius = check_radius(radius)
     border = check_border(border)
-    check_finite(x, "x")
     backend = backend_for(x)
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
-    return _BoxMean.apply(x.to(work), radius, border, backend).to(x.dtype)
+    radius = effective_radius(radius, x.shape[-2], x.shape[-1], border)
+    return _box_op(x.to(work), radius, border, backend).to(x.dtype)
 
 
 class BoxFilter(nn.Module):

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ..border import pad, unpad_adjoint, valid_count
+from . import large_radius
 
 try:  # OpenCV is a dependency, but the PyTorch path must not need it
     import cv2
@@ -84,6 +85,8 @@ def inv_count(h: int, w: int, r: int, device, dtype=torch.float32) -> torch.Tens
 def box_mean(x: torch.Tensor, r: int, border: str) -> torch.Tensor:
     """The mean operator M of the guided filter: window mean of ``x`` (..., H, W) in float32."""
     h, w = x.shape[-2:]
+    if large_radius.needs_reduction(h, w, r, border):
+        return large_radius.box_mean(x, r, border)
     if border != "valid":
         return window_sum(x, r, border, normalize=True)
     if x.requires_grad:
@@ -112,6 +115,8 @@ def valid_border_(m: torch.Tensor, r: int) -> torch.Tensor:
 def box_mean_adjoint(g: torch.Tensor, r: int, border: str) -> torch.Tensor:
     """The adjoint M^T of :func:`box_mean` (what the backward pass applies to upstream gradients)."""
     h, w = g.shape[-2:]
+    if large_radius.needs_reduction(h, w, r, border):
+        return large_radius.box_mean_adjoint(g, r, border)
     if border == "valid":
         return window_sum(g * inv_count(h, w, r, g.device, g.dtype), r, "zero")
     # M = (1/k^2) B P with P the padding gather: M^T = P^T B^T / k^2, B^T a zero-outside sum on the padded grid.

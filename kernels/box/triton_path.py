@@ -1,4 +1,5 @@
-"""Triton kernels of the box filter, and the tile machinery the other fused kernels share.
+"""Triton entry points of the box filter (which runs the sliding kernels of ``sliding.py``), and the tile
+machinery the fused guided backward kernels still use.
 
 A program owns one output tile. It loads a (TH, TW) input tile that carries an R-pixel halo on every
 side (coordinates mapped by the border mode), removes the tile's mean (so float32 sums stay small),
@@ -155,7 +156,9 @@ def box_mean(x: torch.Tensor, r: int, border: str) -> torch.Tensor:
         from .torch_path import box_mean as torch_box_mean
 
         return torch_box_mean(x, r, border)
-    return _launch(x, r, border, 0, 0)
+    from . import sliding
+
+    return sliding.launch(x, r, MODES[border], 0, 0)
 
 
 def box_mean_adjoint(g: torch.Tensor, r: int, border: str) -> torch.Tensor:
@@ -165,8 +168,10 @@ def box_mean_adjoint(g: torch.Tensor, r: int, border: str) -> torch.Tensor:
         from .torch_path import box_mean_adjoint as torch_adjoint
 
         return torch_adjoint(g, r, border)
+    from . import sliding
+
     if border == "valid":
-        return _launch(g, r, border, 1, 0)
+        return sliding.launch(g, r, 0, 1, 0)
     h, w = g.shape[-2:]
-    z = _launch(g, r, border, 2, r)
+    z = sliding.launch(g, r, 0, 2, r)
     return unpad_adjoint(z, h, w, r, border) * (1.0 / (2 * r + 1) ** 2)

@@ -13,6 +13,7 @@ import cv2
 import numpy as np
 import torch
 
+from ..box.large_radius import needs_reduction
 from ..box.torch_path import _CV2_BORDER, inv_count
 
 WORKSPACE_BYTES = 64 << 20  # band height is chosen so that the workspace stays about this size
@@ -37,7 +38,8 @@ def supported(I: torch.Tensor, p: torch.Tensor, r: int, border: str) -> bool:
     h, w = I.shape[-2:]
     return (I.device.type == "cpu" and I.dtype == torch.float32 and p.dtype == torch.float32
             and not (I.requires_grad or p.requires_grad) and r > 0
-            and (border == "valid" or border == "replicate" or r < min(h, w)))
+            and (border == "valid" or border == "replicate" or r < min(h, w))
+            and not needs_reduction(h, w, r, border))
 
 
 _corrections: dict = {}

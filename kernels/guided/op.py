@@ -7,6 +7,7 @@ from torch import nn
 
 from ..border import check_border
 from ..runtime import backend_for
+from ..box.op import effective_radius
 from ..validate import check_all_finite, check_eps, check_image, check_radius, check_scale
 from . import cpu_banded, torch_path
 from .reference import low_res_radius, subsample_index
@@ -20,29 +21,140 @@ def _impl(backend: str):
     return torch_path
 
 
-class _GuidedFit(torch.autograd.Function):
-    """One Function for the whole filter: forward and closed-form backward of either the output q
-    (``apply=True``) or the box-averaged coefficients (mean a, mean b) (``apply=False``)."""
+def _centres_itself(I: torch.Tensor, r: int, border: str, backend: str, grad: bool, apply: bool) -> bool:
+    """Whether the path's kernels centre every tile themselves (then no global centring glue runs): the fused
+    Triton kernels, which the backward uses only for q in "valid" mode."""
+    if backend != "triton":
+        return False
+    from . import triton_path
 
-    @staticmethod
-    def forward(ctx, I, p, eps, r, border, apply, backend):
-        impl = _impl(backend)
-        if impl is torch_path:
-            out, saved = impl.forward(I, p, eps, r, border, apply)
-        else:
-            out, saved = impl.forward(I, p, eps, r, border, apply, need_grad=any(ctx.needs_input_grad[:3]))
-        ctx.impl, ctx.r, ctx.border, ctx.apply_q = impl, r, border, apply
-        ctx.saved = saved  # backward runs once; plain attributes avoid save_for_backward's version checks
-        ctx.save_for_backward(eps)
-        return out
+    return r > 0 and triton_path.supported(r, I.dtype) and (not grad or (apply and border == "valid"))
 
-    @staticmethod
-    def backward(ctx, *grads):
-        (eps,) = ctx.saved_tensors
-        grads = tuple(None if g is None else g.to(eps.dtype).contiguous() for g in grads)
-        dI, dp, deps = ctx.impl.backward(ctx.saved, grads[0] if ctx.apply_q else grads, eps, ctx.r, ctx.border,
-                                         ctx.apply_q)
-        return dI, dp, deps, None, None, None, None
+
+# A guide whose centred values exceed this would square past float32's range: such images are filtered as
+# guide / s with eps / s^2 (exactly the same filter), s the image's largest centred magnitude.
+HUGE = 2.0**32
+
+
+def _prepare(I, p, eps, r, border, backend, check: bool, grad: bool = False, apply: bool = True):
+    """Checks, then the centred (and, for huge guides, rescaled) inputs of the PyTorch-side formulas.
+
+    Returns (I, p, eps, ci, cp, s); ci, cp are None when the kernels centre per tile, s is None or (B,1,1,1)."""
+    if check:
+        check_all_finite((I, "guide"), *(() if p is I else ((p, "src"),)), backend=backend)
+        check_eps(eps, I.shape[0], I.device, backend=backend)
+    if _centres_itself(I, r, border, backend, grad, apply):
+        return I, p, eps, None, None, None
+    ci, cp = I.mean((2, 3), keepdim=True), p.mean((2, 3), keepdim=True)
+    I, p = I - ci, p - cp
+    s = torch.maximum(I.amax((1, 2, 3), keepdim=True), -I.amin((1, 2, 3), keepdim=True))
+    s = torch.where(s > HUGE, s, torch.ones_like(s))
+    tiny = torch.finfo(I.dtype).tiny
+    return I / s, p, (eps / s.view(-1) / s.view(-1)).clamp_min(tiny), ci, cp, s
+
+
+def _coeff_shapes(I, p):
+    ma = p.new_empty(p.shape) if I.shape[1] == 1 else p.new_empty(p.shape[0], p.shape[1], 3, *p.shape[2:])
+    return ma, p.new_empty(p.shape)
+
+
+@torch.library.custom_op("vision::guided_filter", mutates_args=())
+def _filter_op(I: torch.Tensor, p: torch.Tensor, eps: torch.Tensor, radius: int, border: str,
+               backend: str) -> torch.Tensor:
+    """q for guide I (B, G, H, W) and src p (B, C, H, W) in the working dtype; eps (B,)."""
+    if backend == "torch" and cpu_banded.supported(I, p, radius, border):
+        check_all_finite((I, "guide"), *(() if p is I else ((p, "src"),)), backend=backend)
+        check_eps(eps, I.shape[0], I.device, backend=backend)
+        ci, cp = I.mean((2, 3), keepdim=True), p.mean((2, 3), keepdim=True)
+        lo, hi = torch.aminmax(I)  # one pass, no temporary: |I - ci| <= hi - lo
+        if float(hi - lo) <= HUGE:  # the PyTorch path reads data anyway (its checks); huge guides take the generic path
+            return cpu_banded.forward(I.contiguous(), p.contiguous(), ci, cp, eps, radius, border)
+    I2, p2, e2, ci, cp, s = _prepare(I, p, eps, radius, border, backend, check=True)
+    q, _ = _forward(I2, p2, e2, radius, border, True, backend)
+    return q if cp is None else q + cp
+
+
+@_filter_op.register_fake
+def _(I, p, eps, radius, border, backend):
+    return torch.empty_like(p)
+
+
+@torch.library.custom_op("vision::guided_coeffs", mutates_args=())
+def _coeffs_op(I: torch.Tensor, p: torch.Tensor, eps: torch.Tensor, radius: int, border: str,
+               backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean a, mean b) of the uncentred filter: q = mean_a . I + mean_b (the fast guided filter's fit)."""
+    I2, p2, e2, ci, cp, s = _prepare(I, p, eps, radius, border, backend, check=True, apply=False)
+    (ma, mb), _ = _forward(I2, p2, e2, radius, border, False, backend)
+    if cp is None:
+        return ma, mb
+    ma = ma / (s if I.shape[1] == 1 else s[:, None])
+    # shift back: b of the uncentred data is b - a . ci + cp, and the window mean of a constant is itself
+    mb = mb + cp - (ma * ci if I.shape[1] == 1 else (ma * ci[:, None]).sum(2))
+    return ma, mb
+
+
+@_coeffs_op.register_fake
+def _(I, p, eps, radius, border, backend):
+    return _coeff_shapes(I, p)
+
+
+def _forward(I, p, eps, r, border, apply, backend, need_grad=False):
+    impl = _impl(backend)
+    if impl is torch_path:
+        return impl.forward(I, p, eps, r, border, apply)
+    return impl.forward(I, p, eps, r, border, apply, need_grad=need_grad)
+
+
+@torch.library.custom_op("vision::guided_filter_backward", mutates_args=())
+def _backward_op(I: torch.Tensor, p: torch.Tensor, eps: torch.Tensor, g0: torch.Tensor | None,
+                 g1: torch.Tensor | None, radius: int, border: str, apply: bool,
+                 backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients (dI, dp, deps) of q (apply; g0 = dL/dq) or of (mean a, mean b) (g0, g1). The forward's
+    window statistics are recomputed here (the custom op's outputs are only what the caller sees)."""
+    I2, p2, e2, ci, cp, s = _prepare(I, p, eps, radius, border, backend, check=False, grad=True, apply=apply)
+    gray = I.shape[1] == 1
+    if g0 is None:
+        g0 = torch.zeros_like(p) if apply or gray else p.new_zeros(p.shape[0], p.shape[1], 3, *p.shape[2:])
+    if not apply and g1 is None:
+        g1 = torch.zeros_like(p)
+    g0, g1 = g0.to(I.dtype).contiguous(), None if g1 is None else g1.to(I.dtype).contiguous()
+    if not apply and cp is not None:  # chain rule through the shift back and the rescale of the coefficients
+        g0 = g0 - (g1 * ci if gray else g1[:, :, None] * ci[:, None])
+        g0 = g0 / (s if gray else s[:, None])
+    _, saved = _forward(I2, p2, e2, radius, border, apply, backend, need_grad=True)
+    dI, dp, deps = _impl(backend).backward(saved, g0 if apply else (g0, g1), e2, radius, border, apply)
+    if s is not None:
+        dI, deps = dI / s, deps / s.view(-1) / s.view(-1)
+    return dI, dp, deps.to(eps.dtype)
+
+
+@_backward_op.register_fake
+def _(I, p, eps, g0, g1, radius, border, apply, backend):
+    return torch.empty_like(I), torch.empty_like(p), torch.empty_like(eps)
+
+
+def _setup(apply):
+    def setup_context(ctx, inputs, output):
+        I, p, eps, radius, border, backend = inputs
+        ctx.save_for_backward(I, p, eps)
+        ctx.args = (radius, border, apply, backend)
+    return setup_context
+
+
+def _filter_backward(ctx, g):
+    I, p, eps = ctx.saved_tensors
+    dI, dp, deps = _backward_op(I, p, eps, g, None, *ctx.args)
+    return dI, dp, deps, None, None, None
+
+
+def _coeffs_backward(ctx, g_ma, g_mb):
+    I, p, eps = ctx.saved_tensors
+    dI, dp, deps = _backward_op(I, p, eps, g_ma, g_mb, *ctx.args)
+    return dI, dp, deps, None, None, None
+
+
+_filter_op.register_autograd(_filter_backward, setup_context=_setup(True))
+_coeffs_op.register_autograd(_coeffs_backward, setup_context=_setup(False))
 
 
 def guided_filter(guide: torch.Tensor, src: torch.Tensor, radius: int, eps, border: str = "valid",
@@ -68,6 +180,13 @@ def guided_filter(guide: torch.Tensor, src: torch.Tensor, radius: int, eps, bord
     Returns:
         (B, C, H, W) in ``src``'s dtype. float16/bfloat16 inputs are computed in float32.
         Differentiable w.r.t. guide, src and eps (closed-form backward through adjoint box filters).
+        Registered as custom ops (``torch.ops.vision.guided_filter``, ``guided_coeffs`` and their
+        backward), so ``torch.compile(fullgraph=True)`` and CUDA graphs take the call whole.
+
+    Any radius costs what the image costs: in "valid" mode a radius >= max(H, W) gives the result of
+    max(H, W) - 1 (the window already holds the whole image); in the padded modes large radii are
+    reduced exactly (see ``box.large_radius``). A guide too large to square in float32 (e.g. 1e30) is
+    filtered as guide / s with eps / s^2, the same filter, s its largest centred magnitude.
 
     Example:
         >>> img = torch.rand(1, 3, 64, 64)
@@ -85,40 +204,35 @@ def guided_filter(guide: torch.Tensor, src: torch.Tensor, radius: int, eps, bord
     radius = check_radius(radius)
     scale = check_scale(scale)
     border = check_border(border)
-    check_all_finite((guide, "guide"), *(() if src is guide else ((src, "src"),)))
-    eps_t = check_eps(eps, guide.shape[0], guide.device)
+    backend = backend_for(guide)
     # float32 accumulation for every input dtype; float64 stays float64 (gradcheck, references)
     work = torch.float64 if src.dtype == torch.float64 else torch.float32
-    if isinstance(eps, torch.Tensor) and eps.requires_grad:
-        eps_t = eps.to(work).reshape(-1).expand(guide.shape[0])
-    eps_t = eps_t.to(work)
+    bsz = guide.shape[0]
+    if isinstance(eps, torch.Tensor):
+        check_eps(eps, bsz, guide.device, backend="triton")  # shape only here: values are checked inside the op
+        eps_t = eps.to(device=guide.device, dtype=work).reshape(-1).expand(bsz)
+    else:
+        eps_t = check_eps(eps, bsz, guide.device).to(work)  # a float is checked on the host, no sync
     out_dtype = src.dtype
-    I, p = guide.to(work), src.to(work)
-    backend = backend_for(I)
-    if scale == 1 and backend == "torch" and cpu_banded.supported(I, p, radius, border) and not eps_t.requires_grad:
-        ci, cp = I.mean((2, 3), keepdim=True), p.mean((2, 3), keepdim=True)
-        return cpu_banded.forward(I.contiguous(), p.contiguous(), ci, cp, eps_t, radius, border).to(out_dtype)
-    # Shift invariance: subtracting each image's mean leaves a unchanged and only shifts q, and keeps
-    # the second moments small, so M(I^2) - M(I)^2 does not cancel catastrophically in float32.
-    ci = I.detach().mean((2, 3), keepdim=True)
-    cp = p.detach().mean((2, 3), keepdim=True)
-    I, p = I - ci, p - cp
-    if scale == 1:
-        q = _GuidedFit.apply(I.contiguous(), p.contiguous(), eps_t, radius, border, True, backend)
-        return (q + cp).to(out_dtype)
+    I = guide.to(work)
+    p = I if src is guide else src.to(work)
     h, w = I.shape[-2:]
+    if scale == 1:
+        r = effective_radius(radius, h, w, border)
+        return _filter_op(I, p, eps_t, r, border, backend).to(out_dtype)
     iy = torch.as_tensor(subsample_index(h, scale), device=I.device)
     ix = torch.as_tensor(subsample_index(w, scale), device=I.device)
     I_lo = I.index_select(2, iy).index_select(3, ix).contiguous()
-    p_lo = p.index_select(2, iy).index_select(3, ix).contiguous()
-    ma, mb = _GuidedFit.apply(I_lo, p_lo, eps_t, low_res_radius(radius, scale), border, False, backend)
+    p_lo = I_lo if p is I else p.index_select(2, iy).index_select(3, ix).contiguous()
+    r = effective_radius(low_res_radius(radius, scale), *I_lo.shape[-2:], border)
+    ma, mb = _coeffs_op(I_lo, p_lo, eps_t, r, border, backend)
     up = lambda t: F.interpolate(t, size=(h, w), mode="bilinear", align_corners=False)  # noqa: E731
     if I.shape[1] == 1:
         q = up(ma) * I + up(mb)
     else:
         c = ma.shape[1]
         q = (up(ma.flatten(1, 2)).unflatten(1, (c, 3)) * I[:, None]).sum(2) + up(mb)
-    return (q + cp).to(out_dtype)
+    return q.to(out_dtype)
 
 
 class GuidedFilter(nn.Module):

@@ -1,5 +1,9 @@
 """Triton path of the guided filter: two fused kernels per call.
 
+The forward runs the sliding-window kernels of ``sliding.py`` (gray guide) and ``sliding_color.py``
+(colour guide); the tile kernels below (``_fit_*_kernel``, ``_apply_kernel``) are the previous tile-based
+forward, kept as the design the fused backward (``triton_backward.py``) shares.
+
 K1 (``_fit_*_kernel``): load guide and src tiles with a 2R halo, form every window moment in
 registers (see ``box/triton_path.py`` for the tile scheme), solve for a and b (gray: one division;
 colour: 3x3 cofactor inverse per pixel), store a and b. K2 (``_apply_kernel``): box-average a and b
@@ -44,20 +48,30 @@ def _load_centred(ptr, offs, inside):
 
 
 @triton.jit
+def _tile_scale(t):
+    """1 for ordinary data; the tile's largest centred magnitude when squares would leave float32's range.
+    Dividing the guide by s and eps by s^2 is the same filter (a scales by 1/s, b is unchanged)."""
+    m = tl.max(tl.max(tl.abs(t), axis=1), axis=0)
+    return tl.where(m > 4294967296.0, m, 1.0)
+
+
+@triton.jit
 def _fit_gray_kernel(I_ptr, p_ptr, a_ptr, b_ptr, eps_ptr, C, H, W, R: tl.constexpr, MODE: tl.constexpr,
                      TH: tl.constexpr, TW: tl.constexpr):
     pc, i, j, offs, inside, oy, ox, keep = tile_program(H, W, R, MODE, TH, TW)
     bi = pc // C
     I, cI = _load_centred(I_ptr + bi * H * W, offs, inside)
     p, cp = _load_centred(p_ptr + pc * H * W, offs, inside)
+    sc = _tile_scale(I)
+    I = I / sc
     inv_n = 1.0 / _counts(oy, ox, H, W, R, MODE)
     mI = tile_box_sum(I, R, TH, TW) * inv_n
     mp = tile_box_sum(p, R, TH, TW) * inv_n
     var = tl.maximum(tile_box_sum(I * I, R, TH, TW) * inv_n - mI * mI, 0.0)
     cov = tile_box_sum(I * p, R, TH, TW) * inv_n - mI * mp
     eps = tl.load(eps_ptr + bi)
-    a = cov / (var + eps)
-    b = mp + cp - a * (mI + cI)
+    a = cov / (var * sc + eps / sc)
+    b = mp + cp - a * (mI * sc + cI)
     out = pc * H * W + oy * W + ox
     tl.store(a_ptr + out, a, mask=keep)
     tl.store(b_ptr + out, b, mask=keep)
@@ -73,12 +87,16 @@ def _fit_color_kernel(I_ptr, p_ptr, a_ptr, b_ptr, eps_ptr, C, H, W, R: tl.conste
     I1, c1 = _load_centred(I_ptr + (bi * 3 + 1) * plane, offs, inside)
     I2, c2 = _load_centred(I_ptr + (bi * 3 + 2) * plane, offs, inside)
     p, cp = _load_centred(p_ptr + pc * plane, offs, inside)
+    sc = tl.maximum(tl.maximum(_tile_scale(I0), _tile_scale(I1)), _tile_scale(I2))
+    I0 = I0 / sc
+    I1 = I1 / sc
+    I2 = I2 / sc
     inv_n = 1.0 / _counts(oy, ox, H, W, R, MODE)
     m0 = tile_box_sum(I0, R, TH, TW) * inv_n
     m1 = tile_box_sum(I1, R, TH, TW) * inv_n
     m2 = tile_box_sum(I2, R, TH, TW) * inv_n
     mp = tile_box_sum(p, R, TH, TW) * inv_n
-    eps = tl.load(eps_ptr + bi)
+    eps = tl.load(eps_ptr + bi) / sc / sc
     s00 = tl.maximum(tile_box_sum(I0 * I0, R, TH, TW) * inv_n - m0 * m0, 0.0) + eps
     s11 = tl.maximum(tile_box_sum(I1 * I1, R, TH, TW) * inv_n - m1 * m1, 0.0) + eps
     s22 = tl.maximum(tile_box_sum(I2 * I2, R, TH, TW) * inv_n - m2 * m2, 0.0) + eps
@@ -94,11 +112,11 @@ def _fit_color_kernel(I_ptr, p_ptr, a_ptr, b_ptr, eps_ptr, C, H, W, R: tl.conste
     k11 = s00 * s22 - s02 * s02
     k12 = s01 * s02 - s00 * s12
     k22 = s00 * s11 - s01 * s01
-    inv_det = 1.0 / (s00 * k00 + s01 * k01 + s02 * k02)
+    inv_det = 1.0 / ((s00 * k00 + s01 * k01 + s02 * k02) * sc)
     a0 = (k00 * v0 + k01 * v1 + k02 * v2) * inv_det
     a1 = (k01 * v0 + k11 * v1 + k12 * v2) * inv_det
     a2 = (k02 * v0 + k12 * v1 + k22 * v2) * inv_det
-    b = mp + cp - a0 * (m0 + c0) - a1 * (m1 + c1) - a2 * (m2 + c2)
+    b = mp + cp - a0 * (m0 * sc + c0) - a1 * (m1 * sc + c1) - a2 * (m2 * sc + c2)
     pix = oy * W + ox
     tl.store(a_ptr + (pc * 3 + 0) * plane + pix, a0, mask=keep)
     tl.store(a_ptr + (pc * 3 + 1) * plane + pix, a1, mask=keep)
@@ -141,6 +159,13 @@ def fused_forward(I, p, eps, r, border, apply: bool, keep_ma: bool = False):
     bsz, g, h, w = I.shape
     c = p.shape[1]
     mode = MODES[border]
+    if g == 1:
+        from . import sliding
+
+        return sliding.forward_gray(I, p, eps.float().contiguous(), r, mode, apply, keep_ma)
+    from . import sliding_color
+
+    return sliding_color.forward_color(I, p, eps.float().contiguous(), r, mode, apply, keep_ma)
     th, tw = tile_shape(r, wide=g == 1)
     grid = (bsz * c, triton.cdiv(h, th - 2 * r), triton.cdiv(w, tw - 2 * r))
     a = torch.empty(bsz, c, *((g,) if g == 3 else ()), h, w, device=I.device, dtype=torch.float32)

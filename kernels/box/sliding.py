@@ -1,0 +1,124 @@
+"""Sliding-window box filter kernel: a program owns a strip of columns and walks down a chunk of rows.
+
+Every step loads RB entering rows and the RB rows leaving the window (both BWI wide: the strip plus an
+R-pixel halo on each side, coordinates mapped by the border mode), forms their horizontal window sums by a
+scan along the row, and updates per-column running sums: V(y) = V(y - 1) + h(y + R) - h(y - R - 1), the RB
+rows at once through a scan over the rows each thread holds. One warp per program keeps both scans inside
+the warp (no barriers, no axis-0 scan across warps, no 2-D gathers), the halo is only 2R columns of BWI, and
+the running sums restart every CH rows, which bounds float32 drift and gives the grid enough programs.
+Values are centred on a per-program constant before summing, so the sums stay small.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .triton_path import src_index, window_count
+
+RB = 8          # rows per step
+CHUNKS = (64, 32, 16)  # output rows per program (the running sums restart there), longest first
+MIN_PROGRAMS = 2048    # about 16 one-warp programs per SM of an H100/H200: shorter chunks below that
+
+
+def chunk_rows(planes: int, rows: int, strips: int) -> int:
+    """Longest chunk that still gives the grid MIN_PROGRAMS programs (a 1 MP plane needs short chunks)."""
+    for ch in CHUNKS:
+        if planes * strips * triton.cdiv(rows, ch) >= MIN_PROGRAMS:
+            return ch
+    return CHUNKS[-1]
+
+
+def strip_width(r: int) -> int:
+    """BWI, the loaded width of a strip (power of two); BWI - 2r output columns."""
+    return 64 if r <= 4 else 128
+
+
+@triton.jit
+def _row_vals(x_ptr, rows, cols, rmask, H, W, cvals, MODE: tl.constexpr, KIND: tl.constexpr, R: tl.constexpr):
+    """Centred input values of rows ``rows`` ([RB, 1], unmapped) at strip columns ``cols``, 0 where absent."""
+    ry = src_index(rows, H, MODE)
+    rx = src_index(cols, W, MODE)
+    inside = rmask & (rows == rows) & (cols == cols)
+    if MODE == 0:
+        inside = inside & (rows >= 0) & (rows < H) & (cols >= 0) & (cols < W)
+    t = tl.load(x_ptr + ry * W + rx, mask=inside, other=0.0).to(tl.float32)
+    if KIND == 1:  # the valid adjoint sums x / N, N the count of the window centred on each input pixel
+        t = t / tl.maximum(window_count(rows, H, R) * window_count(cols, W, R), 1).to(tl.float32)
+    return tl.where(inside, t - cvals, 0.0)
+
+
+@triton.jit
+def _row_sums(x_ptr, rows, lrows, cols, rmask, H, W, cvals, MODE: tl.constexpr, KIND: tl.constexpr,
+              R: tl.constexpr, BWI: tl.constexpr, LEAVE: tl.constexpr):
+    """Horizontal window sums of rows ``rows``, less those of ``lrows`` when LEAVE (the sums are linear, so
+    one scan of the difference serves both)."""
+    t = _row_vals(x_ptr, rows, cols, rmask, H, W, cvals, MODE, KIND, R)
+    if LEAVE:
+        t = t - _row_vals(x_ptr, lrows, cols, rmask, H, W, cvals, MODE, KIND, R)
+    j = tl.arange(0, BWI)[None, :] + rows * 0
+    s = tl.cumsum(t, axis=1)
+    hi = tl.minimum(j + 2 * R, BWI - 1)
+    lo = tl.maximum(j - 1, 0)
+    return tl.gather(s, hi, axis=1) - tl.where(j >= 1, tl.gather(s, lo, axis=1), 0.0)
+
+
+@triton.jit
+def _sliding_box_kernel(x_ptr, out_ptr, H, W, HO, WO, OFF, R: tl.constexpr, MODE: tl.constexpr,
+                        KIND: tl.constexpr, BWI: tl.constexpr, CH: tl.constexpr, RB: tl.constexpr):
+    # KIND 0: window mean (HO, WO = H, W). KIND 1: adjoint of the valid mean, sum of x/N (H, W).
+    # KIND 2: zero-outside window sums on the grid padded by OFF = R (HO = H + 2R), folded afterwards.
+    plane = tl.program_id(0).to(tl.int64)
+    y0 = tl.program_id(1) * CH
+    x0 = tl.program_id(2) * (BWI - 2 * R)
+    x_ptr += plane * H * W
+    out_ptr += plane * HO * WO
+    k = tl.arange(0, RB)[:, None]
+    j = tl.arange(0, BWI)[None, :]
+    cols = x0 - OFF - R + j           # input columns of the strip (output column x0 + j sits at j + R)
+    oc = x0 + j                       # output columns of the window sums (valid for j < BWI - 2R)
+    # per-program centre: mean of the in-image pixels of the first rows this program reads
+    first = tl.minimum(tl.maximum(y0 - OFF, 0), H - 1) + k
+    cmask = (first >= 0) & (first < H) & (cols >= 0) & (cols < W)
+    cv = tl.load(x_ptr + tl.minimum(tl.maximum(first, 0), H - 1) * W + tl.minimum(tl.maximum(cols, 0), W - 1),
+                 mask=cmask, other=0.0).to(tl.float32)
+    if KIND == 1:
+        cv = cv / tl.maximum(window_count(first, H, R) * window_count(cols, W, R), 1).to(tl.float32)
+    c = tl.sum(tl.sum(cv, axis=1), axis=0) / tl.maximum(tl.sum(tl.sum(cmask.to(tl.float32), axis=1), axis=0), 1.0)
+    # warm-up: V(y0 - 1) = sum of h over input rows y0 - 1 - R .. y0 - 1 + R (shifted by OFF)
+    acc = tl.zeros([BWI], dtype=tl.float32)
+    for w0 in range(0, 2 * R + 1, RB):
+        rows = y0 - OFF - 1 - R + w0 + k
+        h = _row_sums(x_ptr, rows, rows, cols, (w0 + k) < 2 * R + 1, H, W, c, MODE, KIND, R, BWI, False)
+        acc += tl.sum(h, axis=0)
+    for yb in range(y0, tl.minimum(y0 + CH, HO), RB):
+        ent = yb - OFF + R + k
+        lev = yb - OFF - R - 1 + k
+        d = _row_sums(x_ptr, ent, lev, cols, k >= 0, H, W, c, MODE, KIND, R, BWI, True)
+        v = acc[None, :] + tl.cumsum(d, axis=0)
+        acc = acc + tl.sum(d, axis=0)
+        oy = yb + k
+        if MODE == 0 or KIND != 0:
+            n = (window_count(oy - OFF, H, R) * window_count(oc - OFF, W, R)).to(tl.float32)
+        else:
+            n = (oy * 0 + oc * 0 + (2 * R + 1) * (2 * R + 1)).to(tl.float32)
+        total = v + c * n
+        if KIND == 0:
+            total = total / tl.maximum(n, 1.0)
+        keep = (oy < HO) & (oy < y0 + CH) & (j < BWI - 2 * R) & (oc < WO)
+        tl.store(out_ptr + oy * WO + oc, total, mask=keep)
+
+
+def launch(x: torch.Tensor, r: int, mode: int, kind: int, off: int) -> torch.Tensor:
+    """Window means / sums of every (H, W) plane of x; output (..., H + 2 off, W + 2 off) float32."""
+    h, w = x.shape[-2:]
+    planes = x.reshape(-1, h, w).contiguous().float()
+    ho, wo = h + 2 * off, w + 2 * off
+    out = torch.empty(planes.shape[0], ho, wo, device=x.device, dtype=torch.float32)
+    bwi = strip_width(r)
+    strips = triton.cdiv(wo, bwi - 2 * r)
+    ch = chunk_rows(planes.shape[0], ho, strips)
+    grid = (planes.shape[0], triton.cdiv(ho, ch), strips)
+    _sliding_box_kernel[grid](planes, out, h, w, ho, wo, off, R=r, MODE=mode, KIND=kind, BWI=bwi, CH=ch, RB=RB,
+                              num_warps=1)
+    return out.reshape(*x.shape[:-2], ho, wo)

@@ -1,0 +1,209 @@
+"""Sliding-window Triton kernels of the gray-guide guided filter (the scheme of ``box/sliding.py``).
+
+K1 (``_fit_gray_kernel``): a one-warp program owns a strip of columns and a chunk of rows; per step it
+loads RB entering and RB leaving rows of guide and src, forms the horizontal window sums of I, p, I^2 and
+I p by scans along the rows, updates four per-column running sums, and turns the RB rows of window
+moments into a and b. K2 (``_apply_gray_kernel``): the same walk over a and b, then q = mean(a) I + mean(b)
+(or the means themselves for the fast guided filter). Guide and src are centred on per-program constants
+(shift invariance: a is unchanged, the shift is put back into b), and a guide whose centred values would
+square past float32 is divided by its magnitude s with eps / s^2, the same filter.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..box.sliding import chunk_rows, strip_width
+
+# rows per step: the fit keeps 4 moments of entering and leaving rows live, so it steps 2 rows at a time to stay
+# within 255 registers of one warp without spilling; the apply keeps 2
+FIT_RB = 2
+APPLY_RB = 4
+from ..box.triton_path import src_index, window_count
+
+
+@triton.jit
+def _load(ptr, rows, cols, H, W, MODE: tl.constexpr):
+    inside = (rows == rows) & (cols == cols)
+    if MODE == 0:
+        inside = inside & (rows >= 0) & (rows < H) & (cols >= 0) & (cols < W)
+    t = tl.load(ptr + src_index(rows, H, MODE) * W + src_index(cols, W, MODE), mask=inside, other=0.0)
+    return t.to(tl.float32), inside
+
+
+@triton.jit
+def _hsum(t, R: tl.constexpr, BWI: tl.constexpr):
+    """Horizontal window sums along the rows of t; column j holds the window starting at j."""
+    j = tl.arange(0, BWI)[None, :] + tl.zeros_like(t).to(tl.int32)
+    s = tl.cumsum(t, axis=1)
+    return tl.gather(s, tl.minimum(j + 2 * R, BWI - 1), axis=1) - \
+        tl.where(j >= 1, tl.gather(s, tl.maximum(j - 1, 0), axis=1), 0.0)
+
+
+@triton.jit
+def _centre(ptr, rows, cols, H, W):
+    """Mean of the in-image values among (rows, cols), and their largest distance from it."""
+    t, inside = _load(ptr, rows, cols, H, W, 0)
+    c = tl.sum(tl.sum(t, axis=1), axis=0) / tl.maximum(tl.sum(tl.sum(inside.to(tl.float32), axis=1), axis=0), 1.0)
+    m = tl.max(tl.max(tl.where(inside, tl.abs(t - c), 0.0), axis=1), axis=0)
+    return c, m
+
+
+@triton.jit
+def _count(oy, oc, H, W, R: tl.constexpr, MODE: tl.constexpr):
+    if MODE == 0:
+        n = (window_count(oy, H, R) * window_count(oc, W, R)).to(tl.float32)
+    else:
+        n = (oy * 0 + oc * 0 + (2 * R + 1) * (2 * R + 1)).to(tl.float32)
+    return tl.maximum(n, 1.0)
+
+
+@triton.jit
+def _centred2(I_ptr, p_ptr, rows, cols, H, W, cI, cp, sc, MODE: tl.constexpr):
+    I, inside = _load(I_ptr, rows, cols, H, W, MODE)
+    p, _ = _load(p_ptr, rows, cols, H, W, MODE)
+    return tl.where(inside, (I - cI) / sc, 0.0), tl.where(inside, p - cp, 0.0)
+
+
+@triton.jit
+def _fit_rows(I_ptr, p_ptr, rows, lrows, cols, H, W, cI, cp, sc, LEAVE: tl.constexpr, MODE: tl.constexpr,
+              R: tl.constexpr, BWI: tl.constexpr):
+    """Horizontal window sums of I, p, I^2, I p over rows ``rows`` less those over ``lrows`` (when LEAVE):
+    the sums are linear, so one scan of the difference serves both."""
+    I, p = _centred2(I_ptr, p_ptr, rows, cols, H, W, cI, cp, sc, MODE)
+    if LEAVE:
+        LI, Lp = _centred2(I_ptr, p_ptr, lrows, cols, H, W, cI, cp, sc, MODE)
+    else:
+        LI, Lp = I * 0.0, p * 0.0
+    return (_hsum(I - LI, R, BWI), _hsum(p - Lp, R, BWI), _hsum(I * I - LI * LI, R, BWI),
+            _hsum(I * p - LI * Lp, R, BWI))
+
+
+@triton.jit
+def _fit_gray_kernel(I_ptr, p_ptr, a_ptr, b_ptr, eps_ptr, C, H, W, R: tl.constexpr, MODE: tl.constexpr,
+                     BWI: tl.constexpr, CH: tl.constexpr, RB: tl.constexpr):
+    pc = tl.program_id(0).to(tl.int64)
+    bi = pc // C
+    y0 = tl.program_id(1) * CH
+    x0 = tl.program_id(2) * (BWI - 2 * R)
+    I_ptr += bi * H * W
+    p_ptr += pc * H * W
+    k = tl.arange(0, RB)[:, None]
+    j = tl.arange(0, BWI)[None, :]
+    cols = x0 - R + j
+    oc = x0 + j
+    cI, mI0 = _centre(I_ptr, y0 + k, cols, H, W)
+    cp, _ = _centre(p_ptr, y0 + k, cols, H, W)
+    sc = tl.where(mI0 > 4294967296.0, mI0, 1.0)
+    eps = tl.load(eps_ptr + bi)
+    zero = tl.zeros([BWI], dtype=tl.float32)
+    aI, ap, aII, aIp = zero, zero, zero, zero
+    for w0 in range(0, 2 * R + 1, RB):  # window moments of row y0 - 1
+        rows = y0 - 1 - R + w0 + k
+        keep = ((w0 + k) < 2 * R + 1).to(tl.float32)
+        hI, hp, hII, hIp = _fit_rows(I_ptr, p_ptr, rows, rows, cols, H, W, cI, cp, sc, False, MODE, R, BWI)
+        aI += tl.sum(hI * keep, axis=0)
+        ap += tl.sum(hp * keep, axis=0)
+        aII += tl.sum(hII * keep, axis=0)
+        aIp += tl.sum(hIp * keep, axis=0)
+    for yb in range(y0, tl.minimum(y0 + CH, H), RB):
+        dI, dp, dII, dIp = _fit_rows(I_ptr, p_ptr, yb + R + k, yb - R - 1 + k, cols, H, W, cI, cp, sc, True, MODE,
+                                     R, BWI)
+        oy = yb + k
+        inv_n = 1.0 / _count(oy, oc, H, W, R, MODE)
+        mI = (aI[None, :] + tl.cumsum(dI, axis=0)) * inv_n
+        mp = (ap[None, :] + tl.cumsum(dp, axis=0)) * inv_n
+        var = tl.maximum((aII[None, :] + tl.cumsum(dII, axis=0)) * inv_n - mI * mI, 0.0)
+        cov = (aIp[None, :] + tl.cumsum(dIp, axis=0)) * inv_n - mI * mp
+        aI += tl.sum(dI, axis=0)
+        ap += tl.sum(dp, axis=0)
+        aII += tl.sum(dII, axis=0)
+        aIp += tl.sum(dIp, axis=0)
+        a = cov / (var * sc + eps / sc)
+        b = mp + cp - a * (mI * sc + cI)
+        keep = (oy < H) & (oy < y0 + CH) & (j < BWI - 2 * R) & (oc < W)
+        out = pc * H * W + oy * W + oc
+        tl.store(a_ptr + out, a, mask=keep)
+        tl.store(b_ptr + out, b, mask=keep)
+
+
+@triton.jit
+def _ab_rows(a_ptr, b_ptr, rows, lrows, cols, H, W, ca, cb, LEAVE: tl.constexpr, MODE: tl.constexpr,
+             R: tl.constexpr, BWI: tl.constexpr):
+    a, inside = _load(a_ptr, rows, cols, H, W, MODE)
+    b, _ = _load(b_ptr, rows, cols, H, W, MODE)
+    a = tl.where(inside, a - ca, 0.0)
+    b = tl.where(inside, b - cb, 0.0)
+    if LEAVE:
+        la, linside = _load(a_ptr, lrows, cols, H, W, MODE)
+        lb, _ = _load(b_ptr, lrows, cols, H, W, MODE)
+        a -= tl.where(linside, la - ca, 0.0)
+        b -= tl.where(linside, lb - cb, 0.0)
+    return _hsum(a, R, BWI), _hsum(b, R, BWI)
+
+
+@triton.jit
+def _apply_gray_kernel(a_ptr, b_ptr, I_ptr, q_ptr, ma_ptr, mb_ptr, C, H, W, R: tl.constexpr, MODE: tl.constexpr,
+                       APPLY: tl.constexpr, STORE_MA: tl.constexpr, BWI: tl.constexpr, CH: tl.constexpr,
+                       RB: tl.constexpr):
+    pc = tl.program_id(0).to(tl.int64)
+    bi = pc // C
+    y0 = tl.program_id(1) * CH
+    x0 = tl.program_id(2) * (BWI - 2 * R)
+    a_ptr += pc * H * W
+    b_ptr += pc * H * W
+    k = tl.arange(0, RB)[:, None]
+    j = tl.arange(0, BWI)[None, :]
+    cols = x0 - R + j
+    oc = x0 + j
+    ca, _ = _centre(a_ptr, y0 + k, cols, H, W)
+    cb, _ = _centre(b_ptr, y0 + k, cols, H, W)
+    zero = tl.zeros([BWI], dtype=tl.float32)
+    sa, sb = zero, zero
+    for w0 in range(0, 2 * R + 1, RB):
+        keep = ((w0 + k) < 2 * R + 1).to(tl.float32)
+        rows = y0 - 1 - R + w0 + k
+        ha, hb = _ab_rows(a_ptr, b_ptr, rows, rows, cols, H, W, ca, cb, False, MODE, R, BWI)
+        sa += tl.sum(ha * keep, axis=0)
+        sb += tl.sum(hb * keep, axis=0)
+    for yb in range(y0, tl.minimum(y0 + CH, H), RB):
+        da, db = _ab_rows(a_ptr, b_ptr, yb + R + k, yb - R - 1 + k, cols, H, W, ca, cb, True, MODE, R, BWI)
+        oy = yb + k
+        inv_n = 1.0 / _count(oy, oc, H, W, R, MODE)
+        ma = (sa[None, :] + tl.cumsum(da, axis=0)) * inv_n + ca
+        mb = (sb[None, :] + tl.cumsum(db, axis=0)) * inv_n + cb
+        sa += tl.sum(da, axis=0)
+        sb += tl.sum(db, axis=0)
+        keep = (oy < H) & (oy < y0 + CH) & (j < BWI - 2 * R) & (oc < W)
+        pix = oy * W + oc
+        if APPLY:
+            guide = tl.load(I_ptr + bi * H * W + pix, mask=keep, other=0.0).to(tl.float32)
+            tl.store(q_ptr + pc * H * W + pix, ma * guide + mb, mask=keep)
+        else:
+            tl.store(mb_ptr + pc * H * W + pix, mb, mask=keep)
+        if STORE_MA:
+            tl.store(ma_ptr + pc * H * W + pix, ma, mask=keep)
+
+
+def forward_gray(I, p, eps, r, mode: int, apply: bool, keep_ma: bool = False):
+    """I (B, 1, H, W), p (B, C, H, W) float32 contiguous, eps (B,) float32: q, (q, mean a) or (mean a, mean b)."""
+    bsz, _, h, w = I.shape
+    c = p.shape[1]
+    bwi = strip_width(r)
+    strips = triton.cdiv(w, bwi - 2 * r)
+    ch = chunk_rows(bsz * c, h, strips)
+    grid = (bsz * c, triton.cdiv(h, ch), strips)
+    a = torch.empty(bsz, c, h, w, device=I.device, dtype=torch.float32)
+    b = torch.empty_like(a)
+    _fit_gray_kernel[grid](I, p, a, b, eps, c, h, w, R=r, MODE=mode, BWI=bwi, CH=ch, RB=FIT_RB, num_warps=1)
+    if apply:
+        q = torch.empty_like(a)
+        ma = torch.empty_like(a) if keep_ma else q
+        _apply_gray_kernel[grid](a, b, I, q, ma, q, c, h, w, R=r, MODE=mode, APPLY=True, STORE_MA=keep_ma, BWI=bwi,
+                                 CH=ch, RB=APPLY_RB, num_warps=1)
+        return (q, ma) if keep_ma else q
+    ma, mb = torch.empty_like(a), torch.empty_like(a)
+    _apply_gray_kernel[grid](a, b, I, mb, ma, mb, c, h, w, R=r, MODE=mode, APPLY=False, STORE_MA=True, BWI=bwi,
+                             CH=ch, RB=APPLY_RB, num_warps=1)
+    return ma, mb
