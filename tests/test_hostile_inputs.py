@@ -249,3 +249,33 @@ def test_render_scenes_keeps_a_folder_it_did_not_create(tmp_path, capsys):
     assert rc == 2
     one_line_error(capsys, mine)
     assert (mine / "notes.txt").read_text() == "my work"
+
+
+def test_denoise_without_guide_buffers_warns(frame, tmp_path, capsys):
+    """An EXR with only R, G, B has nothing to regress on: the run says so instead of silently blurring."""
+    assert main(["denoise", str(frame), "-o", str(tmp_path / "o"), "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "warning" in err and "no guide buffers" in err and str(frame) in err
+
+
+def test_denoise_huge_radius_costs_what_the_image_costs(tmp_path):
+    """--radius 1000000 on a 128^2 frame: the window is clamped to what the border makes equivalent, so the run
+    takes about what radius = image size takes (it ran for minutes at up to 4.9 GB before)."""
+    import time
+
+    from vision.bundled import asset_path
+
+    frame = asset_path("scenes", "scene_00000", "frame_00.exr")
+
+    def best(radius, runs=2):
+        times = []
+        for _ in range(runs):
+            out = tmp_path / f"run{len(list(tmp_path.iterdir()))}"  # a fresh folder: nothing to skip
+            t0 = time.perf_counter()
+            assert main(["denoise", str(frame), "-o", str(out), "-q", "--model", "flr",
+                         "--radius", str(radius)]) == 0
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    best(128, 1)  # warm-up: first-call compiles
+    assert best(1000000) < 2 * best(128)

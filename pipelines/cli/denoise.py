@@ -367,7 +367,7 @@ def run(args) -> int:
     if len(set(targets)) != len(targets):
         raise ValueError("two frames map to the same output name; use frames with distinct file names")
     from vision import __version__
-    from vision.data.render_layers import check_readable, describe
+    from vision.data.render_layers import check_readable, describe, missing_guides
 
     for f in mine:  # a bad file stops the run before anything is made, with one line naming it
         check_readable(f)
@@ -400,6 +400,9 @@ def run(args) -> int:
                 tqdm.write(f"vision denoise: {'' if said is None else f'from {frame.name} on: '}{line}",
                            file=sys.stdout)
                 said = line
+                bare = missing_guides(rf)
+                if bare:
+                    tqdm.write(f"vision denoise: warning: {frame}: {bare}", file=sys.stderr)
             results = []
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", BufferWarning)

@@ -287,6 +287,19 @@ def describe(rf: RenderFile, only_rgb: bool = False) -> str:
     return " | ".join(parts) + tail
 
 
+GUIDES = ("albedo", "normal", "depth", "ao", "position")
+
+
+def missing_guides(rf: RenderFile) -> str | None:
+    """A warning for layers denoised without any guide buffer (the regression then can only blur), else None."""
+    bare = [layer.name or "the image" for layer in rf.layers if not any(g in layer.sources for g in GUIDES)]
+    if not bare:
+        return None
+    return (f"no guide buffers (albedo, normal, depth, ao, position) for {', '.join(bare)}: the regression can only "
+            "blur; render the Denoising Data passes (Blender) or albedo/normal/depth AOVs, or give them with "
+            "--albedo/--normal/--depth")
+
+
 # --------------------------------------------------------------------------- writing
 
 def _half(x: np.ndarray) -> tuple[np.ndarray, int]:
