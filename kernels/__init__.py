@@ -1,19 +1,29 @@
 """Operators on tensors: Triton kernels, their PyTorch paths and float64 references.
 
-This folder installs as ``vision.kernels``. Python started in the repository root also sees it as a top-level
-``kernels`` package, the name of Hugging Face's kernel hub package that transformers and diffusers import; under
-that name it hands over to the installed distribution (see ``_handover``) instead of shadowing it.
+This folder installs as ``vision.kernels``. Names resolve on first access (PEP 562), so importing a light module
+such as ``vision.kernels.spl.defaults`` or ``vision.kernels.runtime`` does not load torch and every op.
+
+Python started in the repository root also sees this folder as a top-level ``kernels`` package, the name of Hugging
+Face's kernel hub package that transformers and diffusers import; under that name it hands over to the installed
+distribution (see ``_handover``) instead of shadowing it.
 """
 if __name__ == "kernels":
     from ._handover import hand_over
 
     hand_over(__file__)
 else:
-    from .box import BoxFilter, box_filter
-    from .guided import GuidedFilter, guided_filter
-    from .gla import gla, gla_bidirectional
-    from .spl import structure_loss
-    from .local_linear import local_linear_fit, local_linear_apply, LocalLinearFit, LocalLinearApply
+    import importlib
 
-    __all__ = ["BoxFilter", "box_filter", "GuidedFilter", "guided_filter", "gla", "gla_bidirectional",
-               "structure_loss", "local_linear_fit", "local_linear_apply", "LocalLinearFit", "LocalLinearApply"]
+    _LAZY = {"BoxFilter": "box", "box_filter": "box", "GuidedFilter": "guided", "guided_filter": "guided",
+             "gla": "gla", "gla_bidirectional": "gla", "structure_loss": "spl", "local_linear_fit": "local_linear",
+             "local_linear_apply": "local_linear", "LocalLinearFit": "local_linear",
+             "LocalLinearApply": "local_linear"}
+    __all__ = sorted(_LAZY)
+
+    def __getattr__(name):
+        if name in _LAZY:
+            return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+    def __dir__():
+        return sorted(set(globals()) | set(_LAZY))

@@ -148,3 +148,56 @@ def test_edit_with_source_prompt_drives_the_edit_pipeline(tmp_path, tiny_model, 
                "--mask-words", "tree", "--model", str(tiny_model), "--steps", "1", "--device", "cpu",
                "-o", str(tmp_path / "out3.png")])
     assert rc == 2 and "--mask-words" in capsys.readouterr().err
+
+
+def _vision(*args, env=None):
+    import subprocess
+    import time
+
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "vision.pipelines.cli", *args], capture_output=True, text=True,
+                         timeout=120, env=env)
+    return res, time.perf_counter() - t0
+
+
+def test_missing_model_fails_fast_without_torch_or_diffusers(tmp_path):
+    """Under 2 s and one line, because nothing heavy is imported before the model is found missing."""
+    write_image(tmp_path / "in.png", np.full((16, 16, 3), 0.5, np.float32))
+    env = dict(os.environ, HF_HOME=str(tmp_path / "empty"), HF_HUB_CACHE=str(tmp_path / "empty" / "hub"),
+               PYTHONPROFILEIMPORTTIME="1")
+    res, seconds = _vision("edit", str(tmp_path / "in.png"), "--prompt", "x", "--model", "someone/missing",
+                           "-o", str(tmp_path / "o.png"), env=env)
+    errors = [line for line in res.stderr.splitlines() if not line.startswith("import time:")]
+    imported = {line.split("|")[-1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
+    assert res.returncode == 2 and len(errors) == 1 and "hf download someone/missing" in errors[0]
+    assert not imported & {"torch", "diffusers", "transformers"}, imported & {"torch", "diffusers", "transformers"}
+    assert seconds < 2.0
+
+
+def test_a_model_path_that_does_not_exist_is_called_a_path(tmp_path):
+    write_image(tmp_path / "in.png", np.full((16, 16, 3), 0.5, np.float32))
+    for model in ("./nonexistent", str(tmp_path / "nope"), "~/no/such/model"):
+        res, _ = _vision("edit", str(tmp_path / "in.png"), "--prompt", "x", "--model", model, "-o",
+                         str(tmp_path / "o.png"))
+        assert res.returncode == 2 and "no such folder" in res.stderr and "hf download" not in res.stderr, model
+
+
+def test_three_images_load_the_model_once(tmp_path, tiny_model, monkeypatch, capsys):
+    import vision.pipelines.cli.edit as edit_cli
+
+    loads = []
+    real = edit_cli.load_pipeline
+    monkeypatch.setattr(edit_cli, "load_pipeline", lambda *a, **k: loads.append(a) or real(*a, **k))
+    for i, name in enumerate(["a.v1.png", "a.v2.png", "b.png"]):
+        write_image(tmp_path / name, tiny.source_image(32)[0].permute(1, 2, 0).numpy() * (0.5 + 0.2 * i))
+    rc = main(["edit", str(tmp_path / "*.png"), "--prompt", "a red cat", "--model", str(tiny_model), "--steps", "2",
+               "--strength", "0.5", "--spl-steps", "2", "--no-post-process", "--device", "cpu",
+               "-o", str(tmp_path / "out")])
+    assert rc == 0, capsys.readouterr().err
+    assert len(loads) == 1
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert written == ["a.v1.png", "a.v2.png", "b.png"]  # whole stems: a.v1 and a.v2 do not collide
+    # -o a file with several images is refused before the model loads
+    assert main(["edit", str(tmp_path / "*.png"), "--prompt", "x", "--model", str(tiny_model),
+                 "-o", str(tmp_path / "one.png")]) == 2
+    assert "is a folder" in capsys.readouterr().err and len(loads) == 1

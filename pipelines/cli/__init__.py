@@ -2,7 +2,8 @@
 
 Each subcommand lives in its own module, which exposes ``add_parser(subparsers)``; the module is named
 in ``COMMANDS`` and imported only when the command line is built, so a missing optional dependency of
-one command never breaks the others.
+one command never breaks the others. ``vision COMMAND ...`` builds only that command's parser (the others
+are listed by name), so a command starts without importing what its siblings need (torch, for most).
 """
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ EPILOG = """examples:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``vision`` parser; with ``only`` (a command name) the other commands are placeholders."""
     parser = argparse.ArgumentParser(
         prog="vision",
         description="locallinear-vision: local linear models as fast operators, and the tools built on them.",
@@ -43,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"locallinear-vision {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS.items():
+        if only is not None and name != only:
+            sub.add_parser(name)
+            continue
         try:
             importlib.import_module(module).add_parser(sub)
         except ImportError as err:  # a missing optional dependency disables this command only
@@ -53,8 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
+        words = sys.argv[1:] if argv is None else list(argv)
+        parser = build_parser(words[0] if words and words[0] in COMMANDS else None)
+        args = parser.parse_args(words)
         if not getattr(args, "func", None):
             parser.print_help()
             return 2

@@ -22,6 +22,7 @@ EPILOG = f"""examples:
   vision edit photo.jpg --prompt "a cat at sunset, warm light" -o edit.png
   vision edit photo.jpg --prompt "a snowy street" --model ./my-sd15-folder --mask keep.png -o snow.png
   vision edit big.jpg --prompt "autumn" --working-size 768 --strength 0.5 -o autumn.png
+  vision edit "shots/*.jpg" --prompt "in winter" --model ./my-sd15-folder -o winter/   # one model load
   vision edit cat.jpg --prompt "a cat on a beach" --mask-words cat -o beach.png   # keep the cat's structure
   vision edit cat.jpg --source-prompt "a cat on grass" --prompt "a dog on grass" -o dog.png
   vision edit cat.jpg --source-prompt "a cat on grass" --prompt "a dog on grass" --blend-words cat dog -o dog.png
@@ -51,7 +52,8 @@ def add_parser(sub) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("image", type=Path, help="the image to edit (PNG, JPEG, TIFF)")
+    p.add_argument("images", type=Path, nargs="+", metavar="IMAGE",
+                   help="images to edit (PNG, JPEG, TIFF; globs are expanded); the model loads once for all")
     p.add_argument("--prompt", required=True, help="what the edited image should show")
     p.add_argument("--source-prompt", default=None,
                    help="what the image shows: edit from it to --prompt with StructurePreservingEditPipeline")
@@ -65,7 +67,9 @@ def add_parser(sub) -> None:
                    help="threshold of --mask-words maps: a number in [0, 1] on max-normalised maps (default 0.5), "
                         "or otsu / mean (adaptive, on min-max normalised maps)")
     p.add_argument("--invert-mask", action="store_true", help="keep structure where the mask is black instead")
-    p.add_argument("-o", "--output", type=Path, required=True, help="where to write the edit (PNG, JPEG, TIFF)")
+    p.add_argument("-o", "--output", type=Path, required=True,
+                   help="where to write the edit (PNG, JPEG, TIFF); with several images a folder, one PNG per "
+                        "image named by its whole stem")
     p.add_argument("--negative-prompt", default=None)
     p.add_argument("--steps", type=int, default=None,
                    help="sampling steps (default: 15 with --source-prompt, else 8 for LCM models and 30 otherwise)")
@@ -85,7 +89,8 @@ def add_parser(sub) -> None:
     p.add_argument("--no-post-process", action="store_true", help="skip the final SPL restoration")
     p.add_argument("--working-size", type=int, default=1024,
                    help="longest side the model sees (default 1024); larger inputs are edited at this size")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="noise seed of every image's edit (default 0): an image's "
+                   "result does not depend on the other images of the run")
     p.add_argument("--device", default=None, help="cuda, cpu, mps (default: cuda if available)")
     p.add_argument("--dtype", choices=("float16", "bfloat16", "float32"), default=None,
                    help="model precision (default float16 on CUDA, float32 otherwise)")
@@ -102,6 +107,30 @@ def _threshold(text: str):
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {value}")
     return value
+
+
+def _looks_like_path(model: str) -> bool:
+    """A folder rather than a Hub id ("org/name" or "name"): it exists, starts like a path, or has more slashes."""
+    return (Path(os.path.expanduser(model)).exists() or model.startswith((".", "~", "/")) or "\\" in model
+            or model.endswith("/") or model.count("/") > 1)
+
+
+def check_model(model: str) -> None:
+    """Fail fast, before torch or diffusers load: a path that does not exist, or a Hub id that is not in the
+    local cache, is one clear line (the model loads only from this machine)."""
+    if _looks_like_path(model):
+        path = Path(os.path.expanduser(model))
+        if not path.exists():
+            raise FileNotFoundError(f"--model {model}: no such folder (a folder written by save_pretrained)")
+        if not (path / "model_index.json").is_file():
+            raise FileNotFoundError(f"--model {model}: not a diffusers model folder (no model_index.json); "
+                                    "write one with pipeline.save_pretrained(folder)")
+        return
+    from huggingface_hub import constants
+
+    cache = Path(constants.HF_HUB_CACHE) / ("models--" + model.replace("/", "--")) / "snapshots"
+    if not any(cache.glob("*/model_index.json")):
+        raise FileNotFoundError(missing_model_message(model))
 
 
 def missing_model_message(model: str) -> str:
@@ -308,42 +337,74 @@ def edit(pipe, image, prompt: str, *, source_prompt=None, mask=None, mask_words=
     return out
 
 
+def _expand(paths: list[Path]) -> list[Path]:
+    import glob
+
+    out = []
+    for p in paths:
+        matches = sorted(glob.glob(str(p))) if glob.has_magic(str(p)) else [str(p)]
+        if not matches:
+            raise FileNotFoundError(f"IMAGE {p}: no file matches")
+        out += [Path(m) for m in matches]
+    return out
+
+
+def _targets(images: list[Path], output: Path) -> list[Path]:
+    """One output per image: ``-o`` itself for one image, else ``-o/<whole stem>.png`` for each."""
+    from vision.io import WRITE_BITS
+    from vision.outputs import output_stems, prepare_file, prepare_folder
+
+    if len(images) == 1 and not output.is_dir():
+        if output.suffix.lower() not in WRITE_BITS:
+            raise ValueError(f"-o {output}: unsupported image extension {output.suffix or '(none)'!r}; "
+                             f"use one of {', '.join(WRITE_BITS)}")
+        prepare_file(output, "-o")
+        return [output]
+    if output.suffix.lower() in WRITE_BITS and not output.is_dir():
+        raise ValueError(f"-o {output}: with {len(images)} images -o is a folder (one PNG per image)")
+    prepare_folder(output, "-o")
+    return [output / f"{stem}.png" for stem in output_stems(images, "IMAGE")]
+
+
 def run(args) -> int:
     hub_offline()  # before diffusers imports the hub client: this command never downloads
-    import torch
-
-    from vision.io import read_image, write_image
-
     if args.source_prompt is None and (args.cross_replace_steps is not None or args.self_replace_steps is not None
                                        or args.blend_words):
         raise ValueError("--cross-replace-steps, --self-replace-steps and --blend-words need --source-prompt")
-    from vision.io import WRITE_BITS
-    from vision.outputs import prepare_file, refuse_inputs
-    from vision.pipelines.cli import read_input, torch_device
+    check_model(args.model)  # a missing model is one line in well under 2 s: before torch and diffusers load
+    images = _expand(args.images)
+    from vision.outputs import refuse_inputs
 
+    targets = _targets(images, args.output)
+    inputs = [("IMAGE", p) for p in images] + [("--mask", args.mask)]
+    for t in targets:
+        refuse_inputs(t, inputs)
+    import torch
+
+    from vision.io import read_image, write_image
+    from vision.pipelines.cli import read_input, torch_device
     from vision.pipelines.editing.masks import load_mask
 
-    if args.output.suffix.lower() not in WRITE_BITS and not args.output.is_dir():
-        raise ValueError(f"-o {args.output}: unsupported image extension {args.output.suffix or '(none)'!r}; "
-                         f"use one of {', '.join(WRITE_BITS)}")
-    refuse_inputs(args.output, [("image", args.image), ("--mask", args.mask)])
-    prepare_file(args.output, "-o")
     device = torch_device(args.device)
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.float16 if device.type == "cuda" else None)
-    image = read_input(read_image, args.image, "image")
+    pixels = [read_input(read_image, p, "IMAGE") for p in images]  # bad files fail before the model loads
     if args.mask is not None:
-        read_input(lambda p: load_mask(str(p)), args.mask, "--mask", "mask")  # a bad mask fails before the model loads
+        read_input(lambda p: load_mask(str(p)), args.mask, "--mask", "mask")
     loader = load_pipeline if args.source_prompt is None else load_edit_pipeline
     pipe = loader(args.model, torch_dtype=dtype).to(device)
-    pipe.set_progress_bar_config(desc="vision edit")
-    out = edit(pipe, image, args.prompt, source_prompt=args.source_prompt,
-               cross_replace_steps=args.cross_replace_steps, self_replace_steps=args.self_replace_steps,
-               blend_words=args.blend_words, mask=None if args.mask is None else str(args.mask),
-               mask_words=args.mask_words, mask_threshold=args.mask_threshold, invert_mask=args.invert_mask,
-               negative_prompt=args.negative_prompt, steps=args.steps, strength=args.strength,
-               guidance_scale=args.guidance_scale, start=args.start, spl_steps=args.spl_steps,
-               spl_weight=args.spl_weight, color_weight=args.color_weight,
-               post_process=not args.no_post_process, working_size=args.working_size, seed=args.seed)
-    path = write_image(args.output, out[0].permute(1, 2, 0).numpy())
-    print(f"wrote {path} ({out.shape[-1]} x {out.shape[-2]})")
+    pipe.set_progress_bar_config(desc="vision edit", disable=len(images) > 1)
+    from tqdm.auto import tqdm
+
+    for path, image, target in tqdm(list(zip(images, pixels, targets)), desc="vision edit", unit="image",
+                                    disable=len(images) < 2):
+        out = edit(pipe, image, args.prompt, source_prompt=args.source_prompt,
+                   cross_replace_steps=args.cross_replace_steps, self_replace_steps=args.self_replace_steps,
+                   blend_words=args.blend_words, mask=None if args.mask is None else str(args.mask),
+                   mask_words=args.mask_words, mask_threshold=args.mask_threshold, invert_mask=args.invert_mask,
+                   negative_prompt=args.negative_prompt, steps=args.steps, strength=args.strength,
+                   guidance_scale=args.guidance_scale, start=args.start, spl_steps=args.spl_steps,
+                   spl_weight=args.spl_weight, color_weight=args.color_weight,
+                   post_process=not args.no_post_process, working_size=args.working_size, seed=args.seed)
+        written = write_image(target, out[0].permute(1, 2, 0).numpy())
+        print(f"wrote {written} ({out.shape[-1]} x {out.shape[-2]})")
     return 0
