@@ -5,9 +5,26 @@ import torch
 from torch import nn
 
 from ..border import check_border
-from ..runtime import backend_for
+from ..runtime import choose, register_path
 from ..validate import check_finite, check_image, check_radius
 from . import torch_path
+
+
+def _triton_takes(dtype: torch.dtype, radius: int) -> str | None:
+    from .triton_path import supported
+
+    if dtype == torch.float64:
+        return "float64 runs the PyTorch path (the kernels accumulate in float32)"
+    return None if supported(radius) else f"radius {radius} runs the PyTorch path"
+
+
+def _opencv_takes(dtype: torch.dtype, radius: int, image: torch.Tensor, border: str) -> str | None:
+    return None if torch_path._use_cv2(image, radius, border) else "needs a CPU float32 tensor and OpenCV"
+
+
+register_path("box_filter", "triton", "triton", 10, supports=lambda dtype, radius, **_: _triton_takes(dtype, radius))
+register_path("box_filter", "torch+opencv", "torch", 5, supports=_opencv_takes)
+register_path("box_filter", "torch", "torch", 0)
 
 
 @torch.library.custom_op("vision::box_filter", mutates_args=())
@@ -84,9 +101,10 @@ def box_filter(x: torch.Tensor, radius: int, border: str = "valid") -> torch.Ten
     x = check_image(x, "x")
     radius = check_radius(radius)
     border = check_border(border)
-    backend = backend_for(x)
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
     radius = effective_radius(radius, x.shape[-2], x.shape[-1], border)
+    path = choose("box_filter", x, dtype=work, radius=radius, image=x.to(work), border=border)
+    backend = "triton" if path == "triton" else "torch"
     return _box_op(x.to(work), radius, border, backend).to(x.dtype)
 
 

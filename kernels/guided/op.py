@@ -6,11 +6,30 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..border import check_border
-from ..runtime import backend_for
+from ..runtime import choose, register_path
 from ..box.op import effective_radius
 from ..validate import check_all_finite, check_eps, check_image, check_radius, check_scale
 from . import cpu_banded, torch_path
 from .reference import low_res_radius, subsample_index
+
+
+def _triton_takes(dtype: torch.dtype, radius: int, **_) -> str | None:
+    from . import triton_path
+
+    if dtype == torch.float64:
+        return "float64 runs the PyTorch path (the kernels accumulate in float32)"
+    return None if triton_path.supported(radius, dtype) else f"radius {radius} runs the PyTorch path"
+
+
+def _banded_takes(dtype, radius, I, p, border, **_) -> str | None:
+    if I is None or not cpu_banded.supported(I, p, radius, border):
+        return "needs CPU float32 inference (no autograd), scale 1, and a window OpenCV's bands can take"
+    return None  # a guide whose squares would overflow float32 still takes the generic path inside the op
+
+
+register_path("guided_filter", "triton", "triton", 10, supports=_triton_takes)
+register_path("guided_filter", "cpu-banded", "torch", 5, supports=_banded_takes)
+register_path("guided_filter", "torch", "torch", 0)
 
 
 def _impl(backend: str):
@@ -204,9 +223,12 @@ def guided_filter(guide: torch.Tensor, src: torch.Tensor, radius: int, eps, bord
     radius = check_radius(radius)
     scale = check_scale(scale)
     border = check_border(border)
-    backend = backend_for(guide)
     # float32 accumulation for every input dtype; float64 stays float64 (gradcheck, references)
     work = torch.float64 if src.dtype == torch.float64 else torch.float32
+    one = scale == 1 and guide.dtype == work and src.dtype == work
+    path = choose("guided_filter", guide, dtype=work, radius=radius, border=border,
+                  I=guide if one else None, p=src if one else None)
+    backend = "triton" if path == "triton" else "torch"
     bsz = guide.shape[0]
     if isinstance(eps, torch.Tensor):
         check_eps(eps, bsz, guide.device, backend="triton")  # shape only here: values are checked inside the op
