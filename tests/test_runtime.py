@@ -66,7 +66,8 @@ def test_unknown_op_is_a_clear_error():
     ("numba", "VISION_NUMBA", (True, False)),
 ])
 def test_each_switch_has_env_setter_and_context_manager(switch, env, values, monkeypatch):
-    monkeypatch.delenv(env, raising=False)
+    monkeypatch.setenv(env, "1")  # recorded first, so the setters' writes to os.environ are undone afterwards
+    monkeypatch.delenv(env)
     read = {"checks": runtime.checks_mode, "numba": runtime.numba_enabled}[switch]
     setter = {"checks": runtime.set_checks, "numba": runtime.set_numba}[switch]
     block = {"checks": runtime.checks, "numba": runtime.use_numba}[switch]
@@ -92,7 +93,8 @@ def test_data_checks_skip_the_triton_path_by_default(monkeypatch):
 
 
 def test_backend_setter(monkeypatch):
-    monkeypatch.delenv("VISION_BACKEND", raising=False)
+    monkeypatch.setenv("VISION_BACKEND", "torch")  # recorded first: the setter's writes are undone afterwards
+    monkeypatch.delenv("VISION_BACKEND")
     runtime.set_backend("torch")
     assert runtime.forced_backend() == "torch"
     runtime.set_backend(None)

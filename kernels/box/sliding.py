@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_path import src_index, window_count
+from .triton_index import src_index, window_count
 
 RB = 8          # rows per step
 CHUNKS = (64, 32, 16)  # output rows per program (the running sums restart there), longest first

@@ -20,7 +20,7 @@ from ..box.sliding import chunk_rows, strip_width
 # within 255 registers of one warp without spilling; the apply keeps 2
 FIT_RB = 2
 APPLY_RB = 4
-from ..box.triton_path import src_index, window_count
+from ..box.triton_index import src_index, window_count
 
 
 @triton.jit

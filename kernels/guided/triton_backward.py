@@ -17,7 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..box.triton_path import tile_box_sum, tile_mean, tile_program, tile_shape, window_count
+from ..box.triton_index import window_count
+from ..box.triton_path import tile_box_sum, tile_mean, tile_program, tile_shape
 
 
 @triton.jit

@@ -25,7 +25,8 @@ import triton
 import triton.language as tl
 
 from ..box import triton_path as box
-from ..box.triton_path import MODES, tile_box_sum, tile_mean, tile_program, tile_shape, window_count
+from ..box.triton_index import window_count
+from ..box.triton_path import MODES, tile_box_sum, tile_mean, tile_program, tile_shape
 from . import torch_path, triton_backward
 
 TRITON_BOX = SimpleNamespace(mean=box.box_mean, adjoint=box.box_mean_adjoint)
