@@ -12,18 +12,11 @@ if __name__ == "kernels":
 
     hand_over(__file__)
 else:
-    import importlib
+    from ._lazy import lazy_exports
 
     _LAZY = {"BoxFilter": "box", "box_filter": "box", "GuidedFilter": "guided", "guided_filter": "guided",
              "gla": "gla", "gla_bidirectional": "gla", "structure_loss": "spl", "local_linear_fit": "local_linear",
              "local_linear_apply": "local_linear", "LocalLinearFit": "local_linear",
              "LocalLinearApply": "local_linear"}
     __all__ = sorted(_LAZY)
-
-    def __getattr__(name):
-        if name in _LAZY:
-            return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-    def __dir__():
-        return sorted(set(globals()) | set(_LAZY))
+    __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

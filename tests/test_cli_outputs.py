@@ -13,31 +13,7 @@ import torch
 from vision.io import write_image
 from vision.pipelines.cli import main
 
-TINY = dict(depth=4, embed_dim=32, num_heads=2)
-
-
-def one_line_error(capsys, *needles) -> str:
-    err = capsys.readouterr().err.strip()
-    lines = err.splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for n in needles:
-        assert str(n) in lines[0], (n, err)
-    return lines[0]
-
-
-def unwritable_folder(tmp_path) -> Path:
-    if os.geteuid() != 0:
-        d = tmp_path / "locked"
-        d.mkdir()
-        d.chmod(0o555)
-        return d
-    d = Path("/sys/kernel")
-    try:
-        open(d / ".vision-probe", "xb").close()
-    except OSError:
-        return d
-    os.unlink(d / ".vision-probe")
-    pytest.skip("no unwritable folder here")
+from cli_checks import TINY, one_line_error, unwritable_folder  # noqa: E402
 
 
 def picture(path, seed=0, size=32):
@@ -219,24 +195,27 @@ def test_edit_refuses_mask_as_output_and_bad_files_before_loading(tmp_path, caps
 
     monkeypatch.setattr(edit_cli, "load_pipeline", lambda *a, **k: pytest.fail("model loaded before the checks"))
     img = picture(tmp_path / "in.png")
+    model = tmp_path / "model"  # looks like a model folder, so the checks after the model's are reached too
+    model.mkdir()
+    (model / "model_index.json").write_text("{}")
     mask = tmp_path / "m.png"
     write_image(mask, np.ones((32, 32), np.float32))
     before = mask.read_bytes()
-    assert main(["edit", str(img), "--prompt", "x", "--mask", str(mask), "-o", str(mask)]) == 2
+    assert main(["edit", str(img), "--prompt", "x", "--model", str(model), "--mask", str(mask), "-o", str(mask)]) == 2
     one_line_error(capsys, "-o", "--mask")
     assert mask.read_bytes() == before
     (tmp_path / "broken.png").write_bytes(img.read_bytes()[:40])
-    assert main(["edit", str(tmp_path / "broken.png"), "--prompt", "x", "-o", str(tmp_path / "o.png")]) == 2
+    assert main(["edit", str(tmp_path / "broken.png"), "--prompt", "x", "--model", str(model), "-o", str(tmp_path / "o.png")]) == 2
     one_line_error(capsys, "broken.png")
     (tmp_path / "badmask.png").write_bytes(b"nope")
-    assert main(["edit", str(img), "--prompt", "x", "--mask", str(tmp_path / "badmask.png"),
+    assert main(["edit", str(img), "--prompt", "x", "--model", str(model), "--mask", str(tmp_path / "badmask.png"),
                  "-o", str(tmp_path / "o.png")]) == 2
     one_line_error(capsys, "--mask", "badmask.png")
     (tmp_path / "outdir").mkdir()
-    assert main(["edit", str(img), "--prompt", "x", "-o", str(tmp_path / "outdir")]) == 2
+    assert main(["edit", str(img), "--prompt", "x", "--model", str(model), "-o", str(tmp_path / "outdir")]) == 2
     one_line_error(capsys, "-o", "outdir")
     if not torch.cuda.is_available():
-        assert main(["edit", str(img), "--prompt", "x", "-o", str(tmp_path / "o.png"), "--device", "cuda"]) == 2
+        assert main(["edit", str(img), "--prompt", "x", "--model", str(model), "-o", str(tmp_path / "o.png"), "--device", "cuda"]) == 2
         one_line_error(capsys, "--device cuda")
 
 

@@ -6,6 +6,7 @@ nothing here may import timm, diffusers or transformers.
 """
 __version__ = "0.1.0"
 from ._timm_hook import install as _install_timm_hook  # noqa: E402
+from vision.kernels._lazy import lazy_exports  # noqa: E402
 
 _install_timm_hook()
 
@@ -14,17 +15,5 @@ _LAZY = {"StructurePreservationLoss": "vision.losses", "ColorPreservationLoss": 
          "restore_structure": "vision.restore", "SPL_DEFAULTS": "vision.kernels.spl.defaults",
          "SPLDefaults": "vision.kernels.spl.defaults"}
 
-
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'vision' has no attribute {name!r}")
-
-
 __all__ = sorted(_LAZY)
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import os
 import warnings
 from pathlib import Path
@@ -338,8 +339,6 @@ def edit(pipe, image, prompt: str, *, source_prompt=None, mask=None, mask_words=
 
 
 def _expand(paths: list[Path]) -> list[Path]:
-    import glob
-
     out = []
     for p in paths:
         matches = sorted(glob.glob(str(p))) if glob.has_magic(str(p)) else [str(p)]
@@ -349,12 +348,16 @@ def _expand(paths: list[Path]) -> list[Path]:
     return out
 
 
-def _targets(images: list[Path], output: Path) -> list[Path]:
-    """One output per image: ``-o`` itself for one image, else ``-o/<whole stem>.png`` for each."""
+def _targets(images: list[Path], output: Path, several: bool) -> list[Path]:
+    """One output per image: ``-o`` itself (a file) for one IMAGE, else (several images, or a glob) the folder
+    ``-o`` with ``<whole stem>.png`` for each."""
     from vision.io import WRITE_BITS
     from vision.outputs import output_stems, prepare_file, prepare_folder
 
-    if len(images) == 1 and not output.is_dir():
+    if not several:
+        if output.is_dir():
+            raise ValueError(f"-o {output} is a folder; give a file name (for example {output / 'edit.png'}), "
+                             "or several images / a glob to write one file per image there")
         if output.suffix.lower() not in WRITE_BITS:
             raise ValueError(f"-o {output}: unsupported image extension {output.suffix or '(none)'!r}; "
                              f"use one of {', '.join(WRITE_BITS)}")
@@ -371,25 +374,27 @@ def run(args) -> int:
     if args.source_prompt is None and (args.cross_replace_steps is not None or args.self_replace_steps is not None
                                        or args.blend_words):
         raise ValueError("--cross-replace-steps, --self-replace-steps and --blend-words need --source-prompt")
-    check_model(args.model)  # a missing model is one line in well under 2 s: before torch and diffusers load
     images = _expand(args.images)
+    from vision.io import read_image, write_image
     from vision.outputs import refuse_inputs
+    from vision.pipelines.cli import read_input
 
-    targets = _targets(images, args.output)
+    several = len(images) > 1 or any(glob.has_magic(str(p)) for p in args.images)
+    targets = _targets(images, args.output, several)
     inputs = [("IMAGE", p) for p in images] + [("--mask", args.mask)]
     for t in targets:
         refuse_inputs(t, inputs)
+    pixels = [read_input(read_image, p, "IMAGE") for p in images]  # bad files fail before anything heavy loads
+    check_model(args.model)  # a missing model is one line in well under 2 s: before torch and diffusers load
     import torch
 
-    from vision.io import read_image, write_image
-    from vision.pipelines.cli import read_input, torch_device
+    from vision.pipelines.cli import torch_device
     from vision.pipelines.editing.masks import load_mask
 
     device = torch_device(args.device)
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.float16 if device.type == "cuda" else None)
-    pixels = [read_input(read_image, p, "IMAGE") for p in images]  # bad files fail before the model loads
     if args.mask is not None:
-        read_input(lambda p: load_mask(str(p)), args.mask, "--mask", "mask")
+        read_input(lambda p: load_mask(str(p)), args.mask, "--mask", "mask")  # before the model loads
     loader = load_pipeline if args.source_prompt is None else load_edit_pipeline
     pipe = loader(args.model, torch_dtype=dtype).to(device)
     pipe.set_progress_bar_config(desc="vision edit", disable=len(images) > 1)

@@ -4,18 +4,9 @@ its attention control.
 
 Names resolve on first access, so importing a submodule such as ``masks`` does not import diffusers.
 """
-import importlib
+from vision.kernels._lazy import lazy_exports
 
 _LAZY = {"StructurePreservingEditPipeline": "pipeline", "enable_structure_preservation": "spl_guidance",
          "disable_structure_preservation": "spl_guidance", "SPLGuidanceCallback": "spl_callback"}
 __all__ = sorted(_LAZY)
-
-
-def __getattr__(name):
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
