@@ -254,3 +254,17 @@ def test_denoise_huge_radius_costs_what_the_image_costs(tmp_path):
 
     best(128, 1)  # warm-up: first-call compiles
     assert best(1000000) < 2 * best(128)
+
+
+def test_a_mis_sized_buffer_is_the_one_blamed(tmp_path, capsys):
+    """A 64^2 --albedo beside a 128^2 frame and normal: the message names albedo (it blamed normal)."""
+    from vision.data import write_exr
+
+    rng = np.random.default_rng(0)
+    for name, size in (("f", 128), ("alb", 64), ("nrm", 128)):
+        a = rng.random((size, size, 3)).astype(np.float32)
+        write_exr(tmp_path / f"{name}.exr", {c: a[..., k] for k, c in enumerate("RGB")})
+    assert main(["denoise", str(tmp_path / "f.exr"), "-o", str(tmp_path / "o"), "-q", "--albedo",
+                 str(tmp_path / "alb.exr"), "--normal", str(tmp_path / "nrm.exr")]) == 2
+    line = one_line_error(capsys, "albedo is 64x64")
+    assert "normal is" not in line

@@ -91,7 +91,9 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
     guides = {k: (None if v is None else v.to(work)) for k, v in guides.items()}
     present = {k: v for k, v in guides.items() if v is not None}
     if present:
-        size = next(iter(present.values())).shape[-2:]
+        # the size most guides share (ties: the colour's), so a message names the odd buffer out, not its neighbour
+        sizes = [tuple(v.shape[-2:]) for v in present.values()]
+        size = max(dict.fromkeys(sizes), key=lambda s: (sizes.count(s), s == tuple(c.shape[-2:])))
         buffers.check_sizes(present, size, c.shape[0])
     u = upsample_factor(tuple(c.shape[-2:]), full_size(c, guides))
     phase = check_phase(phase, u)
