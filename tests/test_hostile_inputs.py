@@ -268,3 +268,20 @@ def test_a_mis_sized_buffer_is_the_one_blamed(tmp_path, capsys):
                  str(tmp_path / "alb.exr"), "--normal", str(tmp_path / "nrm.exr")]) == 2
     line = one_line_error(capsys, "albedo is 64x64")
     assert "normal is" not in line
+
+
+def test_restore_structure_with_huge_finite_values_names_the_input(tmp_path, capsys):
+    """1e30 samples in an HDR edit: one line naming 'edited' and the limit, not 'edited contains N NaN' about
+    values the optimisation made."""
+    from vision.data import write_exr
+
+    rng = np.random.default_rng(0)
+    src = rng.random((32, 32, 3)).astype(np.float32)
+    ed = src.copy()
+    ed[:5, :5] = 1e30
+    for name, a in (("src", src), ("ed", ed)):
+        write_exr(tmp_path / f"{name}.exr", {c: a[..., k] for k, c in enumerate("RGB")})
+    assert main(["restore-structure", "--source", str(tmp_path / "src.exr"), "--edited", str(tmp_path / "ed.exr"),
+                 "-o", str(tmp_path / "r.exr"), "--steps", "3", "-q"]) == 2
+    line = one_line_error(capsys, "edited has values up to 1e+30")
+    assert "NaN" not in line and not (tmp_path / "r.exr").exists()
