@@ -57,9 +57,7 @@ def _torch_frame(d):
 @pytest.mark.parametrize("model", ["flr", "flnr"])
 def test_whole_call_reads_no_tensor_on_the_host_on_the_triton_path(frame, model, monkeypatch):
     """denoise() on the Triton path (interpreted) with NaN, Inf, a firefly, negative samples, sky (depth 0) and
-    emitters, and the same result as the PyTorch path. Host reads inside vision/kernels (the local linear op's
-    checks, rebuilt separately) are reported as an expected failure until they are gone; any read from the
-    denoiser's own code fails."""
+    emitters, and the same result as the PyTorch path; no host read anywhere, the kernels' included."""
     from vision.kernels.runtime import interpreting
 
     if not interpreting() and not torch.cuda.is_available():
@@ -82,8 +80,7 @@ def test_whole_call_reads_no_tensor_on_the_host_on_the_triton_path(frame, model,
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
     own = [s for s in rec.sites if "/kernels/" not in s[1]]
     assert not own, f"host reads in the denoiser: {own}"
-    if rec.sites:
-        pytest.xfail(f"host reads left in vision.kernels: {sorted(set(rec.sites))}")
+    assert not rec.sites, f"host reads in vision.kernels: {sorted(set(rec.sites))}"
 
 
 def _fireflies(d, n, value, seed=0):
