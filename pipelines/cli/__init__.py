@@ -1,8 +1,9 @@
 """The ``vision`` command line.
 
-Each subcommand lives in its own module, which exposes ``add_parser(subparsers)``; the module is named
-in ``COMMANDS`` and imported only when the command line is built, so a missing optional dependency of
-one command never breaks the others. ``vision COMMAND ...`` builds only that command's parser (the others
+One plug-in protocol for commands and benches (``vision bench WHAT``): a module exposes ``DESCRIPTION``
+(and optionally a shorter ``HELP`` for the command list, and ``EPILOG`` with examples), ``add_arguments(parser)``
+and ``run(args) -> int``; it is named in ``COMMANDS`` (or ``bench.BENCHES``) and imported only when the
+command line is built, so a missing optional dependency of one command never breaks the others. ``vision COMMAND ...`` builds only that command's parser (the others
 are listed by name), so a command starts without importing what its siblings need (torch, for most).
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ import argparse
 import importlib
 import sys
 
-# name -> module holding add_parser(subparsers); later commands add their line here.
+# name -> module (DESCRIPTION, add_arguments, run); later commands add their line here.
 COMMANDS = {
     "demo": "vision.pipelines.cli.demo",
     "bench": "vision.pipelines.bench",
@@ -49,11 +50,20 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             sub.add_parser(name)
             continue
         try:
-            importlib.import_module(module).add_parser(sub)
+            add_plugin(sub, name, importlib.import_module(module))
         except ImportError as err:  # a missing optional dependency disables this command only
             q = sub.add_parser(name, help=f"(unavailable: {err})")
             q.set_defaults(func=lambda args, err=err: print(f"vision: this command is unavailable here: {err}") or 2)
     return parser
+
+
+def add_plugin(sub, name: str, mod) -> argparse.ArgumentParser:
+    """Add the command or bench ``mod`` (DESCRIPTION, optional HELP and EPILOG, add_arguments, run) as ``name``."""
+    p = sub.add_parser(name, help=getattr(mod, "HELP", mod.DESCRIPTION), description=mod.DESCRIPTION,
+                       epilog=getattr(mod, "EPILOG", None), formatter_class=argparse.RawDescriptionHelpFormatter)
+    mod.add_arguments(p)
+    p.set_defaults(func=mod.run)
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:

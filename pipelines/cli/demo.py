@@ -18,18 +18,15 @@ SECTIONS = {
 }
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "demo",
-        help="run the bundled demos, results in ./vision-demo/",
-        description="Run every bundled demo on bundled inputs (no downloads) and write PNGs and side-by-side comparisons.",
-        epilog="examples:\n  vision demo\n  vision demo -o /tmp/demo --only guided-filter\n",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+HELP = "run the bundled demos, results in ./vision-demo/"
+DESCRIPTION = "Run every bundled demo on bundled inputs (no downloads) and write PNGs and side-by-side comparisons."
+EPILOG = "examples:\n  vision demo\n  vision demo -o /tmp/demo --only guided-filter\n"
+
+
+def add_arguments(p) -> None:
     p.add_argument("-o", "--out", type=Path, default=Path("vision-demo"), help="output folder (default ./vision-demo)")
     p.add_argument("--only", nargs="+", choices=sorted(SECTIONS), help="run only these sections")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

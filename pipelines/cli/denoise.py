@@ -69,15 +69,12 @@ Each shard starts its own history, so use contiguous shards of a few dozen frame
 """
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "denoise",
-        help="denoise path-traced EXR frames with local regression on guide buffers",
-        description="Denoise 1-spp path-traced EXR frames (single- or multi-layer) with Fast Local Regression "
-                    "on albedo / normal / depth / AO / emission buffers.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+HELP = "denoise path-traced EXR frames with local regression on guide buffers"
+DESCRIPTION = ("Denoise 1-spp path-traced EXR frames (single- or multi-layer) with Fast Local Regression "
+               "on albedo / normal / depth / AO / emission buffers.")
+
+
+def add_arguments(p) -> None:
     p.add_argument("frames", nargs="+", metavar="FRAMES", help="EXR (or PFM) files or glob patterns (quote them "
                                                               "for globs the shell should not expand)")
     p.add_argument("-o", "--out", type=Path, required=True, metavar="OUTDIR", help="output folder (created)")
@@ -116,7 +113,6 @@ def add_parser(sub) -> None:
                    help="write the denoised RGB and alpha as half float (passed-through channels keep their type)")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=run)
 
 
 # --------------------------------------------------------------------------- frame lists

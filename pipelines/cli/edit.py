@@ -43,16 +43,13 @@ than --working-size are edited at that size and post-processed (SPL restoration)
 """
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "edit",
-        help="edit an image with a local diffusion model, keeping its structure (SPL guidance)",
-        description="Edit an image towards a prompt with a local diffusers image-to-image model while keeping "
-                    "its edges and fine structure: SPL guidance in the last sampling steps and SPL "
-                    "post-processing of the decoded result (Gong et al., WACV 2026).",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+HELP = "edit an image with a local diffusion model, keeping its structure (SPL guidance)"
+DESCRIPTION = ("Edit an image towards a prompt with a local diffusers image-to-image model while keeping "
+               "its edges and fine structure: SPL guidance in the last sampling steps and SPL "
+               "post-processing of the decoded result (Gong et al., WACV 2026).")
+
+
+def add_arguments(p) -> None:
     p.add_argument("images", type=Path, nargs="+", metavar="IMAGE",
                    help="images to edit (PNG, JPEG, TIFF; globs are expanded); the model loads once for all")
     p.add_argument("--prompt", required=True, help="what the edited image should show")
@@ -95,7 +92,6 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default=None, help="cuda, cpu, mps (default: cuda if available)")
     p.add_argument("--dtype", choices=("float16", "bfloat16", "float32"), default=None,
                    help="model precision (default float16 on CUDA, float32 otherwise)")
-    p.set_defaults(func=run)
 
 
 def _threshold(text: str):

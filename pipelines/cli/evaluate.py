@@ -22,11 +22,12 @@ global scale (vision.dense.median_scale).
 """
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("evaluate", help="score fine-tuned dense heads on held-out scenes (all pixels, edge band)",
-                       description="Evaluate `vision finetune` runs on a data split: metrics everywhere and near "
-                                   "discontinuities, with and without guided refinement.",
-                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+HELP = "score fine-tuned dense heads on held-out scenes (all pixels, edge band)"
+DESCRIPTION = ("Evaluate `vision finetune` runs on a data split: metrics everywhere and near "
+               "discontinuities, with and without guided refinement.")
+
+
+def add_arguments(p) -> None:
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="run folders (same task)")
     p.add_argument("--data", required=True, type=Path, help="render-scenes folder (or images/ + targets/)")
     p.add_argument("--split", default="val", choices=("train", "val", "test", "all"), help="default val")
@@ -38,7 +39,6 @@ def add_parser(sub) -> None:
                    help="depth: scale each prediction by median(target) / median(prediction) first")
     p.add_argument("--json", type=Path, default=None, help="also write the table as JSON")
     p.add_argument("--threads", type=int, default=None)
-    p.set_defaults(func=run)
 
 
 def score(model, task, samples, band=None, refine=None, tta=True, batch_size=16, median: bool = False) -> dict:

@@ -45,14 +45,15 @@ resume.safetensors (EMA, epoch, history: tensors, and JSON in its header; never 
 """
 
 
-def add_parser(sub) -> None:
+HELP = "fine-tune a dense-prediction head (+ LoRA) on a backbone"
+DESCRIPTION = ("Fine-tune a token-local / local-linear / DPT head, with LoRA adapters or the whole "
+               "backbone, for depth, normals, alpha, segmentation or albedo.")
+
+
+def add_arguments(p) -> None:
     from vision.pipelines.training.dense_model import DenseConfig
 
     d = DenseConfig()
-    p = sub.add_parser("finetune", help="fine-tune a dense-prediction head (+ LoRA) on a backbone",
-                       description="Fine-tune a token-local / local-linear / DPT head, with LoRA adapters or the whole "
-                                   "backbone, for depth, normals, alpha, segmentation or albedo.",
-                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", required=True, choices=("depth", "normals", "alpha", "binary", "semantic", "albedo"))
     p.add_argument("--data", required=True, type=Path, help="render-scenes folder or images/ + targets/ folder")
     p.add_argument("-o", "--out", required=True, type=Path, metavar="RUN", help="run folder (created)")
@@ -106,7 +107,7 @@ def add_parser(sub) -> None:
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
     p.add_argument("--resume", action="store_true", help="continue the run in RUN from its last epoch")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.set_defaults(func=run, finetune_parser=p)
+    p.set_defaults(finetune_parser=p)
 
 
 def run(args) -> int:

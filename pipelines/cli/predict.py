@@ -19,10 +19,11 @@ an input image or a RUN file is refused, as are two IMAGES with the same name (m
 """
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("predict", help="predict depth / normals / ... with a `vision finetune` run",
-                       description="Run a fine-tuned dense-prediction model on images; write predictions and previews.",
-                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+HELP = "predict depth / normals / ... with a `vision finetune` run"
+DESCRIPTION = "Run a fine-tuned dense-prediction model on images; write predictions and previews."
+
+
+def add_arguments(p) -> None:
     p.add_argument("run", type=Path, metavar="RUN", help="run folder written by vision finetune")
     p.add_argument("images", nargs="+", metavar="IMAGES", help="image files or glob patterns")
     p.add_argument("-o", "--out", type=Path, required=True, help="output folder (created)")
@@ -30,7 +31,6 @@ def add_parser(sub) -> None:
                                                                                  "(default png, 16-bit)")
     p.add_argument("--no-tta", action="store_true", help="no horizontal-flip test-time augmentation")
     p.add_argument("--device", default=None, help="torch device (default cuda if available, else cpu)")
-    p.set_defaults(func=run)
 
 
 def _expand(patterns) -> list[Path]:

@@ -31,18 +31,15 @@ fast variant:     llvm_ad_rgb needs libLLVM >= 16 (Debian/Ubuntu: apt-get instal
 _SETTINGS = ("size", "spp_ref", "noisy_seeds", "seed", "kinds", "ao_rays", "max_depth")
 
 
-def add_parser(sub) -> None:
+HELP = "render procedural scenes (Mitsuba 3): noisy frames, guide buffers, references, labels"
+DESCRIPTION = ("Render procedural scenes with Mitsuba 3 into multi-layer EXR frames: noisy 1-spp radiance "
+               "(box pixel filter), albedo, normal, depth, position, ambient occlusion, visible emission, a "
+               "high-spp reference, camera-space normals, instance and semantic segmentation.")
+
+
+def add_arguments(p) -> None:
     from vision.data.scenes import KINDS
 
-    p = sub.add_parser(
-        "render-scenes",
-        help="render procedural scenes (Mitsuba 3): noisy frames, guide buffers, references, labels",
-        description="Render procedural scenes with Mitsuba 3 into multi-layer EXR frames: noisy 1-spp radiance "
-                    "(box pixel filter), albedo, normal, depth, position, ambient occlusion, visible emission, a "
-                    "high-spp reference, camera-space normals, instance and semantic segmentation.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
     p.add_argument("--out", type=Path, required=True, help="output folder (created; finished scenes in it are skipped)")
     p.add_argument("--count", type=int, required=True, help="number of scenes")
     p.add_argument("--size", type=int, default=256, help="image width and height in pixels (default 256)")
@@ -55,7 +52,6 @@ def add_parser(sub) -> None:
     p.add_argument("--max-depth", type=int, default=12, help="path length limit of the path tracer (default 12)")
     p.add_argument("--variant", default="auto", choices=["auto", "llvm_ad_rgb", "scalar_rgb"],
                    help="Mitsuba variant (default auto: llvm_ad_rgb when it works, else scalar_rgb)")
-    p.set_defaults(func=run)
 
 
 def check_args(args) -> list[str]:

@@ -28,16 +28,13 @@ IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
 EXTENSIONS = IMAGE_EXTENSIONS + (".exr",)
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "restore-structure",
-        help="restore the source's structure in an edited image, keeping the edit's colours (SPL)",
-        description="Optimise an edited image's pixels so that it becomes a locally affine function of the "
-                    "source again (Structure Preservation Loss, Gong et al. WACV 2026) while its chroma stays "
-                    "the edit's: the paper's post-processing for latent-diffusion decoding distortions.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+HELP = "restore the source's structure in an edited image, keeping the edit's colours (SPL)"
+DESCRIPTION = ("Optimise an edited image's pixels so that it becomes a locally affine function of the "
+               "source again (Structure Preservation Loss, Gong et al. WACV 2026) while its chroma stays "
+               "the edit's: the paper's post-processing for latent-diffusion decoding distortions.")
+
+
+def add_arguments(p) -> None:
     p.add_argument("--source", type=Path, required=True, help="the original image (its structure is wanted)")
     p.add_argument("--edited", type=Path, required=True, help="the edited image to repair (same size)")
     p.add_argument("--mask", type=Path, default=None, help="optional mask image: where to restore (1), where not (0)")
@@ -57,7 +54,6 @@ def add_parser(sub) -> None:
     p.add_argument("--quality", type=int, default=95, help="JPEG quality of a .jpg output (default 95)")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=run)
 
 
 def read_any(path: Path) -> tuple[np.ndarray, bool]:

@@ -44,16 +44,13 @@ GUIDES = ("albedo", "normal", "depth", "ao", "emission")
 PRUNE_FRAMES = 24  # training frames on which --hidden with --init measures the guide head's units
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "train-denoiser",
-        help="train the FLNR denoiser's guide network on vision render-scenes data",
-        description="Train FLNR (a small U-Net that enhances the guides of the local linear regression) end to "
-                    "end through local_linear_fit on vision render-scenes frames; validate on held-out scenes; "
-                    "save safetensors.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+HELP = "train the FLNR denoiser's guide network on vision render-scenes data"
+DESCRIPTION = ("Train FLNR (a small U-Net that enhances the guides of the local linear regression) end to "
+               "end through local_linear_fit on vision render-scenes frames; validate on held-out scenes; "
+               "save safetensors.")
+
+
+def add_arguments(p) -> None:
     p.add_argument("--data", type=Path, required=True, metavar="DIR", help="a vision render-scenes --out folder")
     p.add_argument("-o", "--out", type=Path, required=True, metavar="WEIGHTS", help="output .safetensors file")
     p.add_argument("--epochs", type=int, default=30, help="epochs (default 30)")
@@ -94,7 +91,6 @@ def add_parser(sub) -> None:
     p.add_argument("--init", type=Path, default=None, help="start from these FLNR weights")
     p.add_argument("--device", default=None, help="torch device (default cuda when available, else cpu)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=run)
 
 
 def load_frames(root: Path, split: str) -> list[dict]:
