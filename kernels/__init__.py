@@ -20,3 +20,16 @@ else:
              "LocalLinearApply": "local_linear"}
     __all__ = sorted(_LAZY)
     __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+
+    import sys as _sys
+    import types as _types
+
+    class _Kernels(_types.ModuleType):
+        def __setattr__(self, name, value):
+            # the op `gla` shares its name with its subpackage: importing vision.kernels.gla (which binds the
+            # subpackage on its parent) must leave `vision.kernels.gla` the op, as the eager imports did
+            if name in _LAZY and isinstance(value, _types.ModuleType):
+                return
+            super().__setattr__(name, value)
+
+    _sys.modules[__name__].__class__ = _Kernels

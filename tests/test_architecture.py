@@ -117,3 +117,11 @@ def test_no_module_over_500_lines():
     long = [f"{p.relative_to(ROOT)}: {n}" for p in _modules().values()
             if p not in allowed and (n := len(p.read_text().splitlines())) > 500]
     assert not long, long
+
+
+def test_lazy_op_names_survive_their_subpackages_import():
+    """`gla` is both an op and its subpackage: importing the subpackage first must not make the op a module."""
+    res = _run("import vision.kernels.gla.chunked\nfrom vision.kernels import gla, box_filter\n"
+               "print(callable(gla), callable(box_filter))")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split() == ["True", "True"]
