@@ -37,10 +37,6 @@ def _backend(x: torch.Tensor, dtype: torch.dtype, border: str) -> str:
     return "triton" if choose("structure_loss", x, dtype=dtype, border=border) == "triton" else "torch"
 
 
-def _triton_ok(backend: str, border: str, dtype: torch.dtype) -> bool:
-    return backend == "triton" and _triton_takes(dtype, border) is None
-
-
 def _torch_gray(x, c):
     return _gray(x, x.dtype) - c.view(-1, 1, 1, 1)
 
@@ -51,7 +47,7 @@ def _spl_op(source: torch.Tensor, edited: torch.Tensor, mask: Optional[torch.Ten
             need_source_grad: bool, backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                                                             torch.Tensor]:
     """(loss or map, coefficient planes (or an empty tensor), 1 / sum(omega), centre of S, centre of E)."""
-    if _triton_ok(backend, border, source.dtype):
+    if backend == "triton":  # _backend() chose it: float32, 'valid'
         from . import triton_path
 
         cS, cE = triton_path.centres(source, edited)
@@ -85,7 +81,7 @@ def _spl_backward_op(grad: torch.Tensor, source: torch.Tensor, edited: torch.Ten
                      cS: torch.Tensor, cE: torch.Tensor, planes: torch.Tensor, invw: torch.Tensor, radius: int,
                      border: str, reduction: str, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(d gray(source) / C_S or an empty tensor, d gray(edited) / C_E), each (B, 1, H, W)."""
-    if _triton_ok(backend, border, source.dtype):
+    if backend == "triton":  # _backend() chose it: float32, 'valid'
         from . import triton_path
 
         dS, dE = triton_path.backward(grad, source, edited, mask, cS, cE, planes, invw, radius, reduction)
