@@ -26,6 +26,7 @@ field                   channels                                      type      
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -97,17 +98,13 @@ def read_exr(path, channels: Iterable[str] | None = None) -> dict[str, np.ndarra
     A file that is empty, not an OpenEXR file, truncated or damaged raises one ValueError naming it.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no EXR file at {path}")
-    OpenEXR = _openexr()
-    with _openexr_errors(path):
-        with OpenEXR.File(str(path), separate_channels=True) as f:
-            stored = f.channels()
-            names = list(stored) if channels is None else list(channels)
-            missing = [n for n in names if n not in stored]
-            if missing:
-                raise _Missing(f"{path} has no channel(s) {', '.join(missing)}; it has {', '.join(sorted(stored))}")
-            return {n: np.array(stored[n].pixels) for n in names}
+    with _open(path, separate_channels=True) as f:
+        stored = f.channels()
+        names = list(stored) if channels is None else list(channels)
+        missing = [n for n in names if n not in stored]
+        if missing:
+            raise _Missing(f"{path} has no channel(s) {', '.join(missing)}; it has {', '.join(sorted(stored))}")
+        return {n: np.array(stored[n].pixels) for n in names}
 
 
 def read_exr_parts(path) -> dict[str, np.ndarray]:
@@ -115,16 +112,12 @@ def read_exr_parts(path) -> dict[str, np.ndarray]:
     name that occurs in more than one part is prefixed with its part's name (``part.channel``), as
     compositors show parts as layers. A single-part file reads as :func:`read_exr`."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no EXR file at {path}")
-    OpenEXR = _openexr()
-    with _openexr_errors(path):
-        with OpenEXR.File(str(path), separate_channels=True) as f:
-            parts = [(p.name() or f"part{k}", {n: np.array(c.pixels) for n, c in p.channels.items()})
-                     for k, p in enumerate(f.parts)]
-            if not parts or not all(chans for _, chans in parts):
-                # the bindings report unreadable pixel data by printing and returning no parts
-                raise RuntimeError("no readable pixel data")
+    with _open(path, separate_channels=True) as f:
+        parts = [(p.name() or f"part{k}", {n: np.array(c.pixels) for n, c in p.channels.items()})
+                 for k, p in enumerate(f.parts)]
+        if not parts or not all(chans for _, chans in parts):
+            # the bindings report unreadable pixel data by printing and returning no parts
+            raise RuntimeError("no readable pixel data")
     seen: dict[str, int] = {}
     for _, chans in parts:
         for n in chans:
@@ -134,12 +127,8 @@ def read_exr_parts(path) -> dict[str, np.ndarray]:
 
 def read_exr_header(path) -> dict:
     """The header attributes of an EXR file (the ``vision.*`` ones are written by render-scenes)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no EXR file at {path}")
-    OpenEXR = _openexr()
-    with _openexr_errors(path):
-        return dict(OpenEXR.File(str(path), header_only=True).header())
+    with _open(Path(path), header_only=True) as f:
+        return dict(f.header())
 
 
 # header attributes that describe the stored pixels: written afresh for every file, never copied over
@@ -160,6 +149,18 @@ EXR_MAGIC = b"\x76\x2f\x31\x01"
 
 class _Missing(ValueError):
     """A channel asked for is absent (passed on as is, not reported as a damaged file)."""
+
+
+@contextlib.contextmanager
+def _open(path: Path, **options):
+    """``OpenEXR.File(path, **options)`` inside :class:`_openexr_errors`: a missing, empty, non-EXR or damaged
+    file (and any failure while reading it in the block) is one error naming it."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no EXR file at {path}")
+    OpenEXR = _openexr()
+    with _openexr_errors(path):
+        with OpenEXR.File(str(path), **options) as f:
+            yield f
 
 
 class _openexr_errors:
