@@ -1,0 +1,104 @@
+"""Frames for ``vision bench denoise --frames MANIFEST``: renderer files exactly as the renderer wrote them.
+
+A manifest is a JSON file listing noisy frames and their references; paths are relative to the manifest's
+folder::
+
+    {"frames": [
+        {"scene": "interior", "family": "sky-lit interior", "view": 0, "spp": 1,
+         "noisy": "interior/view0_spp1.exr", "reference": "interior/view0_ref.exr",
+         "emission": "interior/view0_emission.exr"},          # optional: buffers kept in separate files
+        ...]}
+
+Each noisy file is read by the reader ``vision denoise`` uses (:func:`vision.data.render_layers.read_render_file`:
+Blender Cycles layers and Denoising passes, Mitsuba AOVs, PFM), and its first view layer is denoised; the
+reference is the colour of the reference file's first layer. Rows are grouped by ``scene`` and ``spp``
+("interior 1spp"), so the acceptance of "never below FLR on a scene" reads straight off the table.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+OPTIONAL = ("albedo", "normal", "depth", "ao", "emission", "position")
+
+
+def _inside(root: Path, name, manifest: Path, key: str) -> Path:
+    """``root / name``, refused unless it stays inside the manifest's folder (a manifest is user input)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{manifest}: frame {key!r} must be a file name relative to the manifest, got {name!r}")
+    path = (root / name).resolve()
+    if root.resolve() not in path.parents:
+        raise ValueError(f"{manifest}: frame {key} {name!r} is not inside {root}; refusing to read it")
+    if not path.is_file():
+        raise FileNotFoundError(f"{manifest}: frame {key} {name!r}: no such file {path}")
+    return path
+
+
+def read_manifest(path) -> list[dict]:
+    """The manifest's frame entries, each with absolute ``noisy``/``reference`` (and extra buffer) paths."""
+    path = Path(path)
+    try:
+        entries = json.loads(path.read_text())["frames"]
+        if not isinstance(entries, list) or not entries:
+            raise TypeError("empty")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"--frames: no such manifest {path}") from None
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"--frames {path}: not a manifest with a non-empty 'frames' list ({err})") from None
+    root = path.parent
+    out = []
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict) or "noisy" not in e or "reference" not in e:
+            raise ValueError(f"--frames {path}: entry {i} needs 'noisy' and 'reference' files")
+        f = dict(e)
+        for key in ("noisy", "reference", *OPTIONAL):
+            if key in e:
+                f[key] = _inside(root, e[key], path, key)
+        f.setdefault("scene", Path(str(e["noisy"])).parent.name or f"frame{i}")
+        out.append(f)
+    return out
+
+
+def load_manifest_frames(path) -> list[tuple[str, int, dict]]:
+    """``(group, index, buffers)`` per manifest frame, the buffers as ``vision denoise`` reads them plus
+    ``reference``; the group is ``"SCENE Nspp"`` when the entry says its spp."""
+    from vision.data.render_layers import read_render_file
+
+    frames = []
+    counts: dict[str, int] = {}
+    for e in read_manifest(path):
+        extra = {k: e[k] for k in OPTIONAL if k in e}
+        layer = read_render_file(e["noisy"], extra).layers[0]
+        ref = read_render_file(e["reference"]).layers[0].buffers["color"]
+        d = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in layer.buffers.items()}
+        if ref.shape[:2] != d["color"].shape[:2]:
+            raise ValueError(f"{e['reference']}: reference is {ref.shape[1]}x{ref.shape[0]}, the noisy frame "
+                             f"{e['noisy']} is {d['color'].shape[1]}x{d['color'].shape[0]}")
+        d["reference"] = np.ascontiguousarray(ref, dtype=np.float32)
+        group = f"{e['scene']} {e['spp']}spp" if "spp" in e else str(e["scene"])
+        frames.append((group, counts.get(group, 0), d))
+        counts[group] = counts.get(group, 0) + 1
+    return frames
+
+
+def scene_checks(per: dict, scenes: list[str], means: dict) -> bool:
+    """The real-renderer acceptance: FLNR >= OIDN high (albedo + normal) - 1.5 dB on average and FLNR never
+    below FLR on a scene; prints one line each and the scenes where FLNR loses to FLR."""
+    if "flnr" not in means or "flr" not in means:
+        return True
+    ok = True
+    if "oidn high aux" in means:
+        gap = means["flnr"]["psnr"] - means["oidn high aux"]["psnr"]
+        print(f"real files: FLNR - OIDN high aux = {gap:+.2f} dB on average (>= -1.5): "
+              f"{'PASS' if gap >= -1.5 else 'FAIL'}")
+        ok &= gap >= -1.5
+    losses = []
+    for s in scenes:
+        d = np.mean([r["psnr"] for r in per[(s, "flnr")]]) - np.mean([r["psnr"] for r in per[(s, "flr")]])
+        if d < 0:
+            losses.append(f"{s} {d:+.2f} dB")
+    print(f"real files: FLNR below FLR on {len(losses)} of {len(scenes)} scene group(s)"
+          + (f" ({', '.join(losses)})" if losses else "") + f": {'PASS' if not losses else 'FAIL'}")
+    return ok and not losses
