@@ -23,6 +23,15 @@ def _layer_rgb(channels, layer):
     return np.stack([np.asarray(channels[f"{layer}.{c}" if layer else c], np.float32) for c in "RGB"], -1)
 
 
+def _sky_kept(d):
+    """The reader's rule, written out: a pixel with depth 0 (no surface) keeps its colour (emission, albedo 0)."""
+    sky = (d["depth"][..., :1] == 0) & (d["albedo"].max(-1, keepdims=True) > 0)
+    out = dict(d, emission=np.where(sky, d["color"], d.get("emission", 0)))
+    if "albedo" in d:
+        out["albedo"] = np.where(sky, 0, d["albedo"])
+    return out
+
+
 def _run(capsys, *args):
     capsys.readouterr()
     rc = main(["denoise", *map(str, args)])
@@ -186,15 +195,27 @@ def test_sky_depth_is_no_surface(frame, tmp_path, capsys, sky):
     hole = depth[..., 0] <= 0
     hole[:6, :] = True  # make sure there is sky
     depth[hole] = 0
-    want = denoise(frame["color"], **{k: frame[k] for k in GUIDES if k != "depth"}, depth=depth)
     far = depth.copy()
     far[hole] = sky
     np.testing.assert_array_equal(no_surface_depth(far), depth)
-    write_frame(tmp_path / "f.exr", {"color": frame["color"], **{k: frame[k] for k in GUIDES if k != "depth"},
-                                     "depth": far})
+    # Cycles writes the sky's colour into the Denoising Albedo (here above 1 in blue) on half the sky, and
+    # albedo 0 (as Mitsuba does) on the other half
+    albedo = frame["albedo"].copy()
+    env = hole.copy()
+    env[:, ::2] = False
+    albedo[env] = (0.4, 0.7, 1.3)
+    albedo[hole & ~env] = 0
+    fields = dict(frame, depth=far, albedo=albedo)
+    write_frame(tmp_path / "f.exr", {k: fields[k] for k in ("color", *GUIDES)})
     rc, out, err = _run(capsys, tmp_path / "f.exr", "-o", tmp_path / "o", "-q")
-    assert rc == 0 and "NaN/Inf" not in err, err  # inf is the sky, not a bad sample to repair
-    np.testing.assert_allclose(_layer_rgb(read_exr(tmp_path / "o" / "f.exr"), ""), want, rtol=1e-6, atol=1e-6)
+    assert rc == 0 and "NaN/Inf" not in err and "albedo above" not in err, err  # the sky is neither
+    # where the albedo holds the environment's colour, the pixel's colour is kept exactly (emission, albedo 0)
+    want = denoise(frame["color"], **{k: frame[k] for k in GUIDES if k not in ("depth", "albedo", "emission")},
+                   depth=depth, albedo=np.where(env[..., None], 0, albedo),
+                   emission=np.where(env[..., None], frame["color"], frame["emission"]))
+    got = _layer_rgb(read_exr(tmp_path / "o" / "f.exr"), "")
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(got[env], frame["color"][env])
 
 
 def test_mitsuba_aov_layout_keeps_alpha_and_aovs(frame, tmp_path, capsys):
@@ -251,7 +272,8 @@ def test_a_crop_keeps_its_place_on_the_canvas(frame, tmp_path, capsys):
     got = read_exr_header(tmp_path / "o" / "crop.exr")
     assert [list(v) for v in got["dataWindow"]] == [[16, 8], [63, 39]]
     assert [list(v) for v in got["displayWindow"]] == [[0, 0], [127, 127]]
-    want = denoise(crop["color"], **{k: crop[k] for k in ("albedo", "normal", "depth", "emission")})
+    kept = _sky_kept(crop)
+    want = denoise(crop["color"], **{k: kept[k] for k in ("albedo", "normal", "depth", "emission")})
     np.testing.assert_allclose(_layer_rgb(read_exr(tmp_path / "o" / "crop.exr"), ""), want, rtol=1e-6, atol=1e-6)
 
 

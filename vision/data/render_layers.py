@@ -176,6 +176,25 @@ def no_surface_depth(depth: np.ndarray) -> np.ndarray:
     return np.where(sky, np.float32(0), depth).astype(np.float32) if sky.any() else depth
 
 
+def environment_as_emission(bufs: dict[str, np.ndarray]) -> None:
+    """Where a pixel sees no surface (depth 0 after :func:`no_surface_depth`) and the renderer wrote a colour into
+    its albedo, the renderer is saying the rays missed everything and returned the environment: Cycles' Denoising
+    Albedo holds the sky's colour there (often above 1). That colour is known exactly, with nothing to denoise, so
+    it becomes emission (kept as it is) with albedo 0, instead of a "surface" with the sky as its albedo.
+    Renderers that write albedo 0 for the sky (Mitsuba) are left as they are. Only when the colour has the
+    guides' size (not for half-resolution colour). In place."""
+    albedo, depth, color = bufs.get("albedo"), bufs["depth"], bufs["color"]
+    if albedo is None or albedo.shape[:2] != depth.shape[:2] or color.shape[:2] != depth.shape[:2]:
+        return
+    sky = (depth[..., 0] == 0) & (albedo.max(axis=-1) > 0)
+    if not sky.any():
+        return
+    emission = bufs.get("emission")
+    base = np.zeros_like(color) if emission is None else emission
+    bufs["emission"] = np.where(sky[..., None], color, base).astype(np.float32)
+    bufs["albedo"] = np.where(sky[..., None], np.float32(0), albedo).astype(np.float32)
+
+
 def renderer_albedo(albedo: np.ndarray, emission: np.ndarray | None) -> tuple[np.ndarray, str | None]:
     """Albedo in [0, 1] for demodulation, and a note when that lost information.
 
@@ -260,6 +279,7 @@ def read_render_file(path, extra: Mapping[str, Path] | None = None) -> RenderFil
         layer = Layer(layer_name, bufs, sources, beauty, alpha, [c for c in copies if c != beauty])
         if "depth" in bufs:
             bufs["depth"] = no_surface_depth(bufs["depth"])
+            environment_as_emission(bufs)
         if "albedo" in bufs:
             bufs["albedo"], note = renderer_albedo(bufs["albedo"], bufs.get("emission"))
             if note:
