@@ -711,3 +711,33 @@ def test_validation_score_weighs_full_and_low_resolution_as_the_training_steps(s
     assert lo == (None if want[1] is None else pytest.approx(half, rel=1e-5))
     if want[1] is not None:
         assert [p for p in seen if p != "full"] == [(0, 0), (u - 1, u - 1)]
+
+
+def test_drop_ao_crops_look_like_frames_without_ao():
+    """--drop-ao: a crop whose AO is dropped gets what a frame with no AO buffer gives the network (zeros,
+    standardised as a missing buffer), and the probability is honoured."""
+    import torch
+
+    from vision.denoise.flnr_net import GUIDES, frame_stats
+    from vision.pipelines.cli.train_denoiser import AO_CHANNEL, FIELDS, sample_batch
+
+    assert sum({"normal": 3, "depth": 1}[g] for g in GUIDES[:GUIDES.index("ao")]) == AO_CHANNEL
+    g = torch.Generator().manual_seed(0)
+    frame = {k: torch.rand(1, 1 if k in ("depth", "ao") else 3, 32, 32, generator=g) + 0.1 for k in FIELDS}
+    guides = {k: frame[k] for k in ("albedo", "normal", "depth", "ao", "emission")}
+    stats = [frame_stats(guides, frame["color"], (32, 32))]
+    no_ao = frame_stats({k: v for k, v in guides.items() if k != "ao"}, frame["color"], (32, 32))
+    gen = torch.Generator().manual_seed(1)
+    dropped = 0
+    for _ in range(40):
+        b, (mean, std) = sample_batch([frame], stats, 1, 32, gen, drop_ao=0.5)
+        if not b["ao"].any():
+            dropped += 1
+            torch.testing.assert_close(mean[:, AO_CHANNEL], no_ao[0][:, AO_CHANNEL])
+            torch.testing.assert_close(std[:, AO_CHANNEL], no_ao[1][:, AO_CHANNEL])
+            torch.testing.assert_close(mean[:, :AO_CHANNEL], stats[0][0][:, :AO_CHANNEL])
+        else:
+            torch.testing.assert_close(mean, stats[0][0])
+    assert 10 <= dropped <= 30
+    b, _ = sample_batch([frame], stats, 1, 32, gen)  # default: never
+    assert b["ao"].any()

@@ -83,6 +83,10 @@ def add_arguments(p) -> None:
                    help="blend the light towards its 3 x 3 mean where the albedo has an edge, with a learned weight "
                         "(the buffers are one ray per pixel centre, the reference a pixel mean); with --init weights "
                         "that lack it, it is added to them")
+    p.add_argument("--drop-ao", type=float, default=0.0, metavar="P",
+                   help="zero the ambient-occlusion buffer of a crop with this probability (default 0): renderer "
+                        "files rarely carry one (Cycles and Mitsuba AOV frames have none), so a model trained "
+                        "on data that always has it meets a missing buffer only at inference")
     p.add_argument("--minutes", type=float, default=None,
                    help="stop after this many minutes (after an epoch); the cosine learning-rate decay then "
                         "follows the time spent when that is further along than the steps")
@@ -116,8 +120,13 @@ def loss_fn(out, ref, smape: float, tonemapped: str = "l1"):
     return base + smape * rel
 
 
-def sample_batch(frames, stats, batch: int, crop: int, gen):
-    """Random crops (with flips and an exposure factor) stacked into one batch dict, and their stats."""
+AO_CHANNEL = 4  # of the network's guide layout (normal 3, log-depth 1, AO 1, albedo 3: flnr_net.GUIDES)
+
+
+def sample_batch(frames, stats, batch: int, crop: int, gen, drop_ao: float = 0.0):
+    """Random crops (with flips and an exposure factor) stacked into one batch dict, and their stats. With
+    probability ``drop_ao`` a crop's AO buffer is zeroed and its standardisation made that of a missing buffer
+    (mean 0), which is what a frame without AO gives the network."""
     import torch
 
     picks = torch.randint(len(frames), (batch,), generator=gen).tolist()
@@ -139,8 +148,13 @@ def sample_batch(frames, stats, batch: int, crop: int, gen):
             if k in ("color", "reference", "emission"):
                 v = v * exposure
             out[k].append(v)
-        means.append(stats[i][0])
-        stds.append(stats[i][1])
+        mean, std = stats[i]
+        if drop_ao > 0 and float(torch.rand(1, generator=gen)) < drop_ao:
+            out["ao"][-1] = torch.zeros_like(out["ao"][-1])
+            mean, std = mean.clone(), std.clone()
+            mean[:, AO_CHANNEL], std[:, AO_CHANNEL] = 0.0, 1e-3
+        means.append(mean)
+        stds.append(std)
     return {k: torch.cat(v) for k, v in out.items()}, (torch.cat(means), torch.cat(stds))
 
 
@@ -208,7 +222,8 @@ def training_command(args) -> str:
             ("--tonemapped", args.tonemapped), ("--upsample-prob", args.upsample_prob),
             ("--upsample-factor", args.upsample_factor), ("--radii", args.radii),
             ("--scale", args.scale), ("--guides", args.guides), ("--hidden", args.hidden),
-            ("--fit-down", args.fit_down), ("--widths", args.widths), ("--minutes", args.minutes),
+            ("--fit-down", args.fit_down), ("--widths", args.widths), ("--drop-ao", getattr(args, "drop_ao", 0.0)),
+            ("--minutes", args.minutes),
             ("--threads", args.threads), ("--seed", args.seed), ("--init", args.init)]
     parts = ["vision", "train-denoiser"] + [f"{k} {shlex.quote(str(v))}" for k, v in opts if v is not None]
     parts += ["--antialias"] if getattr(args, "antialias", False) else []
@@ -298,7 +313,7 @@ def run(args) -> int:
                        file=sys.stderr, leave=False)
             run_loss = 0.0
             for _ in bar:
-                b, st = sample_batch(train, stats, args.batch, args.crop, gen)
+                b, st = sample_batch(train, stats, args.batch, args.crop, gen, args.drop_ao)
                 phase = None
                 if args.upsample_prob > 0 and float(torch.rand(1, generator=gen)) < args.upsample_prob:
                     b["color"], phase = subsample(b["color"], gen, args.upsample_factor)
