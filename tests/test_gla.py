@@ -246,3 +246,20 @@ def test_cuda_fla_matches_chunked_and_recurrence(dtype, tol, gate):
     both = gla_bidirectional(qc, kc, vc, gc, gc)
     ref2 = 0.5 * (ref + naive_recurrent_gla(q, k, v, g, reverse=True))
     torch.testing.assert_close(both.double().cpu(), ref2, rtol=tol, atol=tol * scale)
+
+
+@pytest.mark.parametrize("gate", ["vector", "scalar"])
+def test_cpu_bf16_autocast_matches_the_recurrence(gate):
+    """Under torch.autocast (CPU, bf16) with float32 inputs, as a mixed-precision training step gives it, the
+    scan keeps its own float32 accumulation: before, autocast made some products bf16 and one baddbmm mixed
+    dtypes (RuntimeError)."""
+    q, k, v, x, s = make(T=150, gate=gate, dtype=torch.float32)
+    ref = naive_recurrent_gla(*(t.double() for t in (q, k, v)), gates(x.double(), s))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = gla(q, k, v, gates(x, s))
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), ref, rtol=1e-4, atol=1e-4)  # float32 rounding
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = gla(*(t.bfloat16() for t in (q, k, v)), gates(x, s).bfloat16())
+    assert low.dtype == torch.bfloat16
+    torch.testing.assert_close(low.double(), ref, rtol=0.05, atol=0.05 * ref.abs().max().item())

@@ -197,6 +197,11 @@ def chunk_gla_scan(fwd, bwd, scale: float, chunk_size: int = CHUNK_SIZE, sub_chu
     """
     scans = [(d, rev) for d, rev in ((fwd, False), (bwd, True)) if d is not None]
     q0, _, v0, g0 = scans[0][0]
+    if torch.is_autocast_enabled(q0.device.type):
+        # the scan picks its own accumulation dtype (float32, or float64) for every product; autocast would
+        # turn some of them into bf16/fp16 and mix dtypes in one baddbmm. Outputs keep v's dtype either way.
+        with torch.autocast(q0.device.type, enabled=False):
+            return chunk_gla_scan(fwd, bwd, scale, chunk_size, sub_chunk, block_elems, form, merge)
     B, T, H, K = q0.shape
     V = v0.shape[-1]
     out_dtype = v0.dtype
