@@ -2,7 +2,7 @@
 
 The forward runs the sliding-window kernels of ``sliding.py`` (gray guide) and ``sliding_color.py``
 (colour guide); the tile kernels below (``_fit_*_kernel``, ``_apply_kernel``) are the previous tile-based
-forward, kept as the design the fused backward (``triton_backward.py``) shares.
+forward. The fused backward (``triton_backward.py``, ``triton_backward_color.py``) walks like the forward.
 
 K1 (``_fit_*_kernel``): load guide and src tiles with a 2R halo, form every window moment in
 registers (see ``box/triton_path.py`` for the tile scheme), solve for a and b (gray: one division;
@@ -12,7 +12,7 @@ filter, which applies them after a bilinear upsample). Each tile is centred on i
 any second moment is formed; the shift is undone exactly in b.
 
 Training ("valid" border, q output): the forward also keeps mean(a), and the backward is two more
-fused kernels (``triton_backward.py``). Other cases keep the window statistics by running the PyTorch
+fused sliding-window kernels (``triton_backward.py``). Other cases keep the window statistics by running the PyTorch
 path's formulas on the Triton box kernels, and their backward is the PyTorch path's closed form with
 every adjoint box filter a Triton kernel.
 """
