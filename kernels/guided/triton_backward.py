@@ -25,20 +25,19 @@ import triton.language as tl
 
 from ..box.sliding import chunk_rows, strip_width
 from ..box.triton_index import window_count
+from ..runtime import interpreting
 from .sliding import _centre, _count, _hsum
 
 # rows per step: B1 keeps 6 running sums (4 statistics, 2 adjoint sums) and its chain rule in one warp, which
 # at 2 rows needs all 255 registers; one row leaves room. B2 keeps 4 sums and takes 2 rows
 MOMENTS_RB = 1
 INPUTS_RB = 2
-# Triton's interpreter pays per operation and per helper call, not per register: it walks 8 rows a step (the
+# Triton's interpreter pays per operation and per helper call, not per register: it walks 16 rows a step (the
 # kernels are the same for any RB; a test runs the GPU's row counts too). 0 keeps the GPU's counts.
-INTERPRETED_RB = 8
+INTERPRETED_RB = 16
 
 
 def rows_per_step(gpu_rb: int) -> int:
-    from ..runtime import interpreting
-
     return max(gpu_rb, INTERPRETED_RB) if INTERPRETED_RB and interpreting() else gpu_rb
 
 
