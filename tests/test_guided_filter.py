@@ -225,7 +225,7 @@ def test_gradients_across_tiles(backend, channels, rng):
 def test_sliding_backward_strips_and_chunks(monkeypatch, channels, radius, width, gpu_rows, rng):
     """The fused sliding backward over two column strips and two row chunks, at the interpreter's row step and at
     the GPU's (1-2 rows), against the float64 closed form of the PyTorch path (which gradcheck validates)."""
-    from vision.kernels.guided import triton_backward
+    from vision.kernels.guided import triton_backward, triton_backward_color
     from vision.kernels.runtime import interpreting, use_backend
 
     if not interpreting():
@@ -233,8 +233,9 @@ def test_sliding_backward_strips_and_chunks(monkeypatch, channels, radius, width
     if gpu_rows:
         monkeypatch.setattr(triton_backward, "INTERPRETED_RB", 0)
     calls = []
-    fused = triton_backward.backward
-    monkeypatch.setattr(triton_backward, "backward", lambda *a: calls.append(1) or fused(*a))
+    module = triton_backward if channels == 1 else triton_backward_color
+    fused = module.backward
+    monkeypatch.setattr(module, "backward", lambda *a: calls.append(1) or fused(*a))
     guide, src = rng.random((1, channels, 20, width)), rng.random((1, 2, 20, width))
     up = rng.standard_normal((1, 2, 20, width))
     grads = []

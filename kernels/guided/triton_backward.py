@@ -233,13 +233,10 @@ def grid_of(planes: int, h: int, w: int, r: int, bwi: int) -> tuple[tuple[int, i
 
 
 def backward(I, p, g, ma, eps, r):
-    """(dI, dp, deps) of q = mean(a) I + mean(b), "valid" border. All float32 contiguous; ma from the forward."""
-    bsz, gc, h, w = I.shape
+    """(dI, dp, deps) of q = mean(a) I + mean(b) for a (B, 1, H, W) guide, "valid" border. All float32
+    contiguous; ma from the forward."""
+    bsz, _, h, w = I.shape
     c = p.shape[1]
-    if gc == 3:
-        from . import triton_backward_color
-
-        return triton_backward_color.backward(I, p, g, ma, eps, r)
     bwi = strip_width(r)
     grid, ch = grid_of(bsz * c, h, w, r, bwi)
     mom = torch.empty(5, bsz * c, h, w, device=I.device, dtype=torch.float32)

@@ -282,7 +282,8 @@ def _grad_inputs_color(I_ptr, p_ptr, g_ptr, ma_ptr, mom_ptr, dI_ptr, dp_ptr, C, 
 
 
 def backward(I, p, g, ma, eps, r):
-    """(dI, dp, deps) for a (B, 3, H, W) guide; see ``triton_backward.backward``."""
+    """(dI, dp, deps) of q = mean(a) . I + mean(b) for a (B, 3, H, W) guide, "valid" border. All float32
+    contiguous; ma (B, C, 3, H, W) from the forward."""
     bsz, _, h, w = I.shape
     c = p.shape[1]
     bwi = width(r)

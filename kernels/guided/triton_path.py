@@ -19,7 +19,7 @@ import torch
 
 from ..box import triton_path as box
 from ..box.triton_path import MODES
-from . import torch_path, triton_backward
+from . import torch_path, triton_backward, triton_backward_color
 
 TRITON_BOX = SimpleNamespace(mean=box.box_mean, adjoint=box.box_mean_adjoint)
 
@@ -56,5 +56,6 @@ def forward(I, p, eps, r, border, apply: bool, need_grad: bool = False):
 
 def backward(saved, grads, eps, r, border, apply: bool):
     if saved.get("fused"):
-        return triton_backward.backward(saved["I"], saved["p"], grads, saved["ma"], eps.float().contiguous(), r)
+        fused = triton_backward if saved["I"].shape[1] == 1 else triton_backward_color
+        return fused.backward(saved["I"], saved["p"], grads, saved["ma"], eps.float().contiguous(), r)
     return torch_path.backward(saved, grads, eps, r, border, apply, box=TRITON_BOX)
