@@ -219,6 +219,39 @@ def test_gradients_across_tiles(backend, channels, rng):
         np.testing.assert_allclose(got, ref, atol=1e-5 * max(1.0, np.abs(ref).max()))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("channels,radius,width,gpu_rows", [(1, 6, 120, False), (3, 6, 70, False),
+                                                          (1, 2, 64, True), (3, 2, 64, True)])
+def test_sliding_backward_strips_and_chunks(monkeypatch, channels, radius, width, gpu_rows, rng):
+    """The fused sliding backward over two column strips and two row chunks, at the interpreter's row step and at
+    the GPU's (1-2 rows), against the float64 closed form of the PyTorch path (which gradcheck validates)."""
+    from vision.kernels.guided import triton_backward, triton_backward_color
+    from vision.kernels.runtime import interpreting, use_backend
+
+    if not interpreting():
+        pytest.skip("runs the Triton path through the interpreter")
+    if gpu_rows:
+        monkeypatch.setattr(triton_backward, "INTERPRETED_RB", 0)
+    calls = []
+    module = triton_backward if channels == 1 else triton_backward_color
+    fused = module.backward
+    monkeypatch.setattr(module, "backward", lambda *a: calls.append(1) or fused(*a))
+    guide, src = rng.random((1, channels, 20, width)), rng.random((1, 2, 20, width))
+    up = rng.standard_normal((1, 2, 20, width))
+    grads = []
+    for dtype, backend in ((torch.float32, "triton"), (torch.float64, "torch")):
+        g = torch.tensor(guide, dtype=dtype, requires_grad=True)
+        s = torch.tensor(src, dtype=dtype, requires_grad=True)
+        e = torch.tensor([1e-2], dtype=dtype, requires_grad=True)
+        with use_backend(backend):
+            out = guided_filter(g, s, radius, e)
+            grads.append([t.double().numpy() for t in torch.autograd.grad(out, (g, s, e),
+                                                                          torch.tensor(up, dtype=dtype))])
+    assert calls == [1]
+    for got, ref in zip(*grads):
+        np.testing.assert_allclose(got, ref, atol=1e-5 * max(1.0, np.abs(ref).max()))
+
+
 @pytest.mark.parametrize("channels", [1, 3])
 @pytest.mark.parametrize("border", BORDERS)
 def test_cpu_bands(monkeypatch, channels, border, rng):

@@ -1,15 +1,21 @@
-"""Fused Triton backward of the guided filter ("valid" border): two kernels, like the forward.
+"""Fused Triton backward of the guided filter ("valid" border, q output): two sliding-window kernels.
 
-B1 (``_grad_moments_*``): per tile, recompute the window statistics from guide and src (cheaper than
-storing them), form the adjoint window sums M^T(g I) and M^T(g) and run the chain rule through
-b = mean(p) - a mean(I) and a = cov / (var + eps) (colour: a = (Sigma + eps)^-1 cov) down to the
-gradients of the four kinds of window means. B2 (``_grad_inputs_*``): adjoint window sums of those,
-combined with I and p into dI and dp. Channel-shared terms are written per src channel and summed
-afterwards, so no atomics are needed. The maths is exactly ``torch_path.backward``'s (same names).
+Both walk the image like the forward (``sliding.py``): a one-warp program owns a strip of columns and a chunk
+of rows, loads the rows entering and leaving the window, takes horizontal window sums by a scan along the
+row and keeps per-column running sums, so no 2-D tile and no axis-0 scan lives in registers.
 
-M^T h at a pixel is the sum over its window of h / N, N the pixel count of the window centred on
-each summed pixel; this is what "valid" means need. Padded border modes fold the adjoint back onto
-the image and use the composite backward instead.
+B1 (``_grad_moments_gray``, colour in ``triton_backward_color.py``): recompute the window statistics of guide
+and src (cheaper than storing them) next to the adjoint window sums M^T(g I) and M^T(g), and run the chain
+rule through b = mean(p) - a mean(I) and a = cov / (var + eps) down to the gradients of the window means.
+B2 (``_grad_inputs_gray``): adjoint window sums of those, combined with I and p into dI and dp.
+Channel-shared terms are written per src channel and summed afterwards, so no atomics are needed. The maths
+is ``torch_path.backward``'s (same names).
+
+M^T h at a pixel is the sum over its window of h / N, N the pixel count of the window centred on each summed
+pixel; this is what "valid" means need. Guide and src are centred on per-program constants before any
+product is formed (g_a = M^T(g I) - g_b mean(I) is the same with centred I), and every adjoint running sum
+is taken about a per-program constant, put back as constant times the window's pixel count. Padded border
+modes fold the adjoint back onto the image and use the composite backward instead.
 """
 from __future__ import annotations
 
@@ -17,231 +23,230 @@ import torch
 import triton
 import triton.language as tl
 
+from ..box.sliding import chunk_rows, strip_width
 from ..box.triton_index import window_count
-from ..box.triton_path import tile_box_sum, tile_mean, tile_program, tile_shape
+from ..runtime import interpreting
+from .sliding import _centre, _count, _hsum
+
+# rows per step: B1 keeps 6 running sums (4 statistics, 2 adjoint sums) and its chain rule in one warp, which
+# at 2 rows needs all 255 registers; one row leaves room. B2 keeps 4 sums and takes 2 rows
+MOMENTS_RB = 1
+INPUTS_RB = 2
+# Triton's interpreter pays per operation and per helper call, not per register: it walks 16 rows a step (the
+# kernels are the same for any RB; a test runs the GPU's row counts too). 0 keeps the GPU's counts.
+INTERPRETED_RB = 16
+
+
+def rows_per_step(gpu_rb: int) -> int:
+    return max(gpu_rb, INTERPRETED_RB) if INTERPRETED_RB and interpreting() else gpu_rb
 
 
 @triton.jit
-def _inv_counts(yi, xi, H, W, R: tl.constexpr):
-    return 1.0 / tl.maximum(window_count(yi, H, R) * window_count(xi, W, R), 1).to(tl.float32)
+def _frame(rows, cols, H, W, R: tl.constexpr):
+    """Flat offsets (clamped to the image, for safe addresses), in-image mask and 1 / N at (rows, cols), N the
+    pixel count of the window centred there: what every load of a row set shares."""
+    inside = (rows >= 0) & (rows < H) & (cols >= 0) & (cols < W)
+    offs = tl.minimum(tl.maximum(rows, 0), H - 1) * W + tl.minimum(tl.maximum(cols, 0), W - 1)
+    n = tl.maximum(window_count(rows, H, R) * window_count(cols, W, R), 1).to(tl.float32)
+    return offs, inside, 1.0 / n
 
 
 @triton.jit
-def _adj(h, inv_n_in, R: tl.constexpr, TH: tl.constexpr, TW: tl.constexpr):
-    """M^T h at the tile's output pixels, h zero outside the image."""
-    return tile_box_sum(h * inv_n_in, R, TH, TW)
+def _adj_centre(ptr, I_ptr, cI, rows, cols, H, W, R: tl.constexpr, PROD: tl.constexpr):
+    """Mean over the in-image (rows, cols) of x / N, or of x / N (I - cI) when PROD."""
+    offs, inside, inv = _frame(rows, cols, H, W, R)
+    t = tl.load(ptr + offs, mask=inside, other=0.0) * inv
+    if PROD:
+        t = t * (tl.load(I_ptr + offs, mask=inside, other=0.0) - cI)
+    n = tl.sum(tl.sum(inside.to(tl.float32), axis=1), axis=0)
+    return tl.sum(tl.sum(tl.where(inside, t, 0.0), axis=1), axis=0) / tl.maximum(n, 1.0)
 
 
 @triton.jit
-def _centred(t, inside):
-    c = tile_mean(t, inside)
-    return tl.where(inside, t - c, 0.0), c
+def _adj_diff(ptr, eo, ei, en, lo, li, ln, c, LEAVE: tl.constexpr, R: tl.constexpr, BWI: tl.constexpr):
+    """Horizontal window sums of x / N - c over the entering rows (frame eo, ei, en) less those over the leaving
+    rows (lo, li, ln) when LEAVE: the sums are linear, so one scan of the difference serves both."""
+    t = tl.where(ei, tl.load(ptr + eo, mask=ei, other=0.0) * en - c, 0.0)
+    if LEAVE:
+        t -= tl.where(li, tl.load(ptr + lo, mask=li, other=0.0) * ln - c, 0.0)
+    return _hsum(t, R, BWI)
 
 
 @triton.jit
-def _grad_moments_gray(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.constexpr, TH: tl.constexpr,
-                       TW: tl.constexpr):
-    pc, i, j, offs, inside, oy, ox, keep = tile_program(H, W, R, 0, TH, TW)
+def _adj_warm(ptr, y0, k, cols, H, W, c, R: tl.constexpr, BWI: tl.constexpr, RB: tl.constexpr):
+    """Running adjoint sum (about c) of the window of row y0 - 1, per strip column."""
+    s = tl.zeros([BWI], dtype=tl.float32)
+    for w0 in range(0, 2 * R + 1, RB):
+        o, i, v = _frame(y0 - 1 - R + w0 + k, cols, H, W, R)
+        i = i & ((w0 + k) < 2 * R + 1)
+        s += tl.sum(_adj_diff(ptr, o, i, v, o, i, v, c, False, R, BWI), axis=0)
+    return s
+
+
+@triton.jit
+def _adj_step(ptr, eo, ei, en, lo, li, ln, c, s, n, R: tl.constexpr, BWI: tl.constexpr):
+    """M^T(x) at the RB rows of this step (n: their window pixel counts) and the running sum after them."""
+    d = _adj_diff(ptr, eo, ei, en, lo, li, ln, c, True, R, BWI)
+    return s[None, :] + tl.cumsum(d, axis=0) + c * n, s + tl.sum(d, axis=0)
+
+
+@triton.jit
+def _vals_gray(I_ptr, p_ptr, g_ptr, offs, inside, inv, cI, cp, cg, cgI):
+    It = tl.where(inside, tl.load(I_ptr + offs, mask=inside, other=0.0) - cI, 0.0)
+    pt = tl.where(inside, tl.load(p_ptr + offs, mask=inside, other=0.0) - cp, 0.0)
+    g = tl.load(g_ptr + offs, mask=inside, other=0.0) * inv
+    return It, pt, tl.where(inside, g - cg, 0.0), tl.where(inside, g * It - cgI, 0.0)
+
+
+@triton.jit
+def _moment_rows_gray(I_ptr, p_ptr, g_ptr, rows, lrows, cols, H, W, cI, cp, cg, cgI, LEAVE: tl.constexpr,
+                      R: tl.constexpr, BWI: tl.constexpr):
+    """Horizontal window sums of I, p, I^2, I p, g / N and g I / N (centred) over ``rows`` less ``lrows``."""
+    offs, inside, inv = _frame(rows, cols, H, W, R)
+    I, p, g, gI = _vals_gray(I_ptr, p_ptr, g_ptr, offs, inside, inv, cI, cp, cg, cgI)
+    if LEAVE:
+        offs, inside, inv = _frame(lrows, cols, H, W, R)
+        LI, Lp, Lg, LgI = _vals_gray(I_ptr, p_ptr, g_ptr, offs, inside, inv, cI, cp, cg, cgI)
+    else:
+        LI, Lp, Lg, LgI = I * 0.0, p * 0.0, g * 0.0, gI * 0.0
+    return (_hsum(I - LI, R, BWI), _hsum(p - Lp, R, BWI), _hsum(I * I - LI * LI, R, BWI),
+            _hsum(I * p - LI * Lp, R, BWI), _hsum(g - Lg, R, BWI), _hsum(gI - LgI, R, BWI))
+
+
+@triton.jit
+def _grad_moments_gray(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.constexpr, BWI: tl.constexpr,
+                       CH: tl.constexpr, RB: tl.constexpr):
+    pc = tl.program_id(0).to(tl.int64)
     bi = pc // C
+    y0 = tl.program_id(1) * CH
+    x0 = tl.program_id(2) * (BWI - 2 * R)
     plane = H * W
-    I = tl.load(I_ptr + bi * plane + offs, mask=inside, other=0.0)
-    p = tl.load(p_ptr + pc * plane + offs, mask=inside, other=0.0)
-    g = tl.load(g_ptr + pc * plane + offs, mask=inside, other=0.0)
-    inv_in = _inv_counts(oy - R, ox - R, H, W, R)
-    inv_n = _inv_counts(oy, ox, H, W, R)
-    It, cI = _centred(I, inside)
-    pt, cp = _centred(p, inside)
-    mIt = tile_box_sum(It, R, TH, TW) * inv_n
-    mpt = tile_box_sum(pt, R, TH, TW) * inv_n
-    var_raw = tile_box_sum(It * It, R, TH, TW) * inv_n - mIt * mIt
-    cov = tile_box_sum(It * pt, R, TH, TW) * inv_n - mIt * mpt
-    denom = tl.maximum(var_raw, 0.0) + tl.load(eps_ptr + bi)
-    a = cov / denom
-    mI = mIt + cI
-    mp = mpt + cp
-    g_a = _adj(g * I, inv_in, R, TH, TW)
-    g_b = _adj(g, inv_in, R, TH, TW)
-    g_a = g_a - g_b * mI
-    g_cov = g_a / denom
-    g_var = tl.where(var_raw > 0, -g_cov * a, 0.0)
-    g_mp = g_b - g_cov * mI
-    g_mI = -g_b * a - g_cov * mp - 2.0 * g_var * mI
-    pix = oy * W + ox
-    n_out = C * 0 + tl.num_programs(0)  # planes per output kind: B * C
-    base = out_ptr + pc * plane + pix
-    tl.store(base, g_mI, mask=keep)
-    tl.store(base + n_out * plane, g_var, mask=keep)
-    tl.store(base + 2 * n_out * plane, g_mp, mask=keep)
-    tl.store(base + 3 * n_out * plane, g_cov, mask=keep)
-    tl.store(base + 4 * n_out * plane, -g_cov * a, mask=keep)
+    I_ptr += bi * plane
+    p_ptr += pc * plane
+    g_ptr += pc * plane
+    k = tl.arange(0, RB)[:, None]
+    j = tl.arange(0, BWI)[None, :]
+    cols = x0 - R + j
+    oc = x0 + j
+    cI, _ = _centre(I_ptr, y0 + k, cols, H, W)
+    cp, _ = _centre(p_ptr, y0 + k, cols, H, W)
+    cg = _adj_centre(g_ptr, I_ptr, cI, y0 + k, cols, H, W, R, False)
+    cgI = _adj_centre(g_ptr, I_ptr, cI, y0 + k, cols, H, W, R, True)
+    eps = tl.load(eps_ptr + bi)
+    z = tl.zeros([BWI], dtype=tl.float32)
+    sI, sp, sII, sIp, sg, sgI = z, z, z, z, z, z
+    for w0 in range(0, 2 * R + 1, RB):  # window sums of row y0 - 1
+        rows = y0 - 1 - R + w0 + k
+        kp = ((w0 + k) < 2 * R + 1).to(tl.float32)
+        hI, hp, hII, hIp, hg, hgI = _moment_rows_gray(I_ptr, p_ptr, g_ptr, rows, rows, cols, H, W, cI, cp, cg, cgI,
+                                                      False, R, BWI)
+        sI += tl.sum(hI * kp, axis=0)
+        sp += tl.sum(hp * kp, axis=0)
+        sII += tl.sum(hII * kp, axis=0)
+        sIp += tl.sum(hIp * kp, axis=0)
+        sg += tl.sum(hg * kp, axis=0)
+        sgI += tl.sum(hgI * kp, axis=0)
+    step = (C * 0 + tl.num_programs(0)).to(tl.int64) * plane  # planes per output kind: B * C
+    for yb in range(y0, tl.minimum(y0 + CH, H), RB):
+        dI, dp, dII, dIp, dg, dgI = _moment_rows_gray(I_ptr, p_ptr, g_ptr, yb + R + k, yb - R - 1 + k, cols, H, W,
+                                                      cI, cp, cg, cgI, True, R, BWI)
+        oy = yb + k
+        n = _count(oy, oc, H, W, R, 0)
+        inv_n = 1.0 / n
+        mIt = (sI[None, :] + tl.cumsum(dI, axis=0)) * inv_n
+        mpt = (sp[None, :] + tl.cumsum(dp, axis=0)) * inv_n
+        var_raw = (sII[None, :] + tl.cumsum(dII, axis=0)) * inv_n - mIt * mIt
+        cov = (sIp[None, :] + tl.cumsum(dIp, axis=0)) * inv_n - mIt * mpt
+        g_b = sg[None, :] + tl.cumsum(dg, axis=0) + cg * n
+        g_a = sgI[None, :] + tl.cumsum(dgI, axis=0) + cgI * n - g_b * mIt
+        sI += tl.sum(dI, axis=0)
+        sp += tl.sum(dp, axis=0)
+        sII += tl.sum(dII, axis=0)
+        sIp += tl.sum(dIp, axis=0)
+        sg += tl.sum(dg, axis=0)
+        sgI += tl.sum(dgI, axis=0)
+        denom = tl.maximum(var_raw, 0.0) + eps
+        a = cov / denom
+        mI = mIt + cI
+        g_cov = g_a / denom
+        g_var = tl.where(var_raw > 0, -g_cov * a, 0.0)
+        keep = (oy < H) & (oy < y0 + CH) & (j < BWI - 2 * R) & (oc < W)
+        base = out_ptr + pc * plane + oy * W + oc
+        tl.store(base, -g_b * a - g_cov * (mpt + cp) - 2.0 * g_var * mI, mask=keep)
+        tl.store(base + step, g_var, mask=keep)
+        tl.store(base + 2 * step, g_b - g_cov * mI, mask=keep)
+        tl.store(base + 3 * step, g_cov, mask=keep)
+        tl.store(base + 4 * step, -g_cov * a, mask=keep)
 
 
 @triton.jit
 def _grad_inputs_gray(I_ptr, p_ptr, g_ptr, ma_ptr, mom_ptr, dI_ptr, dp_ptr, C, H, W, R: tl.constexpr,
-                      TH: tl.constexpr, TW: tl.constexpr):
-    pc, i, j, offs, inside, oy, ox, keep = tile_program(H, W, R, 0, TH, TW)
+                      BWI: tl.constexpr, CH: tl.constexpr, RB: tl.constexpr):
+    pc = tl.program_id(0).to(tl.int64)
     bi = pc // C
+    y0 = tl.program_id(1) * CH
+    x0 = tl.program_id(2) * (BWI - 2 * R)
     plane = H * W
-    n_out = C * 0 + tl.num_programs(0)
-    inv_in = _inv_counts(oy - R, ox - R, H, W, R)
+    step = (C * 0 + tl.num_programs(0)).to(tl.int64) * plane
     # per-image sums over channels of the shared terms sit at planes bi of the first two kinds
-    t_mI = _adj(tl.load(mom_ptr + bi * plane + offs, mask=inside, other=0.0), inv_in, R, TH, TW)
-    t_mII = _adj(tl.load(mom_ptr + (n_out + bi) * plane + offs, mask=inside, other=0.0), inv_in, R, TH, TW)
-    t_mp = _adj(tl.load(mom_ptr + (2 * n_out + pc) * plane + offs, mask=inside, other=0.0), inv_in, R, TH, TW)
-    t_cov = _adj(tl.load(mom_ptr + (3 * n_out + pc) * plane + offs, mask=inside, other=0.0), inv_in, R, TH, TW)
-    pix = oy * W + ox
-    I = tl.load(I_ptr + bi * plane + pix, mask=keep, other=0.0)
-    p = tl.load(p_ptr + pc * plane + pix, mask=keep, other=0.0)
-    g = tl.load(g_ptr + pc * plane + pix, mask=keep, other=0.0)
-    ma = tl.load(ma_ptr + pc * plane + pix, mask=keep, other=0.0)
+    s_mI = mom_ptr + bi * plane
+    s_mII = s_mI + step
+    o_mp = mom_ptr + 2 * step + pc * plane
+    o_cov = o_mp + step
+    k = tl.arange(0, RB)[:, None]
+    j = tl.arange(0, BWI)[None, :]
+    cols = x0 - R + j
+    oc = x0 + j
+    c0 = _adj_centre(s_mI, s_mI, 0.0, y0 + k, cols, H, W, R, False)
+    c1 = _adj_centre(s_mII, s_mII, 0.0, y0 + k, cols, H, W, R, False)
+    c2 = _adj_centre(o_mp, o_mp, 0.0, y0 + k, cols, H, W, R, False)
+    c3 = _adj_centre(o_cov, o_cov, 0.0, y0 + k, cols, H, W, R, False)
+    s0 = _adj_warm(s_mI, y0, k, cols, H, W, c0, R, BWI, RB)
+    s1 = _adj_warm(s_mII, y0, k, cols, H, W, c1, R, BWI, RB)
+    s2 = _adj_warm(o_mp, y0, k, cols, H, W, c2, R, BWI, RB)
+    s3 = _adj_warm(o_cov, y0, k, cols, H, W, c3, R, BWI, RB)
     first = (pc % C == 0).to(tl.float32)  # shared terms once per image
-    dI = first * (t_mI + 2.0 * I * t_mII) + p * t_cov + g * ma
-    tl.store(dI_ptr + pc * plane + pix, dI, mask=keep)
-    tl.store(dp_ptr + pc * plane + pix, t_mp + I * t_cov, mask=keep)
+    for yb in range(y0, tl.minimum(y0 + CH, H), RB):
+        eo, ei, en = _frame(yb + R + k, cols, H, W, R)
+        lo, li, ln = _frame(yb - R - 1 + k, cols, H, W, R)
+        oy = yb + k
+        n = _count(oy, oc, H, W, R, 0)
+        t_mI, s0 = _adj_step(s_mI, eo, ei, en, lo, li, ln, c0, s0, n, R, BWI)
+        t_mII, s1 = _adj_step(s_mII, eo, ei, en, lo, li, ln, c1, s1, n, R, BWI)
+        t_mp, s2 = _adj_step(o_mp, eo, ei, en, lo, li, ln, c2, s2, n, R, BWI)
+        t_cov, s3 = _adj_step(o_cov, eo, ei, en, lo, li, ln, c3, s3, n, R, BWI)
+        keep = (oy < H) & (oy < y0 + CH) & (j < BWI - 2 * R) & (oc < W)
+        pix = oy * W + oc
+        I = tl.load(I_ptr + bi * plane + pix, mask=keep, other=0.0)
+        p = tl.load(p_ptr + pc * plane + pix, mask=keep, other=0.0)
+        g = tl.load(g_ptr + pc * plane + pix, mask=keep, other=0.0)
+        ma = tl.load(ma_ptr + pc * plane + pix, mask=keep, other=0.0)
+        tl.store(dI_ptr + pc * plane + pix, first * (t_mI + 2.0 * I * t_mII) + p * t_cov + g * ma, mask=keep)
+        tl.store(dp_ptr + pc * plane + pix, t_mp + I * t_cov, mask=keep)
 
 
-@triton.jit
-def _grad_moments_color(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.constexpr, TH: tl.constexpr,
-                        TW: tl.constexpr):
-    pc, i, j, offs, inside, oy, ox, keep = tile_program(H, W, R, 0, TH, TW)
-    bi = pc // C
-    plane = H * W
-    n_out = C * 0 + tl.num_programs(0)
-    I0 = tl.load(I_ptr + (bi * 3 + 0) * plane + offs, mask=inside, other=0.0)
-    I1 = tl.load(I_ptr + (bi * 3 + 1) * plane + offs, mask=inside, other=0.0)
-    I2 = tl.load(I_ptr + (bi * 3 + 2) * plane + offs, mask=inside, other=0.0)
-    p = tl.load(p_ptr + pc * plane + offs, mask=inside, other=0.0)
-    g = tl.load(g_ptr + pc * plane + offs, mask=inside, other=0.0)
-    inv_in = _inv_counts(oy - R, ox - R, H, W, R)
-    inv_n = _inv_counts(oy, ox, H, W, R)
-    J0, c0 = _centred(I0, inside)
-    J1, c1 = _centred(I1, inside)
-    J2, c2 = _centred(I2, inside)
-    pt, cp = _centred(p, inside)
-    m0 = tile_box_sum(J0, R, TH, TW) * inv_n
-    m1 = tile_box_sum(J1, R, TH, TW) * inv_n
-    m2 = tile_box_sum(J2, R, TH, TW) * inv_n
-    mpt = tile_box_sum(pt, R, TH, TW) * inv_n
-    eps = tl.load(eps_ptr + bi)
-    r00 = tile_box_sum(J0 * J0, R, TH, TW) * inv_n - m0 * m0
-    r11 = tile_box_sum(J1 * J1, R, TH, TW) * inv_n - m1 * m1
-    r22 = tile_box_sum(J2 * J2, R, TH, TW) * inv_n - m2 * m2
-    s00 = tl.maximum(r00, 0.0) + eps
-    s11 = tl.maximum(r11, 0.0) + eps
-    s22 = tl.maximum(r22, 0.0) + eps
-    s01 = tile_box_sum(J0 * J1, R, TH, TW) * inv_n - m0 * m1
-    s02 = tile_box_sum(J0 * J2, R, TH, TW) * inv_n - m0 * m2
-    s12 = tile_box_sum(J1 * J2, R, TH, TW) * inv_n - m1 * m2
-    v0 = tile_box_sum(J0 * pt, R, TH, TW) * inv_n - m0 * mpt
-    v1 = tile_box_sum(J1 * pt, R, TH, TW) * inv_n - m1 * mpt
-    v2 = tile_box_sum(J2 * pt, R, TH, TW) * inv_n - m2 * mpt
-    inv_det = 1.0 / (s00 * (s11 * s22 - s12 * s12) + s01 * (s02 * s12 - s01 * s22) + s02 * (s01 * s12 - s02 * s11))
-    k00 = (s11 * s22 - s12 * s12) * inv_det
-    k01 = (s02 * s12 - s01 * s22) * inv_det
-    k02 = (s01 * s12 - s02 * s11) * inv_det
-    k11 = (s00 * s22 - s02 * s02) * inv_det
-    k12 = (s01 * s02 - s00 * s12) * inv_det
-    k22 = (s00 * s11 - s01 * s01) * inv_det
-    a0 = k00 * v0 + k01 * v1 + k02 * v2
-    a1 = k01 * v0 + k11 * v1 + k12 * v2
-    a2 = k02 * v0 + k12 * v1 + k22 * v2
-    mI0 = m0 + c0
-    mI1 = m1 + c1
-    mI2 = m2 + c2
-    mp = mpt + cp
-    g_b = _adj(g, inv_in, R, TH, TW)
-    e0 = _adj(g * I0, inv_in, R, TH, TW) - g_b * mI0
-    e1 = _adj(g * I1, inv_in, R, TH, TW) - g_b * mI1
-    e2 = _adj(g * I2, inv_in, R, TH, TW) - g_b * mI2
-    u0 = k00 * e0 + k01 * e1 + k02 * e2  # g_cov = S^-1 g_a
-    u1 = k01 * e0 + k11 * e1 + k12 * e2
-    u2 = k02 * e0 + k12 * e1 + k22 * e2
-    # G = -g_cov a^T with clamped diagonal variances masked; H = G + G^T
-    G00 = tl.where(r00 > 0, -u0 * a0, 0.0)
-    G11 = tl.where(r11 > 0, -u1 * a1, 0.0)
-    G22 = tl.where(r22 > 0, -u2 * a2, 0.0)
-    H01 = -(u0 * a1 + u1 * a0)
-    H02 = -(u0 * a2 + u2 * a0)
-    H12 = -(u1 * a2 + u2 * a1)
-    gI0 = -g_b * a0 - (2.0 * G00 * mI0 + H01 * mI1 + H02 * mI2) - u0 * mp
-    gI1 = -g_b * a1 - (H01 * mI0 + 2.0 * G11 * mI1 + H12 * mI2) - u1 * mp
-    gI2 = -g_b * a2 - (H02 * mI0 + H12 * mI1 + 2.0 * G22 * mI2) - u2 * mp
-    g_mp = g_b - (u0 * mI0 + u1 * mI1 + u2 * mI2)
-    base = out_ptr + pc * plane + oy * W + ox
-    step = n_out * plane
-    tl.store(base, gI0, mask=keep)
-    tl.store(base + step, gI1, mask=keep)
-    tl.store(base + 2 * step, gI2, mask=keep)
-    tl.store(base + 3 * step, G00, mask=keep)
-    tl.store(base + 4 * step, H01, mask=keep)
-    tl.store(base + 5 * step, H02, mask=keep)
-    tl.store(base + 6 * step, G11, mask=keep)
-    tl.store(base + 7 * step, H12, mask=keep)
-    tl.store(base + 8 * step, G22, mask=keep)
-    tl.store(base + 9 * step, g_mp, mask=keep)
-    tl.store(base + 10 * step, u0, mask=keep)
-    tl.store(base + 11 * step, u1, mask=keep)
-    tl.store(base + 12 * step, u2, mask=keep)
-    tl.store(base + 13 * step, -(u0 * a0 + u1 * a1 + u2 * a2), mask=keep)
-
-
-@triton.jit
-def _grad_inputs_color(I_ptr, p_ptr, g_ptr, ma_ptr, mom_ptr, dI_ptr, dp_ptr, C, H, W, R: tl.constexpr,
-                       TH: tl.constexpr, TW: tl.constexpr):
-    pc, i, j, offs, inside, oy, ox, keep = tile_program(H, W, R, 0, TH, TW)
-    bi = pc // C
-    plane = H * W
-    step = (C * 0 + tl.num_programs(0)) * plane
-    inv_in = _inv_counts(oy - R, ox - R, H, W, R)
-    shared = mom_ptr + bi * plane + offs  # channel sums of the guide-only terms sit at planes bi
-    own = mom_ptr + pc * plane + offs
-    t0 = _adj(tl.load(shared, mask=inside, other=0.0), inv_in, R, TH, TW)
-    t1 = _adj(tl.load(shared + step, mask=inside, other=0.0), inv_in, R, TH, TW)
-    t2 = _adj(tl.load(shared + 2 * step, mask=inside, other=0.0), inv_in, R, TH, TW)
-    q00 = _adj(tl.load(shared + 3 * step, mask=inside, other=0.0), inv_in, R, TH, TW)
-    q01 = _adj(tl.load(shared + 4 * step, mask=inside, other=0.0), inv_in, R, TH, TW)
-    q02 = _adj(tl.load(shared + 5 * step, mask=inside, other=0.0), inv_in, R, TH, TW)
-    q11 = _adj(tl.load(shared + 6 * step, mask=inside, other=0.0), inv_in, R, TH, TW)
-    q12 = _adj(tl.load(shared + 7 * step, mask=inside, other=0.0), inv_in, R, TH, TW)
-    q22 = _adj(tl.load(shared + 8 * step, mask=inside, other=0.0), inv_in, R, TH, TW)
-    t_mp = _adj(tl.load(own + 9 * step, mask=inside, other=0.0), inv_in, R, TH, TW)
-    w0 = _adj(tl.load(own + 10 * step, mask=inside, other=0.0), inv_in, R, TH, TW)
-    w1 = _adj(tl.load(own + 11 * step, mask=inside, other=0.0), inv_in, R, TH, TW)
-    w2 = _adj(tl.load(own + 12 * step, mask=inside, other=0.0), inv_in, R, TH, TW)
-    pix = oy * W + ox
-    I0 = tl.load(I_ptr + (bi * 3 + 0) * plane + pix, mask=keep, other=0.0)
-    I1 = tl.load(I_ptr + (bi * 3 + 1) * plane + pix, mask=keep, other=0.0)
-    I2 = tl.load(I_ptr + (bi * 3 + 2) * plane + pix, mask=keep, other=0.0)
-    p = tl.load(p_ptr + pc * plane + pix, mask=keep, other=0.0)
-    g = tl.load(g_ptr + pc * plane + pix, mask=keep, other=0.0)
-    first = (pc % C == 0).to(tl.float32)
-    ma = ma_ptr + pc * 3 * plane + pix
-    d0 = first * (t0 + 2.0 * I0 * q00 + I1 * q01 + I2 * q02) + p * w0 + g * tl.load(ma, mask=keep, other=0.0)
-    d1 = first * (t1 + I0 * q01 + 2.0 * I1 * q11 + I2 * q12) + p * w1 + g * tl.load(ma + plane, mask=keep, other=0.0)
-    d2 = first * (t2 + I0 * q02 + I1 * q12 + 2.0 * I2 * q22) + p * w2 + g * tl.load(ma + 2 * plane, mask=keep,
-                                                                                   other=0.0)
-    out = dI_ptr + pc * 3 * plane + pix
-    tl.store(out, d0, mask=keep)
-    tl.store(out + plane, d1, mask=keep)
-    tl.store(out + 2 * plane, d2, mask=keep)
-    tl.store(dp_ptr + pc * plane + pix, t_mp + I0 * w0 + I1 * w1 + I2 * w2, mask=keep)
+def grid_of(planes: int, h: int, w: int, r: int, bwi: int) -> tuple[tuple[int, int, int], int]:
+    """(grid, CH) of the walk: one program per (plane, chunk of CH rows, strip of bwi - 2r output columns)."""
+    strips = triton.cdiv(w, bwi - 2 * r)
+    ch = chunk_rows(planes, h, strips)
+    return (planes, triton.cdiv(h, ch), strips), ch
 
 
 def backward(I, p, g, ma, eps, r):
-    """(dI, dp, deps) of q = mean(a) I + mean(b), "valid" border. All float32 contiguous; ma from the forward."""
-    bsz, gc, h, w = I.shape
+    """(dI, dp, deps) of q = mean(a) I + mean(b) for a (B, 1, H, W) guide, "valid" border. All float32
+    contiguous; ma from the forward."""
+    bsz, _, h, w = I.shape
     c = p.shape[1]
-    th, tw = tile_shape(r, wide=False)
-    grid = (bsz * c, triton.cdiv(h, th - 2 * r), triton.cdiv(w, tw - 2 * r))
-    kinds = 5 if gc == 1 else 14
-    mom = torch.empty(kinds, bsz * c, h, w, device=I.device, dtype=torch.float32)
-    moments, inputs = (_grad_moments_gray, _grad_inputs_gray) if gc == 1 else (_grad_moments_color,
-                                                                               _grad_inputs_color)
-    moments[grid](I, p, g, eps, mom, c, h, w, R=r, TH=th, TW=tw, num_warps=4 if gc == 1 else 8)
+    bwi = strip_width(r)
+    grid, ch = grid_of(bsz * c, h, w, r, bwi)
+    mom = torch.empty(5, bsz * c, h, w, device=I.device, dtype=torch.float32)
+    _grad_moments_gray[grid](I, p, g, eps, mom, c, h, w, R=r, BWI=bwi, CH=ch,
+                             RB=rows_per_step(MOMENTS_RB), num_warps=1)
     deps = mom[-1].view(bsz, c * h * w).sum(1)
-    shared = 2 if gc == 1 else 9  # guide-only terms: summed over the src channels, stored at plane b
-    mom[:shared, :bsz] = mom[:shared].view(shared, bsz, c, h, w).sum(2)
-    dI = torch.empty(bsz, c, gc, h, w, device=I.device, dtype=torch.float32)
+    # guide-only terms: summed over the src channels, stored at plane b
+    mom[:2, :bsz] = mom[:2].view(2, bsz, c, h, w).sum(2)
+    dI = torch.empty(bsz, c, h, w, device=I.device, dtype=torch.float32)
     dp = torch.empty_like(p)
-    inputs[grid](I, p, g, ma, mom, dI, dp, c, h, w, R=r, TH=th, TW=tw, num_warps=4 if gc == 1 else 8)
-    return dI.sum(1), dp, deps
+    _grad_inputs_gray[grid](I, p, g, ma, mom, dI, dp, c, h, w, R=r, BWI=bwi, CH=ch,
+                            RB=rows_per_step(INPUTS_RB), num_warps=1)
+    return dI.sum(1, keepdim=True), dp, deps
