@@ -6,7 +6,8 @@
 Frames are written the way tests/data/mitsuba/make.py writes them: the ``aov`` integrator
 (``albedo:albedo,nn:sh_normal,dd:depth,pp:position``) around a nested ``path`` integrator (max_depth 8) named
 ``img``, one EXR per frame as the film writes it; the directly visible emission (Mitsuba has no emission AOV:
-a path tracer stopped at depth 1, 64 spp) in a separate file given to ``vision denoise --emission``; the
+a path tracer stopped at depth 1, 64 spp) in a separate file per frame, ``<frame stem>_emission.exr``, given to
+``vision denoise --emission '{dir}/{stem}_emission.exr'``; the
 reference is the same path integrator at ``--ref-spp`` samples (rendered in passes of 256 and averaged, so
 the LLVM wavefront stays small), ``R G B``. OUTDIR/manifest.json lists every frame (see README.md).
 All rendering on one thread (Dr.Jit's thread pool set to 1).
@@ -69,6 +70,9 @@ def sensor(origin, target, fov, size):
 def load(build, view, size):
     d = {"type": "scene", **build(), "sensor": sensor(*view, size),
          "integrator": {"type": "aov", "aovs": AOVS, "img": {"type": "path", "max_depth": MAX_DEPTH}}}
+    # the order of shapes (hence of area emitters, hence which light a random number picks) varies from run to
+    # run in Mitsuba 3.9.1, parallel loading or not: scenes with several emitters rebuild statistically, not
+    # bit for bit (the emitter scene; README.md)
     return mi.load_dict(d)
 
 
@@ -134,14 +138,15 @@ def main():
                       flush=True)
                 continue
             ref = f"{stem}_ref{a.ref_spp}.exr"
-            emission = f"{stem}_emission.exr"
             entries = []
             if "noisy" in a.what:
                 img = mi.render(scene, integrator=mi.load_dict({"type": "path", "max_depth": 1}), spp=64,
                                 seed=seed(index, v, 0) * 10 + EMISSION_SEED)
-                write(mi.Bitmap(img), f"{out}/{emission}")
                 for spp in a.spp:
                     noisy = f"{stem}_{spp}spp.exr"
+                    # a copy per frame, so `vision denoise --emission '{dir}/{stem}_emission.exr'` pairs them
+                    emission = f"{stem}_{spp}spp_emission.exr"
+                    write(mi.Bitmap(img), f"{out}/{emission}")
                     s = seed(index, v, spp)
                     t0 = time.perf_counter()
                     mi.render(scene, spp=spp, seed=s)
