@@ -1,0 +1,196 @@
+"""Blender Cycles evaluation set for `vision denoise`: 4 hand-built scenes x 3 views, 1 and 4 spp + references.
+
+    blender -b -noaudio --factory-startup -t 1 --python benchmarks/denoise/blender_eval.py -- OUTDIR \
+        [--scenes interior,yard,studio,bounce] [--views 0,1,2] [--what noisy,reference] [--ref-spp 4096] \
+        [--size 128x96] [--time SPP]
+
+Every frame is a 32-bit multilayer EXR exactly as Blender writes it (view layer ``ViewLayer``: Combined RGBA,
+Depth, Normal, Emit and the Denoising Data passes); references are the same view, colour only (single-layer
+RGBA float), like tests/data/blender/cycles_reference.exr. OUTDIR/manifest.json lists every frame (see
+README.md beside this file). ``--time SPP`` renders each selected view once at SPP samples into OUTDIR/timing
+and prints seconds, to extrapolate the cost of a reference before committing to it.
+
+The scenes are built here from primitives and procedural textures in world coordinates; none of them is a
+layout of ``vision/data/scenes.py`` (closed box rooms with objects scattered on the floor, open ground with
+objects, rooms with glowing spheres), so nothing here can leak into training through the generator.
+"""
+import json
+import os
+import sys
+import time
+
+import bpy
+from mathutils import Vector
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # Blender does not add the script's folder
+from blender_eval_scenes import SCENES  # noqa: E402
+
+SEED_OF_SPP = {1: 1, 4: 4}
+REFERENCE_SEED = 9
+
+
+def seed(scene_index, view, spp):
+    """Fixed Cycles seed of a frame: different per scene, view and sample count, never shared with a reference."""
+    return 1000 * (scene_index + 1) + 10 * view + (SEED_OF_SPP.get(spp, spp % 10) if spp else REFERENCE_SEED)
+
+
+def parse(argv):
+    args = argv[argv.index("--") + 1:] if "--" in argv else []
+    opts = {"out": None, "scenes": list(SCENES), "views": [0, 1, 2], "what": ["noisy", "reference"],
+            "ref_spp": 4096, "size": (128, 96), "time": 0, "spp": [1, 4]}
+    it = iter(args)
+    for a in it:
+        if a == "--scenes":
+            opts["scenes"] = next(it).split(",")
+        elif a == "--views":
+            opts["views"] = [int(v) for v in next(it).split(",")]
+        elif a == "--what":
+            opts["what"] = next(it).split(",")
+        elif a == "--ref-spp":
+            opts["ref_spp"] = int(next(it))
+        elif a == "--spp":
+            opts["spp"] = [int(v) for v in next(it).split(",")]
+        elif a == "--size":
+            w, h = next(it).lower().split("x")
+            opts["size"] = (int(w), int(h))
+        elif a == "--time":
+            opts["time"] = int(next(it))
+        elif opts["out"] is None:
+            opts["out"] = a
+        else:
+            raise SystemExit(f"unknown argument {a!r}")
+    if opts["out"] is None:
+        raise SystemExit("usage: blender -b ... --python blender_eval.py -- OUTDIR [options]")
+    unknown = set(opts["scenes"]) - set(SCENES)
+    if unknown:
+        raise SystemExit(f"unknown scene(s) {sorted(unknown)}; known: {', '.join(SCENES)}")
+    return opts
+
+
+def setup_render(scene, size):
+    """Cycles CPU on one thread, no adaptive sampling, no clamping, box pixel filter, multilayer float EXR."""
+    scene.render.engine = "CYCLES"
+    c = scene.cycles
+    c.device = "CPU"
+    c.use_adaptive_sampling = False
+    c.use_denoising = False           # this Debian build has no OIDN; the denoiser under test does the work
+    c.use_animated_seed = False
+    # fireflies are part of the test: Blender's default indirect clamp of 10 would hide them
+    c.sample_clamp_direct = 0.0
+    c.sample_clamp_indirect = 0.0
+    # a box of one pixel, importance-sampled: no splatting, so pixels' noise stays independent (OIDN #29)
+    # fewer bounces than Blender's defaults (12 total, 4 diffuse): the references must fit one thread, and
+    # the 4th diffuse bounce adds little light in these scenes
+    c.max_bounces, c.diffuse_bounces, c.glossy_bounces, c.transmission_bounces = 8, 3, 4, 8
+    c.pixel_filter_type = "BOX"
+    c.filter_width = 1.0
+    scene.render.threads_mode = "FIXED"
+    scene.render.threads = 1
+    scene.render.resolution_x, scene.render.resolution_y = size
+    scene.render.resolution_percentage = 100
+    scene.render.film_transparent = False
+    scene.render.use_compositing = False
+    scene.render.use_sequencer = False
+    layer = scene.view_layers[0]
+    layer.name = "ViewLayer"
+    layer.cycles.denoising_store_passes = True
+    layer.use_pass_z = True
+    layer.use_pass_normal = True
+    layer.use_pass_emit = True
+
+
+def write_settings(scene, reference):
+    s = scene.render.image_settings
+    s.file_format = "OPEN_EXR" if reference else "OPEN_EXR_MULTILAYER"
+    s.color_mode = "RGBA"
+    s.color_depth = "32"
+    s.exr_codec = "ZIP"
+    layer = scene.view_layers[0]
+    # a reference is only the colour to score against; its guides would be noise-free and tempt misuse
+    layer.cycles.denoising_store_passes = not reference
+    layer.use_pass_z = layer.use_pass_normal = layer.use_pass_emit = not reference
+
+
+def look(camera, origin, target, lens):
+    camera.location = Vector(origin)
+    camera.rotation_mode = "QUATERNION"
+    camera.rotation_quaternion = (Vector(target) - Vector(origin)).to_track_quat("-Z", "Y")
+    camera.data.lens = lens
+    camera.data.sensor_width = 36.0
+
+
+def render(scene, path, spp, seed_value):
+    scene.cycles.samples = spp
+    scene.cycles.seed = seed_value
+    scene.render.filepath = path
+    t0 = time.perf_counter()
+    bpy.ops.render.render(write_still=True)
+    return time.perf_counter() - t0
+
+
+def update_manifest(out, entries):
+    """Merge ``entries`` into OUTDIR/manifest.json (keyed by scene, view, spp), so partial runs accumulate."""
+    path = os.path.join(out, "manifest.json")
+    data = {"renderer": f"Blender {bpy.app.version_string} Cycles CPU", "frames": []}
+    if os.path.exists(path):
+        with open(path) as f:
+            data = json.load(f)
+    frames = {(e["scene"], e["view"], e["spp"]): e for e in data["frames"]}
+    for e in entries:
+        frames[(e["scene"], e["view"], e["spp"])] = e
+    data["frames"] = [frames[k] for k in sorted(frames)]
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def main():
+    opts = parse(sys.argv)
+    out = os.path.abspath(opts["out"])
+    os.makedirs(out, exist_ok=True)
+    names = list(SCENES)
+    for name in opts["scenes"]:
+        index = names.index(name)
+        bpy.ops.wm.read_factory_settings(use_empty=True)
+        scene = bpy.context.scene
+        setup_render(scene, opts["size"])
+        build, views, description = SCENES[name]
+        build(scene)
+        cam = bpy.data.objects.new("Camera", bpy.data.cameras.new("Camera"))
+        scene.collection.objects.link(cam)
+        scene.camera = cam
+        for v in opts["views"]:
+            origin, target, lens = views[v]
+            look(cam, origin, target, lens)
+            stem = f"{name}_v{v}"
+            if opts["time"]:
+                write_settings(scene, reference=True)
+                dt = render(scene, f"{out}/timing/{stem}_{opts['time']}spp.exr", opts["time"], 1)
+                print(f"TIME {stem} {opts['time']} spp {dt:.2f} s -> {opts['ref_spp']} spp "
+                      f"~{dt * opts['ref_spp'] / opts['time']:.0f} s", flush=True)
+                continue
+            ref = f"{stem}_ref{opts['ref_spp']}.exr"
+            entries = []
+            if "noisy" in opts["what"]:
+                write_settings(scene, reference=False)
+                for spp in opts["spp"]:
+                    noisy = f"{stem}_{spp}spp.exr"
+                    s = seed(index, v, spp)
+                    dt = render(scene, f"{out}/{noisy}", spp, s)
+                    print(f"NOISY {noisy} seed {s} {dt:.2f} s", flush=True)
+                    entries.append({"scene": name, "view": v, "spp": spp, "noisy": noisy, "reference": ref,
+                                    "seed": s, "reference_spp": opts["ref_spp"],
+                                    "reference_seed": seed(index, v, 0), "size": list(opts["size"])})
+            if "reference" in opts["what"]:
+                write_settings(scene, reference=True)
+                s = seed(index, v, 0)
+                dt = render(scene, f"{out}/{ref}", opts["ref_spp"], s)
+                print(f"REFERENCE {ref} seed {s} {dt:.1f} s", flush=True)
+                with open(os.path.join(out, "reference_times.txt"), "a") as f:
+                    f.write(f"{ref} {opts['ref_spp']} spp {opts['size'][0]}x{opts['size'][1]} {dt:.1f} s\n")
+            if entries:
+                update_manifest(out, entries)
+
+
+if __name__ == "__main__":
+    main()
