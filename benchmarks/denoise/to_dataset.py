@@ -31,6 +31,9 @@ def convert_scene(src: Path, dst: Path) -> int:
     if not noisy or not ref_file.is_file():
         return 0
     reference = read_render_file(ref_file).layers[0].buffers["color"]
+    if not float(np.abs(reference).max()) > 0:  # every light hidden from every surface the camera sees
+        print(f"{src.name}: black reference, skipped", file=sys.stderr)
+        return 0
     dst.mkdir(parents=True, exist_ok=True)
     frames = []
     for k, path in enumerate(noisy):
