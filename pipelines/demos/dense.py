@@ -177,10 +177,11 @@ def run(out_dir: Path, device: str) -> list[Path]:
         pred, target, valid, band = (torch.cat(t) for t in zip(*(results[name][s] for s in SCENES)))
         overall[name] = scores(pred, target, valid, band, name)
     d, n = overall["depth"], overall["normals"]
+    change = {name: 100 * (overall[name][1] / PREVIOUS[name] - 1) for name in RUNS}
     footer = (f"all {len(SCENES)} bundled scenes, depth: AbsRel {d[0]:.3f}, edge band {d[1]:.3f} "
-              f"(token-local run bundled before: {PREVIOUS['depth']:.3f}, {100 * (d[1] / PREVIOUS['depth'] - 1):+.0f} %)\n"
+              f"(token-local run bundled before: {PREVIOUS['depth']:.3f}, {change['depth']:+.0f} %)\n"
               f"all {len(SCENES)} bundled scenes, normals: mean angle {n[0]:.1f} deg, edge band {n[1]:.1f} deg "
-              f"(before: {PREVIOUS['normals']:.1f} deg, {100 * (n[1] / PREVIOUS['normals'] - 1):+.0f} %)")
+              f"(before: {PREVIOUS['normals']:.1f} deg, {change['normals']:+.0f} %)")
     written = []
     with tempfile.TemporaryDirectory() as tmp:
         for scene in SCENES:
