@@ -190,14 +190,15 @@ def run(out_dir: Path, device: str) -> list[Path]:
             for name in RUNS:
                 pred, target, valid, band = results[name][scene]
                 whole, edge = scores(pred, target, valid, band, name)
-                unit = ("AbsRel {:.3f}" if name == "depth" else "mean angle {:.1f} deg")
+                fmt = "{:.3f}" if name == "depth" else "{:.1f}"
                 err = "|error| / depth (0-0.5)" if name == "depth" else "angle error (0-60 deg)"
                 shown = _depth_colours(pred, target, valid) if name == "depth" else \
                     (colourise(name, pred[0]), colourise(name, target[0]))
                 first = image if not rows else _band_overlay(image, band)
                 panels = [first, *shown, _error_map(pred, target, valid, band, name)]
                 labels = ["input (reference render)" if not rows else f"edge band ({BAND} px) on the input",
-                          f"{name}: {unit.format(whole)}, edge band {edge:.3g}",
+                          f"{name}: {'AbsRel' if name == 'depth' else 'mean angle'} {fmt.format(whole)}, "
+                          f"edge band {fmt.format(edge)}",
                           f"{name}: ground truth", f"{err}, off-band dimmed"]
                 rows.append(side_by_side([_zoom(p) for p in panels], labels, Path(tmp) / f"{name}.png",
                                          font_size=14))
