@@ -8,10 +8,18 @@ from vision.bundled import asset_path
 from vision.data import read_exr, read_frame, write_exr, write_frame
 from vision.data.exr import read_exr_header
 from vision.denoise import metrics as M
-from vision.pipelines.cli import main
+from vision.pipelines.cli import main as cli_main
 from vision.pipelines.cli.denoise import expand_frames, parse_shard, shard
 
 SCENE = "scene_00001"
+
+
+def main(argv):
+    """``vision ARGV``; a ``denoise`` without ``--model`` gets ``--model flr``: these tests compare the command with
+    ``denoise()``'s FLR (the command's own default is FLNR, tested on its own below)."""
+    if argv[:1] == ["denoise"] and "--model" not in argv and "--help" not in argv:
+        argv = [*argv, "--model", "flr"]
+    return cli_main(argv)
 
 
 @pytest.fixture
@@ -270,3 +278,18 @@ def test_model_flnr_with_bundled_and_given_weights(seq, tmp_path, capsys):
     assert main(["denoise", str(seq / "frame_00.exr"), "-o", str(tmp_path / "t"), "--model", "flnr",
                  "--temporal", "-q"]) == 2
     assert "--temporal" in capsys.readouterr().err
+
+
+def test_default_model_is_flnr_and_flr_with_temporal(seq, tmp_path, capsys):
+    """FLNR is ahead of FLR on every evaluation family (BENCHMARKS.md), so the command runs it unless told
+    otherwise; the temporal filter is FLR's, so --temporal alone means FLR."""
+    from vision.denoise import denoise
+
+    d = read_frame(seq / "frame_00.exr")
+    g = {k: d[k] for k in ("albedo", "normal", "depth", "ao", "emission")}
+    assert cli_main(["denoise", str(seq / "frame_00.exr"), "-o", str(tmp_path / "a"), "-q"]) == 0
+    np.testing.assert_allclose(_rgb(tmp_path / "a" / "frame_00.exr"), denoise(d["color"], **g, model="flnr"),
+                               rtol=1e-5, atol=1e-5)
+    assert read_exr_header(tmp_path / "a" / "frame_00.exr")["vision.denoiser"].startswith("flnr")
+    assert cli_main(["denoise", str(seq / "frame_00.exr"), "-o", str(tmp_path / "t"), "-q", "--temporal"]) == 0
+    assert read_exr_header(tmp_path / "t" / "frame_00.exr")["vision.denoiser"].startswith("flr")

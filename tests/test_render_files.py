@@ -33,8 +33,11 @@ def _sky_kept(d):
 
 
 def _run(capsys, *args):
+    """``vision denoise ARGS``, with ``--model flr`` unless ARGS name a model: these tests compare the command with
+    ``denoise()``'s FLR (the command's own default, FLNR, has its test in test_denoise_cli.py)."""
     capsys.readouterr()
-    rc = main(["denoise", *map(str, args)])
+    args = [*map(str, args)]
+    rc = main(["denoise", *args, *([] if "--model" in args else ["--model", "flr"])])
     out = capsys.readouterr()
     return rc, out.out, out.err
 

@@ -70,8 +70,9 @@ Each shard starts its own history, so use contiguous shards of a few dozen frame
 
 
 HELP = "denoise path-traced EXR frames with local regression on guide buffers"
-DESCRIPTION = ("Denoise 1-spp path-traced EXR frames (single- or multi-layer) with Fast Local Regression "
-               "on albedo / normal / depth / AO / emission buffers.")
+DESCRIPTION = ("Denoise 1-spp path-traced EXR frames (single- or multi-layer) by local regression on albedo / "
+               "normal / depth / AO / emission buffers: FLNR (guides written by a small trained network, the "
+               "default) or FLR.")
 
 
 def add_arguments(p) -> None:
@@ -81,9 +82,10 @@ def add_arguments(p) -> None:
     for name in BUFFERS:
         p.add_argument(f"--{name}", metavar="PATTERN", default=None,
                        help=f"read {name} from a separate EXR or PFM per frame (placeholders {{stem}} {{frame}} {{dir}})")
-    p.add_argument("--model", choices=("flr", "flnr"), default="flr",
-                   help="denoiser: flr (local regression on the guides) or flnr (a trained network enhances the "
-                        "guides first; default flr)")
+    p.add_argument("--model", choices=("flr", "flnr"), default=None,
+                   help="denoiser: flnr (a trained network writes the regression's guides; ahead of flr on every "
+                        "evaluation set, BENCHMARKS.md) or flr (local regression on the buffers themselves, no "
+                        "weights); default flnr, or flr with --temporal")
     p.add_argument("--weights", type=Path, default=None, metavar="FILE",
                    help="--model flnr: weights from vision train-denoiser (default: the bundled ones)")
     p.add_argument("--radius", type=int, default=None, help="regression window radius in pixels (default 8; "
@@ -329,6 +331,8 @@ def run(args) -> int:
     from vision.outputs import InputIndex, prepare_folder, refuse_inputs
     from vision.pipelines.cli import torch_device
 
+    if args.model is None:  # FLNR beats FLR on every evaluation family; the temporal filter is FLR's
+        args.model = "flr" if args.temporal else "flnr"
     net = None
     if args.model == "flnr":
         from vision.denoise import load_flnr
