@@ -185,7 +185,8 @@ def suppress_fireflies(color: torch.Tensor, emission: torch.Tensor | None = None
     reads = host_reads(color)
     neg = 0
     if reads:
-        neg = int((color < 0).sum())
+        # one reduction without a mask in the common case (no negative sample), the count only when needed
+        neg = int((color < 0).sum()) if float(_dense(color).amin()) < 0 else 0
         x = color.clamp_min(0) if neg else color
     else:
         x = color.clamp_min(0)
@@ -193,6 +194,10 @@ def suppress_fireflies(color: torch.Tensor, emission: torch.Tensor | None = None
     top = light.amax(1, keepdim=True)
     level = light_level(top)
     bright = (top > FIREFLY_RATIO * level).to(top.dtype)
+    if reads and not bool(bright.any()):  # nothing bright (the broken ones are bright too): nothing to replace
+        if neg:
+            warnings.warn(f"{name}: {neg} negative value(s) clamped to 0", BufferWarning, stacklevel=3)
+        return x
     lit = F.avg_pool2d(bright, 3, 1, 1, count_include_pad=True) * 9  # bright pixels in the 3x3 block, centre included
     hot = ((bright > 0) & (lit < 2.5)) | (top > BROKEN_RATIO * level)
     hits = 0

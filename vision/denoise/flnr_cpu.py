@@ -234,7 +234,15 @@ def prepare(color: torch.Tensor, albedo, emission, fill_radius: int, floor: floa
     demodulate(color, _NONE if albedo is None else albedo, _NONE if emission is None else emission,
                albedo is not None, emission is not None, floor, target, factor, mask,
                _NONE if albedo_p is None else albedo_p, _NONE if emission_p is None else emission_p, hits)
-    if hits.any():
-        target, factor = B.fill_emitters(target, factor, albedo_p, mask, fill_radius, floor)
+    rows = np.flatnonzero(hits.reshape(b, h).any(0))
+    if rows.size:
+        # only the rows with emitter pixels change, and each fill reads fill_radius rows around its pixel: fill
+        # that band (a light or a sky often covers a few rows of the frame), with the true image border where
+        # the band reaches it, so every window is the one the whole frame would give
+        y0, y1 = max(0, int(rows[0]) - fill_radius), min(h, int(rows[-1]) + 1 + fill_radius)
+        band = (slice(None), slice(None), slice(y0, y1))
+        t_band, f_band = B.fill_emitters(target[band], factor[band], None if albedo_p is None else albedo_p[band],
+                                         mask[band], fill_radius, floor)
+        target[band], factor[band] = t_band, f_band
     add = torch.zeros_like(target) if emission_p is None else emission_p  # planar, as the last steps read it
     return target, factor, add, mask, albedo_p, emission_p
