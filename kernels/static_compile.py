@@ -9,8 +9,8 @@ Call it in a process **without** ``TRITON_INTERPRET`` (the kernels must be real 
 tests do this in a subprocess. Example::
 
     from vision.kernels.static_compile import compile_static
-    from vision.kernels.box.triton_path import _box_kernel
-    r = compile_static(_box_kernel, dict(BLOCK=64), num_warps=4)
+    from vision.kernels.box.sliding import _sliding_box_kernel
+    r = compile_static(_sliding_box_kernel, dict(R=8, MODE=1, KIND=0, BWI=64, CH=64, RB=1), num_warps=1)
     print(r.registers, r.stack_bytes, f"{r.seconds:.1f} s")
 """
 from __future__ import annotations

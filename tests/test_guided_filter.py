@@ -189,19 +189,6 @@ def test_many_tiles(backend, channels, radius, border, rng):
     np.testing.assert_allclose(run(guide, src, radius, 1e-2, border), ref, atol=1e-6)
 
 
-def test_triton_tile_shapes():
-    """Tiles are powers of two whose inner (output) part covers at least a quarter of the tile for every radius."""
-    from vision.kernels.box.triton_path import MAX_RADIUS, tile_shape
-
-    for r in range(1, MAX_RADIUS + 1):
-        for wide in (False, True):
-            th, tw = tile_shape(r, wide)
-            assert th & (th - 1) == 0 and tw & (tw - 1) == 0
-            assert (th - 2 * r) * (tw - 2 * r) >= th * tw / 4
-    with pytest.raises(ValueError, match="radius"):
-        tile_shape(MAX_RADIUS + 1)
-
-
 @pytest.mark.parametrize("channels", [1, 3])
 def test_gradients_across_tiles(backend, channels, rng):
     """Backward (fused on the Triton path) over 2 x 2 tiles, two src channels: against float64 autograd of the
