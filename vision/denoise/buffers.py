@@ -194,19 +194,17 @@ def suppress_fireflies(color: torch.Tensor, emission: torch.Tensor | None = None
     top = light.amax(1, keepdim=True)
     level = light_level(top)
     bright = (top > FIREFLY_RATIO * level).to(top.dtype)
-    if reads and not bool(bright.any()):  # nothing bright (the broken ones are bright too): nothing to replace
-        if neg:
-            warnings.warn(f"{name}: {neg} negative value(s) clamped to 0", BufferWarning, stacklevel=3)
-        return x
-    lit = F.avg_pool2d(bright, 3, 1, 1, count_include_pad=True) * 9  # bright pixels in the 3x3 block, centre included
-    hot = ((bright > 0) & (lit < 2.5)) | (top > BROKEN_RATIO * level)
     hits = 0
-    if reads:
-        hits = int(hot.sum())
-        if hits:
+    # on CPU nothing bright (the broken samples are bright too) means nothing to replace: skip the 3x3 count
+    if not reads or bool(bright.any()):
+        lit = F.avg_pool2d(bright, 3, 1, 1, count_include_pad=True) * 9  # bright pixels in the 3x3 block, centre incl.
+        hot = ((bright > 0) & (lit < 2.5)) | (top > BROKEN_RATIO * level)
+        if reads:
+            hits = int(hot.sum())
+            if hits:
+                x = fill_from_neighbours(x, hot)
+        else:
             x = fill_from_neighbours(x, hot)
-    else:
-        x = fill_from_neighbours(x, hot)
     if neg or hits:
         parts = ([f"{neg} negative value(s) clamped to 0"] if neg else []) + \
             ([f"{hits} extreme sample(s) (isolated light above {FIREFLY_RATIO:g} x the frame's 0.9 quantile, or any "
