@@ -401,7 +401,7 @@ def run(args) -> int:
                 print(f"acceptance 2c: HDR-FLIP FLNR - OIDN high aux = {df:+.4f} (<= 0.02): "
                       f"{'PASS' if df <= 0.02 else 'FAIL'}")
                 ok &= df <= 0.02
-    if getattr(args, "frames", None) is not None:
+    if real:
         from .denoise_files import scene_checks
 
         ok &= scene_checks(per, scenes, means)
