@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vision.data.dataset import file_inside
+
 OPTIONAL = ("albedo", "normal", "depth", "ao", "emission", "position")
 
 
@@ -28,9 +30,9 @@ def _inside(root: Path, name, manifest: Path, key: str) -> Path:
     """``root / name``, refused unless it stays inside the manifest's folder (a manifest is user input)."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"{manifest}: frame {key!r} must be a file name relative to the manifest, got {name!r}")
-    path = (root / name).resolve()
-    if root.resolve() not in path.parents:
+    if not file_inside(root, name):
         raise ValueError(f"{manifest}: frame {key} {name!r} is not inside {root}; refusing to read it")
+    path = (root / name).resolve()
     if not path.is_file():
         raise FileNotFoundError(f"{manifest}: frame {key} {name!r}: no such file {path}")
     return path

@@ -39,6 +39,12 @@ def list_scenes(root) -> list[Path]:
     return sorted(p.parent for p in root.glob("*/manifest.json") if not p.parent.name.startswith("."))
 
 
+def file_inside(root, name) -> bool:
+    """Whether ``name`` (read from a user's file) is a non-empty string whose path stays inside ``root`` once
+    resolved (links and ``..`` followed)."""
+    return isinstance(name, str) and bool(name) and Path(root).resolve() in (Path(root) / name).resolve().parents
+
+
 def _read_manifest(path: Path) -> dict:
     """A scene's manifest, refused unless every frame it lists is a file inside the scene's folder (a
     ``../`` or absolute name would read outside the dataset)."""
@@ -47,10 +53,8 @@ def _read_manifest(path: Path) -> dict:
         files = [f["file"] for f in manifest["frames"]]
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(f"{path}: not a scene manifest with a frames list of files ({err})") from None
-    root = path.parent.resolve()
     for name in files:
-        inside = isinstance(name, str) and name and not Path(name).is_absolute() and ".." not in Path(name).parts
-        if not inside or root not in (root / name).resolve().parents:
+        if not (file_inside(path.parent, name) and not Path(name).is_absolute() and ".." not in Path(name).parts):
             raise ValueError(f"{path}: frame file {name!r} is not inside the scene folder {path.parent}; "
                              "refusing to read it")
     return manifest
