@@ -293,3 +293,26 @@ def test_default_model_is_flnr_and_flr_with_temporal(seq, tmp_path, capsys):
     assert read_exr_header(tmp_path / "a" / "frame_00.exr")["vision.denoiser"].startswith("flnr")
     assert cli_main(["denoise", str(seq / "frame_00.exr"), "-o", str(tmp_path / "t"), "-q", "--temporal"]) == 0
     assert read_exr_header(tmp_path / "t" / "frame_00.exr")["vision.denoiser"].startswith("flr")
+
+
+def test_denoising_commands_let_idle_openmp_threads_sleep():
+    """`vision denoise` and `vision bench denoise` set OMP_WAIT_POLICY=PASSIVE before torch loads (FLNR's numba
+    stages share the cores with PyTorch's OpenMP workers), other commands do not, and a user's setting wins."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import os, sys; from vision.pipelines.cli import passive_openmp; passive_openmp(sys.argv[1:]); "
+            "print(os.environ.get('OMP_WAIT_POLICY'))")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+
+    def policy(*words, **extra):
+        run = subprocess.run([sys.executable, "-c", code, *words], env=dict(env, **extra), capture_output=True,
+                             text=True, check=True)
+        return run.stdout.strip()
+
+    assert policy("denoise", "in.exr") == "PASSIVE"
+    assert policy("bench", "denoise", "--frames", "m.json") == "PASSIVE"
+    assert policy("finetune") == "None"
+    assert policy("bench", "guided-filter") == "None"
+    assert policy("denoise", OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # name -> module (DESCRIPTION, add_arguments, run); later commands add their line here.
@@ -69,6 +70,7 @@ def add_plugin(sub, name: str, mod) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     try:
         words = sys.argv[1:] if argv is None else list(argv)
+        passive_openmp(words)
         parser = build_parser(words[0] if words and words[0] in COMMANDS else None)
         args = parser.parse_args(words)
         if not getattr(args, "func", None):
@@ -87,6 +89,23 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+# commands whose CPU work alternates between PyTorch's OpenMP threads and numba's (TBB) threads: the denoisers
+PASSIVE_OPENMP = (("denoise",), ("bench", "denoise"))
+
+
+def passive_openmp(words: list[str]) -> None:
+    """Let PyTorch's idle OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``) for the denoising commands, unless
+    the environment says otherwise; only before torch is loaded (OpenMP reads it once).
+
+    FLNR on CPU runs its network in PyTorch and its per-pixel stages as numba loops on another thread pool. By
+    default the OpenMP workers spin for a while after every PyTorch op, on the cores the numba loops then need:
+    at 1280x720 on 2 threads that made a frame 67 ms instead of 58 (BENCHMARKS.md, "FLNR CPU threads")."""
+    if "torch" in sys.modules or "OMP_WAIT_POLICY" in os.environ:
+        return
+    if any(tuple(words[:len(c)]) == c for c in PASSIVE_OPENMP):
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 
 def torch_device(text: str | None, flag: str = "--device"):

@@ -169,14 +169,22 @@ class FLNR(nn.Module):
         one, and the radius logits on the 4 x 4 cell grid (B, R, h, w)."""
         dt = self.log_eps.dtype
         b, _, h, w = target_full.shape
-        cells = cell_guides(buffers, target_full, (h, w))
-        mean, std = guide_stats(cells) if stats is None else stats
-        x = cell_inputs((cells - mean) / std, target_full, mask_full)
+        banded = _banded(target_full, self)
+        if banded and jit.enabled(target_full, mask_full, *(v for v in buffers if v is not None)):
+            from . import flnr_cpu  # the cell statistics in one pass over the pixels
+
+            cells, rest = flnr_cpu.cells(buffers, target_full, mask_full, CELL)
+            mean, std = guide_stats(cells) if stats is None else stats
+            x = torch.cat([(cells - mean) / std, rest], 1)
+        else:
+            cells = cell_guides(buffers, target_full, (h, w))
+            mean, std = guide_stats(cells) if stats is None else stats
+            x = cell_inputs((cells - mean) / std, target_full, mask_full)
         out = self.net(x.to(dt).contiguous(memory_format=torch.channels_last))
         width = self.head_in.out_features
         weight = self.head_in.weight.t()[None] / std.reshape(-1, FEATURES, 1).to(dt)  # (B or 1, 8, width)
         bias = self.head_in.bias - (mean.reshape(-1, 1, FEATURES).to(dt) @ weight)  # (B or 1, 1, width)
-        if _banded(target_full, self):
+        if banded:
             return _head_bands(self, out[:, :width], buffers, weight, bias, (h, w)), out[:, width:]
         # per pixel, on (B, H W, C) rows: up(code) + W1 diag(1/std) (f_raw - mean), one product per buffer
         up = F.interpolate(out[:, :width], scale_factor=CELL, mode="bilinear", align_corners=False)
