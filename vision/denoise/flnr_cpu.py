@@ -18,16 +18,6 @@ _NONE = np.zeros((1, 1, 1, 1), np.float32)  # stands in for a missing buffer (it
 
 
 @njit(cache=True, inline="always")
-def _copy_rows(feats, at, v, b, y, W):
-    """feats[at:at + c] = row y of the buffer v (B or 1, c, H, W) for image b, as contiguous rows."""
-    vb = v[min(b, v.shape[0] - 1)]
-    for c in range(vb.shape[0]):
-        src, dst = vb[c, y], feats[at + c]
-        for x in range(W):
-            dst[x] = src[x]
-
-
-@njit(cache=True, inline="always")
 def _log_row(v, bits, out):
     """out[x] = log(v[x]) for finite v >= 1e-37 (contiguous float32 rows; ``bits`` int32 scratch): the exponent
     from the bits, log of the mantissa m in [sqrt(1/2), sqrt(2)) by 2 atanh(s), s = (m - 1) / (m + 1), to s^9
@@ -59,6 +49,20 @@ def _add_rows(sums, at, v, b, y, W):
             dst[x] += src[x]
 
 
+@njit(cache=True, inline="always")
+def _add_guides(sums, normal, depth, ao, albedo, present, b, y, W):
+    """sums[0:8] += row y of the guide buffers in the GUIDES layout (normal 3, depth 1, AO 1, albedo 3) for image b;
+    a buffer whose ``present`` flag is 0 adds nothing."""
+    if present[0]:
+        _add_rows(sums, 0, normal, b, y, W)
+    if present[1]:
+        _add_rows(sums, 3, depth, b, y, W)
+    if present[2]:
+        _add_rows(sums, 4, ao, b, y, W)
+    if present[3]:
+        _add_rows(sums, 5, albedo, b, y, W)
+
+
 @kernel("void(float32[:, :, :, :], float32[:, :, :, :], float32[:, :, :, :], float32[:, :, :, :], "
         "float32[:, :, :, :], float32[:, :, :, :], boolean[::1], int64, float32[:, :, :, ::1])")
 def cell_stats(target, mask, normal, depth, ao, albedo, present, s, out):
@@ -80,14 +84,7 @@ def cell_stats(target, mask, normal, depth, ao, albedo, present, s, out):
         v, bits, lum = np.empty(W, np.float32), np.empty(W, np.int32), np.empty(W, np.float32)
         lt = np.empty((C, W), np.float32)
         for y in range(y0, y1):
-            if present[0]:
-                _add_rows(sums, 0, normal, b, y, W)
-            if present[1]:
-                _add_rows(sums, 3, depth, b, y, W)
-            if present[2]:
-                _add_rows(sums, 4, ao, b, y, W)
-            if present[3]:
-                _add_rows(sums, 5, albedo, b, y, W)
+            _add_guides(sums, normal, depth, ao, albedo, present, b, y, W)
             for c in range(C):
                 src = target[b, c, y]
                 for x in range(W):
@@ -182,14 +179,7 @@ def guide_head(code, s, wT, normal, depth, ao, albedo, present, w2, b2, g):
         row = np.empty(gw + 2, np.float32)
         hid = np.empty((width, gw * s), np.float32)
         feats = np.zeros((8, W), np.float32)  # the row's 8 guide channels, contiguous
-        if present[0]:
-            _copy_rows(feats, 0, normal, b, y, W)
-        if present[1]:
-            _copy_rows(feats, 3, depth, b, y, W)
-        if present[2]:
-            _copy_rows(feats, 4, ao, b, y, W)
-        if present[3]:
-            _copy_rows(feats, 5, albedo, b, y, W)
+        _add_guides(feats, normal, depth, ao, albedo, present, b, y, W)
         f0, f1, f2, f3, f4, f5, f6, f7 = (feats[0], feats[1], feats[2], feats[3], feats[4], feats[5], feats[6],
                                           feats[7])
         wb = wT[min(b, wT.shape[0] - 1)]
