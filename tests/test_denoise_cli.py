@@ -302,7 +302,7 @@ def test_denoising_commands_let_idle_openmp_threads_sleep():
     import subprocess
     import sys
 
-    code = ("import os, sys; from vision.pipelines.cli import passive_openmp; passive_openmp(sys.argv[1:]); "
+    code = ("import os, sys; from vision.pipelines.cli import tune_for_denoising; tune_for_denoising(sys.argv[1:]); "
             "print(os.environ.get('OMP_WAIT_POLICY'))")
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
 

@@ -70,7 +70,7 @@ def add_plugin(sub, name: str, mod) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     try:
         words = sys.argv[1:] if argv is None else list(argv)
-        passive_openmp(words)
+        tune_for_denoising(words)
         parser = build_parser(words[0] if words and words[0] in COMMANDS else None)
         args = parser.parse_args(words)
         if not getattr(args, "func", None):
@@ -92,20 +92,32 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # commands whose CPU work alternates between PyTorch's OpenMP threads and numba's (TBB) threads: the denoisers
-PASSIVE_OPENMP = (("denoise",), ("bench", "denoise"))
+DENOISING_COMMANDS = (("denoise",), ("bench", "denoise"))
 
 
-def passive_openmp(words: list[str]) -> None:
-    """Let PyTorch's idle OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``) for the denoising commands, unless
-    the environment says otherwise; only before torch is loaded (OpenMP reads it once).
+def tune_for_denoising(words: list[str]) -> None:
+    """Tune this process for the denoising commands (``words``: the command line), before torch is loaded:
 
-    FLNR on CPU runs its network in PyTorch and its per-pixel stages as numba loops on another thread pool. By
-    default the OpenMP workers spin for a while after every PyTorch op, on the cores the numba loops then need:
-    at 1280x720 on 2 threads that made a frame 67 ms instead of 58 (BENCHMARKS.md, "FLNR CPU threads")."""
-    if "torch" in sys.modules or "OMP_WAIT_POLICY" in os.environ:
+    - ``OMP_WAIT_POLICY=PASSIVE`` unless the environment says otherwise (OpenMP reads it once, at load): FLNR on
+      CPU runs its network in PyTorch and its per-pixel stages as numba loops on another thread pool, and by
+      default PyTorch's OpenMP workers spin for a while after every op on the cores the numba loops then need;
+    - glibc's malloc keeps freed memory for reuse (``mallopt``: no mmap below 256 MB, no trimming): each frame
+      allocates the same few-MB tensors again, and fresh pages from the kernel cost page faults on first touch.
+
+    At 1280x720 on 2 threads: 67 ms per frame, 58 with the first, 42-46 with both (BENCHMARKS.md, 2026-12-05)."""
+    if not any(tuple(words[:len(c)]) == c for c in DENOISING_COMMANDS):
         return
-    if any(tuple(words[:len(c)]) == c for c in PASSIVE_OPENMP):
+    if "torch" not in sys.modules and "OMP_WAIT_POLICY" not in os.environ:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL("libc.so.6")
+            libc.mallopt(-3, 256 << 20)  # M_MMAP_THRESHOLD
+            libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
+        except (OSError, AttributeError):  # not glibc (musl): its allocator as it is
+            pass
 
 
 def torch_device(text: str | None, flag: str = "--device"):
