@@ -161,7 +161,15 @@ def test_time_interleaved_round_robin_and_errors():
     res = time_interleaved(calls, repeat=3)
     assert isinstance(res["c"], RuntimeError)
     assert res["a"] >= 0 and res["b"] >= 0
-    assert order == ["a", "b", "c"] + ["a", "b"] * 3  # one untimed first call each, then alternating rounds
+    # one untimed first call each, then rounds of one sample of each entry, in a new order every round
+    assert order[:3] == ["a", "b", "c"] and len(order) == 9
+    assert all(sorted(order[i:i + 2]) == ["a", "b"] for i in (3, 5, 7))
+    order.clear()
+    time_interleaved({k: (lambda k=k: order.append(k)) for k in "wxyz"}, repeat=40)
+    rounds = [order[i:i + 4] for i in range(4, len(order), 4)]
+    assert len(rounds) == 40 and all(sorted(r) == list("wxyz") for r in rounds)
+    after = {(a, b) for prev, cur in zip(rounds, rounds[1:]) for a, b in zip(prev + cur, (prev + cur)[1:])}
+    assert {b for a, b in after if a == "z"} >= set("wxy")  # every other entry runs right after z at some point
     order.clear()
     res = time_interleaved({"a": lambda: order.append("a")}, repeat=2, sample_time=1.0)
     assert len(order) == 2 + 2 * 1000  # first + calibration call, then 2 samples of (capped) 1000 calls
