@@ -251,3 +251,38 @@ def test_cpu_bands(monkeypatch, channels, border, rng):
     assert len(cpu_banded._bands(150, 3, 9 if channels == 1 else 27, 37)[1]) > 2
     np.testing.assert_allclose(run(guide, src, 3, 1e-3, border), guided_filter_reference(guide, src, 3, 1e-3, border),
                                atol=1e-6)
+
+
+@pytest.mark.parametrize("channels", [(1, 2), (3, 3)])
+@pytest.mark.parametrize("border", ["valid", "reflect"])
+def test_cpu_bands_take_inputs_that_require_grad(channels, border, monkeypatch):
+    """CPU float32 inputs that require grad take the banded forward (the op's backward recomputes its statistics):
+    q against the float64 reference, and the gradients against central differences of that reference along a
+    random direction (float64 NumPy, independent of our autograd)."""
+    from vision.kernels.guided import cpu_banded
+
+    taken = []
+    real = cpu_banded.forward
+    monkeypatch.setattr(cpu_banded, "forward", lambda *a: taken.append(1) or real(*a))
+    g, c = channels
+    rng = np.random.default_rng(11)
+    I64, p64 = rng.random((1, g, 24, 29)), rng.random((1, c, 24, 29))
+    I = torch.tensor(I64, dtype=torch.float32, requires_grad=True)
+    p = torch.tensor(p64, dtype=torch.float32, requires_grad=True)
+    r, eps = 3, 0.02
+    q = guided_filter(I, p, r, eps, border=border)
+    assert taken, "the banded forward was not taken"
+    np.testing.assert_allclose(q.detach().numpy(), guided_filter_reference(I64, p64, r, eps, border), atol=2e-6)
+    w = rng.standard_normal(q.shape)
+    dI, dp = torch.autograd.grad(q, (I, p), torch.tensor(w, dtype=torch.float32))
+    vI, vp = rng.standard_normal(I64.shape), rng.standard_normal(p64.shape)
+    h = 1e-5
+
+    def along(dI64, dp64):
+        plus = guided_filter_reference(I64 + h * dI64, p64 + h * dp64, r, eps, border)
+        minus = guided_filter_reference(I64 - h * dI64, p64 - h * dp64, r, eps, border)
+        return float(((plus - minus) / (2 * h) * w).sum())
+
+    want_I, want_p = along(vI, 0 * vp), along(0 * vI, vp)
+    assert abs(float((dI.double().numpy() * vI).sum()) - want_I) <= 1e-4 * max(1.0, abs(want_I))
+    assert abs(float((dp.double().numpy() * vp).sum()) - want_p) <= 1e-4 * max(1.0, abs(want_p))

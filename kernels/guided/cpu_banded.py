@@ -1,5 +1,6 @@
-"""Inference-only CPU path of the guided filter: the same maths as ``torch_path.forward``, computed in
-horizontal bands inside a small reused workspace.
+"""The CPU float32 forward of the guided filter (q only; the op's backward recomputes its statistics on the
+PyTorch path): the same maths as ``torch_path.forward``, computed in horizontal bands inside a small reused
+workspace.
 
 On CPU a fresh full-size float32 tensor costs more in page faults than the arithmetic done on it,
 so the generic path (one new tensor per elementwise op) runs 3-10x slower than the work needs. Here
@@ -37,9 +38,10 @@ def clear_workspace() -> None:
 
 
 def supported(I: torch.Tensor, p: torch.Tensor, r: int, border: str) -> bool:
+    """Whether :func:`forward` takes these inputs. Tensors that require grad are fine: the op's forward runs on
+    their values (detached), and its backward recomputes what it needs from the inputs."""
     h, w = I.shape[-2:]
-    return (I.device.type == "cpu" and I.dtype == torch.float32 and p.dtype == torch.float32
-            and not (I.requires_grad or p.requires_grad) and r > 0
+    return (I.device.type == "cpu" and I.dtype == torch.float32 and p.dtype == torch.float32 and r > 0
             and (border == "valid" or border == "replicate" or r < min(h, w))
             and not needs_reduction(h, w, r, border))
 

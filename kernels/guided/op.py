@@ -23,7 +23,7 @@ def _triton_takes(dtype: torch.dtype, radius: int, **_) -> str | None:
 
 def _banded_takes(dtype, radius, I, p, border, **_) -> str | None:
     if I is None or not cpu_banded.supported(I, p, radius, border):
-        return "needs CPU float32 inference (no autograd), scale 1, and a window OpenCV's bands can take"
+        return "needs CPU float32, scale 1, and a window OpenCV's bands can take"
     return None  # a guide whose squares would overflow float32 still takes the generic path inside the op
 
 
@@ -84,10 +84,13 @@ def _filter_op(I: torch.Tensor, p: torch.Tensor, eps: torch.Tensor, radius: int,
     if backend == "torch" and cpu_banded.supported(I, p, radius, border):
         check_all_finite((I, "guide"), *(() if p is I else ((p, "src"),)), backend=backend)
         check_eps(eps, I.shape[0], I.device, backend=backend)
-        ci, cp = I.mean((2, 3), keepdim=True), p.mean((2, 3), keepdim=True)
-        lo, hi = torch.aminmax(I)  # one pass, no temporary: |I - ci| <= hi - lo
+        # the values only: the backward recomputes its statistics from the inputs (_backward_op)
+        Iv, pv = I.detach().contiguous(), p.detach().contiguous()
+        ci, cp = Iv.mean((2, 3), keepdim=True), pv.mean((2, 3), keepdim=True)
+        lo, hi = torch.aminmax(Iv)  # one pass, no temporary: |I - ci| <= hi - lo
         if float(hi - lo) <= HUGE:  # the PyTorch path reads data anyway (its checks); huge guides take the generic path
-            return cpu_banded.forward(I.contiguous(), p.contiguous(), ci, cp, eps, radius, border)
+            with torch.no_grad():
+                return cpu_banded.forward(Iv, pv, ci, cp, eps.detach(), radius, border)
     I2, p2, e2, ci, cp, s = _prepare(I, p, eps, radius, border, backend, check=True)
     q, _ = _forward(I2, p2, e2, radius, border, True, backend)
     return q if cp is None else q + cp
