@@ -232,21 +232,26 @@ def grid_of(planes: int, h: int, w: int, r: int, bwi: int) -> tuple[tuple[int, i
     return (planes, triton.cdiv(h, ch), strips), ch
 
 
+def walk(I, p, g, ma, eps, r, bwi, moments, inputs, n_moments, guide_terms, rows=None):
+    """The backward's two passes, gray or colour: ``moments`` writes ``n_moments`` gradient planes per src channel
+    (the last: d/d eps), the first ``guide_terms`` of them are summed over the src channels (they touch the guide
+    only), and ``inputs`` takes their adjoint window sums to dI (per src channel, summed here) and dp. ``rows``: the
+    two kernels' rows per step (default this module's). Returns (dI (B, G, H, W), dp, deps (B,))."""
+    rows = (MOMENTS_RB, INPUTS_RB) if rows is None else rows
+    bsz, gch, h, w = I.shape
+    c = p.shape[1]
+    grid, ch = grid_of(bsz * c, h, w, r, bwi)
+    mom = torch.empty(n_moments, bsz * c, h, w, device=I.device, dtype=torch.float32)
+    moments[grid](I, p, g, eps, mom, c, h, w, R=r, BWI=bwi, CH=ch, RB=rows_per_step(rows[0]), num_warps=1)
+    deps = mom[-1].view(bsz, c * h * w).sum(1)
+    mom[:guide_terms, :bsz] = mom[:guide_terms].view(guide_terms, bsz, c, h, w).sum(2)
+    dI = torch.empty(bsz, c, gch, h, w, device=I.device, dtype=torch.float32)
+    dp = torch.empty_like(p)
+    inputs[grid](I, p, g, ma, mom, dI, dp, c, h, w, R=r, BWI=bwi, CH=ch, RB=rows_per_step(rows[1]), num_warps=1)
+    return dI.sum(1), dp, deps
+
+
 def backward(I, p, g, ma, eps, r):
     """(dI, dp, deps) of q = mean(a) I + mean(b) for a (B, 1, H, W) guide, "valid" border. All float32
     contiguous; ma from the forward."""
-    bsz, _, h, w = I.shape
-    c = p.shape[1]
-    bwi = strip_width(r)
-    grid, ch = grid_of(bsz * c, h, w, r, bwi)
-    mom = torch.empty(5, bsz * c, h, w, device=I.device, dtype=torch.float32)
-    _grad_moments_gray[grid](I, p, g, eps, mom, c, h, w, R=r, BWI=bwi, CH=ch,
-                             RB=rows_per_step(MOMENTS_RB), num_warps=1)
-    deps = mom[-1].view(bsz, c * h * w).sum(1)
-    # guide-only terms: summed over the src channels, stored at plane b
-    mom[:2, :bsz] = mom[:2].view(2, bsz, c, h, w).sum(2)
-    dI = torch.empty(bsz, c, h, w, device=I.device, dtype=torch.float32)
-    dp = torch.empty_like(p)
-    _grad_inputs_gray[grid](I, p, g, ma, mom, dI, dp, c, h, w, R=r, BWI=bwi, CH=ch,
-                            RB=rows_per_step(INPUTS_RB), num_warps=1)
-    return dI.sum(1, keepdim=True), dp, deps
+    return walk(I, p, g, ma, eps, r, strip_width(r), _grad_moments_gray, _grad_inputs_gray, 5, 2)

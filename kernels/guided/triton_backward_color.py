@@ -9,12 +9,11 @@ step keeps a warp's sums and per-pixel algebra in registers without spilling.
 """
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
 from .sliding import _centre, _count, _hsum
-from .triton_backward import _adj_centre, _adj_step, _adj_warm, _frame, grid_of, rows_per_step
+from .triton_backward import _adj_centre, _adj_step, _adj_warm, _frame, walk
 
 MOMENTS_RB = 1
 INPUTS_RB = 1
@@ -284,18 +283,5 @@ def _grad_inputs_color(I_ptr, p_ptr, g_ptr, ma_ptr, mom_ptr, dI_ptr, dp_ptr, C, 
 def backward(I, p, g, ma, eps, r):
     """(dI, dp, deps) of q = mean(a) . I + mean(b) for a (B, 3, H, W) guide, "valid" border. All float32
     contiguous; ma (B, C, 3, H, W) from the forward."""
-    bsz, _, h, w = I.shape
-    c = p.shape[1]
-    bwi = width(r)
-    grid, ch = grid_of(bsz * c, h, w, r, bwi)
-    mom = torch.empty(14, bsz * c, h, w, device=I.device, dtype=torch.float32)
-    _grad_moments_color[grid](I, p, g, eps, mom, c, h, w, R=r, BWI=bwi, CH=ch,
-                              RB=rows_per_step(MOMENTS_RB), num_warps=1)
-    deps = mom[-1].view(bsz, c * h * w).sum(1)
-    # guide-only terms: summed over the src channels, stored at plane b
-    mom[:9, :bsz] = mom[:9].view(9, bsz, c, h, w).sum(2)
-    dI = torch.empty(bsz, c, 3, h, w, device=I.device, dtype=torch.float32)
-    dp = torch.empty_like(p)
-    _grad_inputs_color[grid](I, p, g, ma, mom, dI, dp, c, h, w, R=r, BWI=bwi, CH=ch,
-                             RB=rows_per_step(INPUTS_RB), num_warps=1)
-    return dI.sum(1), dp, deps
+    return walk(I, p, g, ma, eps, r, width(r), _grad_moments_color, _grad_inputs_color, 14, 9,
+                rows=(MOMENTS_RB, INPUTS_RB))
