@@ -55,3 +55,18 @@ def test_hostile_manifests_fail_in_one_line(tmp_path, capsys, manifest, needle):
     path.write_text(manifest)
     assert main(["bench", "denoise", "--frames", str(path), "--no-oidn", "--no-flnr"]) == 2
     one_line_error(capsys, needle, "m.json")
+
+
+def test_scene_checks_report_scenes_and_frames(capsys):
+    """The real-file acceptance lines: the average gap to OIDN high, scene groups where FLNR loses to FLR (FAIL),
+    and, for information, the frames where it does."""
+    from vision.pipelines.bench.denoise_files import scene_checks
+
+    per = {("a 1spp", "flnr"): [{"psnr": 20.0}, {"psnr": 22.0}], ("a 1spp", "flr"): [{"psnr": 19.0}, {"psnr": 22.5}],
+           ("b 4spp", "flnr"): [{"psnr": 25.0}], ("b 4spp", "flr"): [{"psnr": 26.0}]}
+    means = {"flnr": {"psnr": 22.3}, "flr": {"psnr": 22.5}, "oidn high aux": {"psnr": 23.0}}
+    assert scene_checks(per, ["a 1spp", "b 4spp"], means) is False
+    out = capsys.readouterr().out
+    assert "FLNR - OIDN high aux = -0.70 dB on average (>= -1.5): PASS" in out
+    assert "FLNR below FLR on 1 of 2 scene group(s) (b 4spp -1.00 dB): FAIL" in out
+    assert "per frame: FLNR below FLR on 2 of 3 frame(s) (worst: b 4spp #0 -1.00 dB, a 1spp #1 -0.50 dB)" in out

@@ -103,4 +103,10 @@ def scene_checks(per: dict, scenes: list[str], means: dict) -> bool:
             losses.append(f"{s} {d:+.2f} dB")
     print(f"real files: FLNR below FLR on {len(losses)} of {len(scenes)} scene group(s)"
           + (f" ({', '.join(losses)})" if losses else "") + f": {'PASS' if not losses else 'FAIL'}")
+    # per frame (for information: the acceptance is per scene): frames of a group are in the same order per method
+    frames = [(s, i, a["psnr"] - b["psnr"]) for s in scenes
+              for i, (a, b) in enumerate(zip(per[(s, "flnr")], per[(s, "flr")]))]
+    below = sorted((d, s, i) for s, i, d in frames if d < 0)
+    print(f"real files, per frame: FLNR below FLR on {len(below)} of {len(frames)} frame(s)"
+          + (f" (worst: {', '.join(f'{s} #{i} {d:+.2f} dB' for d, s, i in below[:3])})" if below else ""))
     return ok and not losses
