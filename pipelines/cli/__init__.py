@@ -70,7 +70,8 @@ def add_plugin(sub, name: str, mod) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     try:
         words = sys.argv[1:] if argv is None else list(argv)
-        tune_for_denoising(words)
+        if argv is None:  # the process is the command's own (not a caller's that runs main in process)
+            tune_for_denoising(words)
         parser = build_parser(words[0] if words and words[0] in COMMANDS else None)
         args = parser.parse_args(words)
         if not getattr(args, "func", None):
