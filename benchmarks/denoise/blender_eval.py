@@ -14,7 +14,6 @@ The scenes are built here from primitives and procedural textures in world coord
 layout of ``vision/data/scenes.py`` (closed box rooms with objects scattered on the floor, open ground with
 objects, rooms with glowing spheres), so nothing here can leak into training through the generator.
 """
-import json
 import os
 import sys
 import time
@@ -24,14 +23,7 @@ from mathutils import Vector
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # Blender does not add the script's folder
 from blender_eval_scenes import SCENES  # noqa: E402
-
-SEED_OF_SPP = {1: 1, 4: 4}
-REFERENCE_SEED = 9
-
-
-def seed(scene_index, view, spp):
-    """Fixed Cycles seed of a frame: different per scene, view and sample count, never shared with a reference."""
-    return 1000 * (scene_index + 1) + 10 * view + (SEED_OF_SPP.get(spp, spp % 10) if spp else REFERENCE_SEED)
+from evalset import log_reference, seed, update_manifest  # noqa: E402
 
 
 def parse(argv):
@@ -128,20 +120,6 @@ def render(scene, path, spp, seed_value):
     return time.perf_counter() - t0
 
 
-def update_manifest(out, entries):
-    """Merge ``entries`` into OUTDIR/manifest.json (keyed by scene, view, spp), so partial runs accumulate."""
-    path = os.path.join(out, "manifest.json")
-    data = {"renderer": f"Blender {bpy.app.version_string} Cycles CPU", "frames": []}
-    if os.path.exists(path):
-        with open(path) as f:
-            data = json.load(f)
-    frames = {(e["scene"], e["view"], e["spp"]): e for e in data["frames"]}
-    for e in entries:
-        frames[(e["scene"], e["view"], e["spp"])] = e
-    data["frames"] = [frames[k] for k in sorted(frames)]
-    with open(path + ".tmp", "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(path + ".tmp", path)
 
 
 def main():
@@ -186,10 +164,9 @@ def main():
                 s = seed(index, v, 0)
                 dt = render(scene, f"{out}/{ref}", opts["ref_spp"], s)
                 print(f"REFERENCE {ref} seed {s} {dt:.1f} s", flush=True)
-                with open(os.path.join(out, "reference_times.txt"), "a") as f:
-                    f.write(f"{ref} {opts['ref_spp']} spp {opts['size'][0]}x{opts['size'][1]} {dt:.1f} s\n")
+                log_reference(out, ref, opts["ref_spp"], opts["size"], dt)
             if entries:
-                update_manifest(out, entries)
+                update_manifest(out, entries, f"Blender {bpy.app.version_string} Cycles CPU")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ the LLVM wavefront stays small), ``R G B``. OUTDIR/manifest.json lists every fra
 All rendering on one thread (Dr.Jit's thread pool set to 1).
 """
 import argparse
-import json
 import os
 import sys
 import time
@@ -23,17 +22,12 @@ import mitsuba as mi
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-SEED_OF_SPP = {1: 1, 4: 4}
-REFERENCE_SEED = 9
+from evalset import log_reference, seed, update_manifest  # noqa: E402
+
 EMISSION_SEED = 7
 PASS_SPP = 256
 AOVS = "albedo:albedo,nn:sh_normal,dd:depth,pp:position"
 MAX_DEPTH = 8
-
-
-def seed(scene_index, view, spp):
-    """Fixed seed of a frame, per scene, view and sample count (0 = the reference)."""
-    return 1000 * (scene_index + 1) + 10 * view + (SEED_OF_SPP.get(spp, spp % 10) if spp else REFERENCE_SEED)
 
 
 def parse():
@@ -98,18 +92,6 @@ def write(bitmap, path):
         dr.set_thread_count(1)
 
 
-def update_manifest(out, entries):
-    path = os.path.join(out, "manifest.json")
-    data = {"renderer": f"Mitsuba {mi.__version__}", "frames": []}
-    if os.path.exists(path):
-        with open(path) as f:
-            data = json.load(f)
-    frames = {(e["scene"], e["view"], e["spp"]): e for e in data["frames"]}
-    frames.update({(e["scene"], e["view"], e["spp"]): e for e in entries})
-    data["frames"] = [frames[k] for k in sorted(frames)]
-    with open(path + ".tmp", "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(path + ".tmp", path)
 
 
 def main():
@@ -161,10 +143,9 @@ def main():
                 dt = time.perf_counter() - t0
                 write(mi.Bitmap(img), f"{out}/{ref}")
                 print(f"REFERENCE {ref} seed {seed(index, v, 0)} {dt:.1f} s", flush=True)
-                with open(os.path.join(out, "reference_times.txt"), "a") as f:
-                    f.write(f"{ref} {a.ref_spp} spp {a.size[0]}x{a.size[1]} {dt:.1f} s\n")
+                log_reference(out, ref, a.ref_spp, a.size, dt)
             if entries:
-                update_manifest(out, entries)
+                update_manifest(out, entries, f"Mitsuba {mi.__version__}")
 
 
 if __name__ == "__main__":
