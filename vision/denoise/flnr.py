@@ -170,16 +170,16 @@ class FLNR(nn.Module):
         dt = self.log_eps.dtype
         b, _, h, w = target_full.shape
         banded = _banded(target_full, self)
-        if banded and jit.enabled(target_full, mask_full, *(v for v in buffers if v is not None)):
+        fused = banded and jit.enabled(target_full, mask_full, *(v for v in buffers if v is not None))
+        if fused:
             from . import flnr_cpu  # the cell statistics in one pass over the pixels
 
             cells, rest = flnr_cpu.cells(buffers, target_full, mask_full, CELL)
-            mean, std = guide_stats(cells) if stats is None else stats
-            x = torch.cat([(cells - mean) / std, rest], 1)
         else:
             cells = cell_guides(buffers, target_full, (h, w))
-            mean, std = guide_stats(cells) if stats is None else stats
-            x = cell_inputs((cells - mean) / std, target_full, mask_full)
+        mean, std = guide_stats(cells) if stats is None else stats
+        x = torch.cat([(cells - mean) / std, rest], 1) if fused else cell_inputs((cells - mean) / std, target_full,
+                                                                                   mask_full)
         out = self.net(x.to(dt).contiguous(memory_format=torch.channels_last))
         width = self.head_in.out_features
         weight = self.head_in.weight.t()[None] / std.reshape(-1, FEATURES, 1).to(dt)  # (B or 1, 8, width)
