@@ -1,12 +1,12 @@
-"""FLNR's one-pass CPU cell statistics and log-depth (vision.denoise.flnr_cpu.cells / log_depth) against float64
-NumPy written from their definitions: 4 x 4 cell means (partial cells over their real pixels), log1p of the
+"""FLNR's one-pass CPU cell statistics and log-depth (vision.denoise.flnr_cpu.cells, log_cpu.log_depth) against
+float64 NumPy written from their definitions: 4 x 4 cell means (partial cells over their real pixels), log1p of the
 clamped signal, the log-luminance spread, and log-depth with no-surface pixels at the batch's largest depth."""
 import numpy as np
 import pytest
 import torch
 
 pytest.importorskip("numba")
-from vision.denoise import flnr_cpu  # noqa: E402
+from vision.denoise import flnr_cpu, log_cpu  # noqa: E402
 
 
 def _cell_means(x: np.ndarray, s: int) -> np.ndarray:
@@ -62,8 +62,21 @@ def test_log_depth_matches_float64_with_no_surface_pixels():
     d[0, 0, 4, 4] = np.nan
     d[1, 0, 5, 6] = 1e-9  # a surface nearer than the clamp
     d[1, 0, 0, 0] = 1e10  # a sky Blender wrote as 1e10: the batch's largest depth
-    np.testing.assert_allclose(flnr_cpu.log_depth(torch.from_numpy(d).float()).numpy(), _log_depth64(d),
+    np.testing.assert_allclose(log_cpu.log_depth(torch.from_numpy(d).float()).numpy(), _log_depth64(d),
                                rtol=2e-7, atol=2e-7)
-    np.testing.assert_array_equal(flnr_cpu.log_depth(torch.zeros(1, 1, 3, 3)).numpy(), 0)  # no surface: log 1
+    np.testing.assert_array_equal(log_cpu.log_depth(torch.zeros(1, 1, 3, 3)).numpy(), 0)  # no surface: log 1
     strided = torch.from_numpy(d[:1]).float()[..., ::2]  # any strides
-    np.testing.assert_allclose(flnr_cpu.log_depth(strided).numpy(), _log_depth64(d[:1, ..., ::2]), rtol=2e-7, atol=2e-7)
+    np.testing.assert_allclose(log_cpu.log_depth(strided).numpy(), _log_depth64(d[:1, ..., ::2]), rtol=2e-7, atol=2e-7)
+
+
+@pytest.mark.parametrize("numba", ["1", "0"])
+def test_buffers_log_depth_takes_either_path(numba, monkeypatch):
+    """vision.denoise.buffers.log_depth (FLR's and FLNR's guide) gives the float64 values with the numba pass
+    (VISION_NUMBA=1) and with the tensor ops (0), sky pixels (depth 0) at the largest depth."""
+    from vision.denoise import buffers as B
+
+    monkeypatch.setenv("VISION_NUMBA", numba)
+    d = np.random.default_rng(7).random((2, 1, 6, 9)) * 20
+    d[1, 0, :2] = 0
+    np.testing.assert_allclose(B.log_depth(torch.from_numpy(d).float()).numpy(), _log_depth64(d), rtol=2e-7,
+                               atol=2e-7)

@@ -331,7 +331,15 @@ def guide_list(available: Iterable[str], max_channels: int = 8) -> list[str]:
 
 
 def log_depth(depth: torch.Tensor) -> torch.Tensor:
-    """``log(depth)``, where pixels with no surface (depth <= 0, e.g. the sky) take the frame's largest depth."""
+    """``log(depth)``, where pixels with no surface (depth <= 0, e.g. the sky) take the frame's largest depth.
+    On the CPU path, (B, 1, H, W) float32 depth takes one numba pass instead of four tensor ops
+    (:mod:`.log_cpu`)."""
+    from vision.kernels.runtime import jit
+
+    if depth.dim() == 4 and depth.shape[1] == 1 and cpu_path(depth) and jit.enabled(depth):
+        from . import log_cpu
+
+        return log_cpu.log_depth(depth)
     far = depth.amax()  # the largest valid depth, when there is one (invalid ones are <= 0)
     far = torch.where(far > 0, far, torch.ones_like(far))  # on the device: no host read
     return torch.log(torch.where(depth > 0, depth, far).clamp_min(1e-6))

@@ -8,8 +8,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vision.kernels.runtime import jit
-
 from . import buffers as B
 from .flr import area_down
 
@@ -99,12 +97,7 @@ def guide_buffers(guides: dict, like: torch.Tensor) -> list[torch.Tensor | None]
         v = guides.get(name)
         if v is not None:
             v = v.to(like.dtype)
-            if name == "depth" and B.cpu_path(v) and jit.enabled(v) and v.dim() == 4:
-                from . import flnr_cpu  # one vectorised pass instead of four
-
-                v = flnr_cpu.log_depth(v)
-            elif name == "depth":
-                v = B.log_depth(v)
+            v = B.log_depth(v) if name == "depth" else v
         out.append(v)
     return out
 
