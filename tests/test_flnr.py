@@ -62,7 +62,7 @@ def test_linear_head_is_the_regression_on_standardised_guides(frame, radius, gra
     mean, std = cells.mean((2, 3), keepdims=True), np.maximum(cells.std((2, 3), keepdims=True), 1e-3)
     W, b = model.head_in.weight.detach().numpy(), model.head_in.bias.detach().numpy()
     g = np.einsum("qc,bchw->bqhw", W, (f - mean) / std) + b[None, :, None, None]
-    factor = np.where(chw["albedo"] >= ALBEDO_FLOOR, chw["albedo"], 1.0)
+    factor = np.maximum(chw["albedo"], ALBEDO_FLOOR)
     eps = np.array([1e-2, 3e-2, 1e-1])
     radii = [8] if radius else [4, 8, 16]
     coeffs = sum(local_linear_fit_reference(g, chw["color"] / factor, r, eps, 4) for r in radii) / len(radii)

@@ -221,8 +221,8 @@ def finish(fitted, factor, add, blend, albedo, has_albedo, gain, top, out):
 def demodulate(color, albedo, emission, has_albedo, has_emission, floor, target, factor, mask, albedo_out,
                emission_out, hits):
     """:func:`vision.denoise.buffers.demodulate` before its emitter fill, in one pass over the buffers as they lie
-    (HWC arrays are strided planes): target = (colour - emission) / factor with factor = albedo where it is at
-    least ``floor``, else 1; mask = 1 where any emission channel > 0; ``hits[b H + y]`` counts row y's
+    (HWC arrays are strided planes): target = (colour - emission) / factor with factor = max(albedo, ``floor``);
+    mask = 1 where any emission channel > 0; ``hits[b H + y]`` counts row y's
     emitter pixels. Also writes the albedo and the emission as planes (``albedo_out``, ``emission_out``; FLNR's
     later stages read them so) when there are such. color (B, 3, H, W); albedo, emission (B or 1, 3, H, W)."""
     B, C, H, W = color.shape
@@ -250,7 +250,7 @@ def demodulate(color, albedo, emission, has_albedo, has_emission, floor, target,
                 for x in range(W):
                     v = a[x]
                     ao[x] = v
-                    g = v if v >= fl else one
+                    g = v if v >= fl else fl
                     f[x] = g
                     t[x] /= g
             else:
