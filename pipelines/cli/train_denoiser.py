@@ -28,6 +28,7 @@ EPILOG = """examples:
   vision train-denoiser --data data/flnr -o flnr.safetensors
   vision train-denoiser --data data/flnr --init flnr.safetensors --lr 5e-4 -o flnr_ft.safetensors   # fine-tune
   vision train-denoiser --data data/flnr --init flnr.safetensors --antialias --lr 5e-4 -o flnr_aa.safetensors  # + blend
+  vision train-denoiser --data data/union --init flnr.safetensors --detail --lr 3e-4 -o flnr_detail.safetensors
   vision train-denoiser --data data/flnr --init flnr.safetensors --tonemapped rmse --smape 0.05 -o flnr_psnr.safetensors
   vision train-denoiser --data data/flnr --init flnr.safetensors --upsample-prob 0.5 -o flnr_up.safetensors
   vision train-denoiser --data data/flnr --init flnr.safetensors --upsample-prob 1 --upsample-factor 4 -o flnr_up4.safetensors
@@ -83,6 +84,10 @@ def add_arguments(p) -> None:
                    help="blend the light towards its 3 x 3 mean where the albedo has an edge, with a learned weight "
                         "(the buffers are one ray per pixel centre, the reference a pixel mean); with --init weights "
                         "that lack it, it is added to them")
+    p.add_argument("--detail", action="store_true",
+                   help="blend the result towards the noisy signal's own 3 x 3 mean where the head finds that no fit "
+                        "on the guides follows the light (mirrors, glass, caustics), with a learned per-pixel "
+                        "weight; with --init weights that lack it, it is added to them")
     p.add_argument("--drop-ao", type=float, default=0.0, metavar="P",
                    help="zero the ambient-occlusion buffer of a crop with this probability (default 0): renderer "
                         "files rarely carry one (Cycles and Mitsuba AOV frames have none), so a model trained "
@@ -226,7 +231,7 @@ def training_command(args) -> str:
             ("--minutes", args.minutes),
             ("--threads", args.threads), ("--seed", args.seed), ("--init", args.init)]
     parts = ["vision", "train-denoiser"] + [f"{k} {shlex.quote(str(v))}" for k, v in opts if v is not None]
-    parts += ["--antialias"] if getattr(args, "antialias", False) else []
+    parts += [f"--{k}" for k in ("antialias", "detail") if getattr(args, k, False)]
     return " ".join(parts + [f"-o {shlex.quote(str(args.out))}"])
 
 
@@ -280,10 +285,11 @@ def run(args) -> int:
         elif args.fit_down is not None:
             model = FLNR.from_state_dict(model.state_dict(), dict(model.config, fit_down=args.fit_down))
         model = model.with_antialias() if args.antialias and not model.config["antialias"] else model
+        model = model.with_detail() if args.detail and not model.config["detail"] else model
     else:
         radii = [int(r) for r in args.radii.split(",") if r.strip()]
         model = FLNR(widths, 16 if args.hidden is None else args.hidden, args.guides, radii, args.scale,
-                     1 if args.fit_down is None else args.fit_down, antialias=args.antialias)
+                     1 if args.fit_down is None else args.fit_down, antialias=args.antialias, detail=args.detail)
     model = model.to(device)
     steps = args.steps or max(1, math.ceil(len(train) / args.batch))
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)

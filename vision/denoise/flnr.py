@@ -64,11 +64,12 @@ from . import buffers as B
 from .flnr_net import (CELL, FEATURES, GUIDES, NET_IN, FLNRNet, _pointwise, _pool, _resize, cell_guides,  # noqa: F401
                        cell_inputs, frame_stats, guide_buffers, guide_stats)
 from .flnr_stages import (FINISH_BAND_PIXELS, HEAD_BAND_PIXELS, _banded, _cv2_planes, _finish_bands,  # noqa: F401
-                          _head_bands, _mean3, antialias, local_contrast)
+                          _head_bands, _mean3, antialias, detail_blend, local_contrast)
+from .flnr_surgery import head_rows, pruned, with_outputs
 from .flr import area_down, fit_radius, full_size, sample_down, upsample_factor, check_phase, run_tiles
 
 DEFAULT_CONFIG = {"widths": [16, 24, 32, 48], "hidden": 16, "guides": 4, "radii": [4, 8, 16], "scale": 4,
-                  "fit_down": 1, "eps": 1e-2, "antialias": False}
+                  "fit_down": 1, "eps": 1e-2, "antialias": False, "detail": False}
 FILL_RADIUS = 8  # emitter pixels take the mean signal of the emitter-free pixels within this radius
 BUNDLED = ("weights", "flnr.safetensors")
 # trained on 1/2- and 1/4-resolution colour (one sample of every 2 x 2 / 4 x 4 block, phase known)
@@ -76,6 +77,7 @@ BUNDLED_UPSAMPLE = {2: ("weights", "flnr_up2.safetensors"), 4: ("weights", "flnr
 CONFIG_KEY = "vision.flnr.config"
 # FLNR's antialias at the start of training: logit = BLEND_BIAS + EDGE_GAIN c(albedo), the weight 0.5 sigmoid(logit)
 EDGE_GAIN, BLEND_BIAS = 200.0, -5.0
+DETAIL_BIAS = -6.0  # FLNR's detail blend at the start of training: weight sigmoid(-6) = 0.25 % everywhere
 PRUNE_STRIDE = 7  # :meth:`FLNR.pruned` samples every 7th pixel's hidden activations
 
 
@@ -109,6 +111,12 @@ class FLNR(nn.Module):
             tells it where an edge is), ``v`` and ``m`` learned scalars. The buffers are one ray through each
             pixel centre, so at an edge they name one surface (one albedo) where the pixel, and the
             reference, average two; the regression and the remodulation cannot mix them, the blend can.
+        detail: blend the result per pixel towards the noisy signal's own 3 x 3 mean, remodulated
+            (:func:`detail_blend`), with the weight ``sigmoid(d)``, ``d`` one more output of the guide head
+            (0 at pixels that see an emitter). Where no local affine function of the guides follows the
+            light (a mirror or glass showing its surroundings, a caustic, a texture the buffers miss), the
+            frame's own samples, lightly smoothed, beat any fit; the head learns where that is. Only for
+            colour at the guides' resolution (ignored when upsampling).
 
     The guide head, per pixel, with f the 8 guides standardised per frame and ``up`` the bilinear
     upsampling from the 4 x 4 cells: ``g = W2 leaky(W1 f + up(code)) + b2`` (``hidden > 0``) or
@@ -128,7 +136,8 @@ class FLNR(nn.Module):
     """
 
     def __init__(self, widths=(16, 24, 32, 48), hidden: int = 16, guides: int = 4, radii=(4, 8, 16),
-                 scale: int = 4, fit_down: int = 1, eps: float = 1e-2, antialias: bool = False):
+                 scale: int = 4, fit_down: int = 1, eps: float = 1e-2, antialias: bool = False,
+                 detail: bool = False):
         super().__init__()
         radii = [int(r) for r in radii]
         if not radii or min(radii) < 1:
@@ -140,20 +149,24 @@ class FLNR(nn.Module):
                              f"scale={scale}, fit_down={fit_down}, hidden={hidden}, eps={eps}")
         self.config = {"widths": [int(w) for w in widths], "hidden": int(hidden), "guides": int(guides),
                        "radii": radii, "scale": int(scale), "fit_down": int(fit_down), "eps": float(eps),
-                       "antialias": bool(antialias)}
-        outputs = int(guides) + bool(antialias)  # the learned guides, then the blend's logit
+                       "antialias": bool(antialias), "detail": bool(detail)}
+        rows = head_rows(self.config)
+        outputs = rows["total"]  # the learned guides, then the blends' logits
         width = int(hidden) or outputs  # what the network's code adds to, per pixel
         self.net = FLNRNet(widths, width, len(radii))
         self.head_in = nn.Linear(FEATURES, width)
         self.head_out = nn.Linear(int(hidden), outputs) if hidden else None
         self.log_eps = nn.Parameter(torch.full((int(guides),), math.log(eps)))
         self._record = None  # a list while :meth:`pruned` collects the guide head's hidden activations
+        last = self.head_out if self.head_out is not None else self.head_in
         if antialias:
             self.edge_gain = nn.Parameter(torch.tensor(EDGE_GAIN))
             self.blend_max = nn.Parameter(torch.zeros(()))
             with torch.no_grad():  # start with no blend except where the albedo has an edge
-                last = self.head_out if self.head_out is not None else self.head_in
-                last.bias[-1] = BLEND_BIAS
+                last.bias[rows["blend"]] = BLEND_BIAS
+        if detail:
+            with torch.no_grad():
+                last.bias[rows["detail"]] = DETAIL_BIAS
 
     @property
     def radius(self) -> int:
@@ -245,8 +258,9 @@ class FLNR(nn.Module):
         else:
             t_full, m_full = target, mask
         g, logits = self.learned_guides(guide_buffers(guides, color), t_full, m_full, stats)
-        q = self.config["guides"]
-        g, blend = (g[:, :q].contiguous(), g[:, q:]) if self.config["antialias"] else (g, None)
+        rows = head_rows(self.config)
+        blend, detail = (g[:, rows[k]:rows[k] + 1] if k in rows else None for k in ("blend", "detail"))
+        g = g[:, :rows["guides"]].contiguous() if rows["total"] > rows["guides"] else g
         eps_t = self.log_eps.exp().to(color.dtype) if eps is None else eps
         # the fit's samples: colour resolution, then averaged over fit_down x fit_down when the cells allow it
         fd = self.config["fit_down"] if scale % self.config["fit_down"] == 0 else 1
@@ -272,12 +286,13 @@ class FLNR(nn.Module):
         # the result in the colour's layout (HWC arrays come in as channels-last views: no copy back to HWC)
         out = None if fitted.requires_grad else torch.empty_like(fitted, memory_format=result_layout)
         if blend is not None and out is not None and B.cpu_path(out):
-            return _finish_bands(self, fitted, factor, add, blend, albedo, out)  # clamps band by band
-        if blend is None:
+            res = _finish_bands(self, fitted, factor, add, blend, albedo, out)  # clamps band by band
+        elif blend is None:
             fitted = fitted.clamp_min_(0) if not fitted.requires_grad else fitted.clamp_min(0)
-            return torch.addcmul(add, fitted, factor, out=out)
-        # the emission buffer is a pixel mean already: only the light is blended
-        return torch.add(self._blended_light(fitted, factor, blend, albedo), add, out=out)
+            res = torch.addcmul(add, fitted, factor, out=out)
+        else:  # the emission buffer is a pixel mean already: only the light is blended
+            res = torch.add(self._blended_light(fitted, factor, blend, albedo), add, out=out)
+        return res if detail is None or u > 1 else detail_blend(res, add, factor, target, detail, mask)
 
     def _blended_light(self, fitted, factor, blend, albedo):
         """The light ``max(fitted, 0) factor`` after :func:`antialias` with the weight ``sigmoid(blend_max)
@@ -291,75 +306,22 @@ class FLNR(nn.Module):
 
     def pruned(self, hidden: int, frames, fit_down: int | None = None) -> "FLNR":
         """A copy with the guide head cut to its ``hidden`` most useful units, to fine-tune into a faster model
-        (``vision train-denoiser --init OLD --hidden 8``; the guide head is the largest per-pixel cost).
-
-        ``frames``: (colour, guides dict) pairs (e.g. training frames) on which the head's hidden activations
-        are sampled (every 7th pixel). A unit's use is the spread (standard deviation) of its activation times
-        the norm of its column in the output layer; the units kept keep their weights and the network's code
-        channels feeding them, and the mean output of the units dropped is folded into the output bias (their
-        best constant stand-in). ``fit_down``: also change the regression's ``fit_down`` (default: keep).
+        (``vision train-denoiser --init OLD --hidden 8``); see :func:`.flnr_surgery.pruned`.
 
         Example:
             >>> small = load_flnr().pruned(8, [(f["color"], f) for f in frames])   # then fine-tune it
         """
-        width = self.config["hidden"]
-        if self.head_out is None or not 0 < int(hidden) <= width:
-            raise ValueError(f"pruned needs a guide head with a hidden layer and 0 < hidden <= {width}, got {hidden}")
-        self._record = []
-        try:
-            with torch.no_grad():
-                for color, guides in frames:
-                    self(color, guides)
-            acts = torch.cat(self._record) if self._record else None
-        finally:
-            self._record = None
-        if acts is None:
-            raise ValueError("pruned needs at least one frame to measure the guide head on")
-        w2 = self.head_out.weight.detach()
-        use = acts.std(0) * w2.norm(dim=0)
-        keep = torch.argsort(use, descending=True)[: int(hidden)].sort().values
-        kept = set(keep.tolist())
-        drop = torch.tensor([j for j in range(width) if j not in kept], dtype=torch.long)
-        cfg = dict(self.config, hidden=int(hidden))
-        cfg["fit_down"] = cfg["fit_down"] if fit_down is None else int(fit_down)
-        model = FLNR(**cfg).to(self.log_eps)
-        state = model.state_dict()
-        code = torch.cat([keep, torch.arange(width, self.net.out.out_channels)])  # the code, then the radius logits
-        for k, v in self.state_dict().items():
-            v = v.detach()
-            if k in ("net.out.weight", "net.out.bias"):
-                state[k] = v[code].clone()
-            elif k.startswith("head_in."):
-                state[k] = v[keep].clone()
-            elif k == "head_out.weight":
-                state[k] = v[:, keep].clone()
-            elif k == "head_out.bias":
-                state[k] = v + w2[:, drop] @ acts.mean(0)[drop]
-            else:
-                state[k] = v.clone()
-        model.load_state_dict(state)
-        return model.train(self.training)
+        return pruned(self, hidden, frames, fit_down)
 
     def with_antialias(self) -> "FLNR":
-        """A copy of this model with the antialias blend added (a model that has it comes back as a copy): every
-        weight kept, the guide head's new logit row zero with bias :data:`BLEND_BIAS`, the gains
-        :data:`EDGE_GAIN`, so it starts as this model plus a blend at albedo edges, for fine-tuning
-        (``vision train-denoiser --init OLD --antialias``). Needs a guide head with a hidden layer (the logit is
-        one more row of its last layer; a linear head's rows are the network's code)."""
-        if self.head_out is None:
-            raise ValueError("with_antialias needs a guide head with a hidden layer (hidden > 0); train a linear-head "
-                             "model with antialias from the start instead")
-        model = FLNR(**dict(self.config, antialias=True)).to(self.log_eps)
-        state = model.state_dict()
-        for k, v in self.state_dict().items():
-            if v.shape == state[k].shape:
-                state[k] = v.clone()
-            else:  # the last layer of the guide head: one more output, the blend's logit (zero weights)
-                state[k][: v.shape[0]] = v
-                if k.endswith("weight"):
-                    state[k][v.shape[0]:] = 0
-        model.load_state_dict(state)
-        return model.train(self.training)
+        """A copy with the antialias blend added, starting as this model plus a blend at albedo edges
+        (``vision train-denoiser --init OLD --antialias``); see :func:`.flnr_surgery.with_outputs`."""
+        return with_outputs(self, antialias=True)
+
+    def with_detail(self) -> "FLNR":
+        """A copy with the detail blend added, starting as this model (the blend's weight near 0)
+        (``vision train-denoiser --init OLD --detail``); see :func:`.flnr_surgery.with_outputs`."""
+        return with_outputs(self, detail=True)
 
     # ------------------------------------------------------------------ weights
 

@@ -215,6 +215,39 @@ def finish(fitted, factor, add, blend, albedo, has_albedo, gain, top, out):
                 o[x] = res[x]
 
 
+@kernel("void(float32[:, :, :, :], float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], "
+        "float32[:, :, :, ::1], float32[:, :, :, ::1])")
+def detail(out, add, factor, target, logit, mask):
+    """:func:`vision.denoise.flnr_stages.detail_blend` in one pass, in place on ``out`` (any layout): out += w
+    (factor mean3(max(target, 0)) + add - out), w = sigmoid(logit) (1 - mask), the 3 x 3 mean over the pixels
+    inside the frame. out, add, factor, target (B, 3, H, W); logit, mask (B, 1, H, W)."""
+    B, C, H, W = out.shape
+    one, zero = np.float32(1.0), np.float32(0.0)
+    for n in prange(B * H):
+        b = n // H
+        y = n - b * H
+        y0, y1 = max(y - 1, 0), min(y + 1, H - 1)
+        inv = np.empty(W, np.float32)
+        for x in range(W):
+            inv[x] = one / np.float32((y1 - y0 + 1) * (3 - (x == 0) - (x == W - 1)))
+        w = np.empty(W, np.float32)
+        lg, mk = logit[b, 0, y], mask[b, 0, y]
+        for x in range(W):
+            w[x] = (one - mk[x]) / (one + np.exp(-lg[x]))
+        sums = np.zeros(W + 2, np.float32)
+        for c in range(C):
+            for x in range(W + 2):
+                sums[x] = zero
+            for yy in range(y0, y1 + 1):
+                tr = target[b, c, yy]
+                for x in range(W):
+                    sums[x + 1] += max(tr[x], zero)
+            fa, ad, o = factor[b, c, y], add[b, c, y], out[b, c, y]
+            for x in range(W):
+                v = o[x]
+                o[x] = v + w[x] * ((sums[x] + sums[x + 1] + sums[x + 2]) * inv[x] * fa[x] + ad[x] - v)
+
+
 @kernel("void(float32[:, :, :, :], float32[:, :, :, :], float32[:, :, :, :], boolean, boolean, float64, "
         "float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], "
         "float32[:, :, :, ::1], int64[::1])")

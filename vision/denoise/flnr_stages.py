@@ -134,6 +134,27 @@ def antialias(x: torch.Tensor, logit: torch.Tensor, top=0.0) -> torch.Tensor:
     return torch.lerp(x, _mean3(x), w)
 
 
+def detail_blend(res: torch.Tensor, add: torch.Tensor, factor: torch.Tensor, target: torch.Tensor,
+                 logit: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """FLNR's detail blend: ``res + w (factor mean3(max(target, 0)) + add - res)`` with ``w = sigmoid(logit)
+    (1 - mask)``; in place when nothing needs a gradient.
+
+    ``res`` (B, 3, H, W) is the denoised result, ``target``, ``factor`` and ``add`` are :func:`~.buffers.demodulate`'s
+    (the noisy demodulated signal, what multiplies it back, the emission), ``logit`` (B, 1, H, W) the guide head's
+    and ``mask`` (B, 1, H, W) the emitter mask (1 = sees an emitter: no blend, the emission stays exact). The
+    target's 3 x 3 mean is taken in demodulated space, so the albedo's texture stays sharp."""
+    grad = res.requires_grad or logit.requires_grad
+    if not grad and res.shape[1] == 3 and jit.enabled(res, add, factor, target, logit, mask):
+        from . import flnr_cpu  # one pass on CPU float32: the 3 x 3 sums, weights and blend per row
+
+        b = res.shape[0]
+        flnr_cpu.detail(res, *(t.expand(b, -1, -1, -1).contiguous() for t in (add, factor, target, logit, mask)))
+        return res
+    smooth = _mean3(target.clamp_min(0)).mul_(factor).add_(add)
+    w = torch.sigmoid(logit.to(res.dtype)) * (1 - mask.to(res.dtype))
+    return torch.lerp(res, smooth, w) if grad else res.lerp_(smooth, w)
+
+
 def local_contrast(x: torch.Tensor) -> torch.Tensor:
     """``sum over channels |x - mean3(x)|``, (B, C, H, W) -> (B, 1, H, W): how far each pixel is from the mean
     of its 3 x 3 neighbourhood (inside the frame); zero on flat and linear regions, large at edges."""
