@@ -28,8 +28,9 @@ def _tensors(frame, size=48):
 
 
 def _oracle(res, add, factor, target, logit, mask):
-    """float64 loops from the definition: res + w (factor mean3(max(target, 0)) + add - res), w = sigmoid(logit)
-    (1 - mask), the mean over the 3 x 3 pixels inside the frame."""
+    """float64 loops from the definition: res + w (factor trim3(max(target, 0)) + add - res), w = sigmoid(logit)
+    (1 - mask), trim3 the mean over the 3 x 3 pixels inside the frame without the largest (the pixel itself
+    when it is alone)."""
     res, add, factor, target, logit, mask = (np.broadcast_to(np.asarray(v, np.float64), v.shape)
                                              for v in (res, add, factor, target, logit, mask))
     b, c, h, w = res.shape
@@ -38,14 +39,15 @@ def _oracle(res, add, factor, target, logit, mask):
         for k in range(c):
             for y in range(h):
                 for x in range(w):
-                    m = np.maximum(target[i, k, max(0, y - 1):y + 2, max(0, x - 1):x + 2], 0).mean()
+                    win = np.sort(np.maximum(target[i, k, max(0, y - 1):y + 2, max(0, x - 1):x + 2], 0).ravel())
+                    m = win[:-1].mean() if win.size > 1 else win[0]
                     wt = (1 - mask[i, 0, y, x]) / (1 + np.exp(-logit[i, 0, y, x]))
                     out[i, k, y, x] = res[i, k, y, x] + wt * (m * factor[i, k, y, x] + add[i, k, y, x] - res[i, k, y, x])
     return out
 
 
 @pytest.mark.parametrize("path", ["numba", "autograd"])
-@pytest.mark.parametrize("hw", [(13, 17), (1, 5), (4, 1)])
+@pytest.mark.parametrize("hw", [(13, 17), (1, 5), (4, 1), (1, 1)])
 def test_detail_blend_against_float64_loops(path, hw):
     """The blend on a batch of 2 (emission shared by the batch, an emitter mask, negative targets that the mean
     clamps, logits from -9 to 9), in the numba pass (channels-last output, in place) and the autograd path."""
@@ -95,7 +97,7 @@ def test_with_detail_starts_from_the_weights_it_is_given(frame):
 
 @pytest.mark.parametrize("grad", [False, True])
 def test_detail_weight_one_is_the_noisy_mean_and_keeps_emitters_exact(frame, grad):
-    """With the detail row's bias at +60 (weight 1) the result is the remodulated 3 x 3 mean of the noisy
+    """With the detail row's bias at +60 (weight 1) the result is the remodulated trimmed 3 x 3 mean of the noisy
     demodulated signal, except at the pixels that see an emitter, which keep FLNR's own result."""
     from vision.denoise import buffers as B
 
@@ -136,3 +138,18 @@ def test_train_denoiser_detail_added_to_init_weights_and_round_trip(tmp_path):
     # a file written before the blend existed (no "detail" in its configuration) loads without it
     assert "detail" not in read_metadata(asset_path("weights", "flnr_up2.safetensors"))["vision.flnr.config"]
     assert load_flnr(asset_path("weights", "flnr_up2.safetensors")).config["detail"] is False
+
+
+def test_a_lone_firefly_does_not_pass_through_the_detail_blend():
+    """A flat signal of 0.5 with one sample at 1e4: at full detail weight every pixel but the firefly's own gets
+    0.5 exactly (the largest of each 3 x 3 neighbourhood is left out), in both paths."""
+    target = torch.full((1, 3, 9, 9), 0.5)
+    target[..., 4, 4] = 1e4
+    ones, zeros = torch.ones_like(target), torch.zeros_like(target)
+    logit, mask = torch.full((1, 1, 9, 9), 60.0), torch.zeros(1, 1, 9, 9)
+    for grad in (False, True):
+        res = torch.zeros(1, 3, 9, 9, requires_grad=grad)
+        out = detail_blend(res if grad else res.clone(), zeros, ones, target, logit, mask).detach()
+        keep = torch.ones(9, 9, dtype=torch.bool)
+        keep[4, 4] = False
+        assert torch.equal(out[..., keep], torch.full_like(out[..., keep], 0.5))

@@ -219,8 +219,9 @@ def finish(fitted, factor, add, blend, albedo, has_albedo, gain, top, out):
         "float32[:, :, :, ::1], float32[:, :, :, ::1])")
 def detail(out, add, factor, target, logit, mask):
     """:func:`vision.denoise.flnr_stages.detail_blend` in one pass, in place on ``out`` (any layout): out += w
-    (factor mean3(max(target, 0)) + add - out), w = sigmoid(logit) (1 - mask), the 3 x 3 mean over the pixels
-    inside the frame. out, add, factor, target (B, 3, H, W); logit, mask (B, 1, H, W)."""
+    (factor trim3(max(target, 0)) + add - out), w = sigmoid(logit) (1 - mask), trim3 the mean of the pixels of
+    the 3 x 3 neighbourhood inside the frame without the largest one. out, add, factor, target (B, 3, H, W);
+    logit, mask (B, 1, H, W)."""
     B, C, H, W = out.shape
     one, zero = np.float32(1.0), np.float32(0.0)
     for n in prange(B * H):
@@ -228,24 +229,31 @@ def detail(out, add, factor, target, logit, mask):
         y = n - b * H
         y0, y1 = max(y - 1, 0), min(y + 1, H - 1)
         inv = np.empty(W, np.float32)
-        for x in range(W):
-            inv[x] = one / np.float32((y1 - y0 + 1) * (3 - (x == 0) - (x == W - 1)))
         w = np.empty(W, np.float32)
         lg, mk = logit[b, 0, y], mask[b, 0, y]
         for x in range(W):
             w[x] = (one - mk[x]) / (one + np.exp(-lg[x]))
-        sums = np.zeros(W + 2, np.float32)
+        # inv[x] = 1 / (n - 1) for the n pixels of the neighbourhood inside the frame; n = 1 keeps the pixel
+        for x in range(W):
+            k = (y1 - y0 + 1) * (3 - (x == 0) - (x == W - 1))
+            inv[x] = one / np.float32(k - 1) if k > 1 else zero
+        sums, tops = np.zeros(W + 2, np.float32), np.zeros(W + 2, np.float32)  # column sums and maxima
         for c in range(C):
             for x in range(W + 2):
                 sums[x] = zero
+                tops[x] = zero  # the samples are clamped at 0, so 0 is below every one of them
             for yy in range(y0, y1 + 1):
                 tr = target[b, c, yy]
                 for x in range(W):
-                    sums[x + 1] += max(tr[x], zero)
-            fa, ad, o = factor[b, c, y], add[b, c, y], out[b, c, y]
+                    v = max(tr[x], zero)
+                    sums[x + 1] += v
+                    tops[x + 1] = max(tops[x + 1], v)
+            fa, ad, o, tc = factor[b, c, y], add[b, c, y], out[b, c, y], target[b, c, y]
             for x in range(W):
+                top = max(max(tops[x], tops[x + 1]), tops[x + 2])
+                m = (sums[x] + sums[x + 1] + sums[x + 2] - top) * inv[x] if inv[x] > zero else max(tc[x], zero)
                 v = o[x]
-                o[x] = v + w[x] * ((sums[x] + sums[x + 1] + sums[x + 2]) * inv[x] * fa[x] + ad[x] - v)
+                o[x] = v + w[x] * (m * fa[x] + ad[x] - v)
 
 
 @kernel("void(float32[:, :, :, :], float32[:, :, :, :], float32[:, :, :, :], boolean, boolean, float64, "
