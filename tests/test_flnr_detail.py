@@ -28,21 +28,26 @@ def _tensors(frame, size=48):
 
 
 def _oracle(res, add, factor, target, logit, mask):
-    """float64 loops from the definition: res + w (factor trim3(max(target, 0)) + add - res), w = sigmoid(logit)
-    (1 - mask), trim3 the mean over the 3 x 3 pixels inside the frame without the largest (the pixel itself
-    when it is alone)."""
+    """float64 loops from the definition: res + w (D - res), D = factor m + add with m the mean of the 3 x 3
+    samples max(target, 0) inside the frame without the largest, w = sigmoid(logit) (1 - mask) max(0, 1 - V /
+    |D - res|^2), V = sum over channels of factor^2 (sample variance of those k samples) / k (w = 0 for k < 2)."""
     res, add, factor, target, logit, mask = (np.broadcast_to(np.asarray(v, np.float64), v.shape)
                                              for v in (res, add, factor, target, logit, mask))
     b, c, h, w = res.shape
-    out = np.empty((b, c, h, w))
+    out = np.array(res, np.float64)
     for i in range(b):
-        for k in range(c):
-            for y in range(h):
-                for x in range(w):
+        for y in range(h):
+            for x in range(w):
+                d, var = np.empty(c), 0.0
+                for k in range(c):
                     win = np.sort(np.maximum(target[i, k, max(0, y - 1):y + 2, max(0, x - 1):x + 2], 0).ravel())
-                    m = win[:-1].mean() if win.size > 1 else win[0]
-                    wt = (1 - mask[i, 0, y, x]) / (1 + np.exp(-logit[i, 0, y, x]))
-                    out[i, k, y, x] = res[i, k, y, x] + wt * (m * factor[i, k, y, x] + add[i, k, y, x] - res[i, k, y, x])
+                    kept = win[:-1] if win.size > 1 else win
+                    d[k] = factor[i, k, y, x] * kept.mean() + add[i, k, y, x]
+                    var += factor[i, k, y, x] ** 2 * kept.var(ddof=1) / kept.size if kept.size >= 2 else np.inf
+                diff2 = ((d - res[i, :, y, x]) ** 2).sum()
+                shrink = max(0.0, 1 - var / diff2) if diff2 > 0 and np.isfinite(var) else 0.0
+                wt = (1 - mask[i, 0, y, x]) / (1 + np.exp(-logit[i, 0, y, x])) * shrink
+                out[i, :, y, x] = res[i, :, y, x] + wt * (d - res[i, :, y, x])
     return out
 
 
@@ -56,7 +61,9 @@ def test_detail_blend_against_float64_loops(path, hw):
     res = torch.rand(2, 3, h, w, generator=g)
     add = (torch.rand(1, 3, h, w, generator=g) * (torch.rand(1, 1, h, w, generator=g) > 0.7)).expand(2, -1, -1, -1)
     factor = torch.rand(2, 3, h, w, generator=g) + 0.1
-    target = torch.randn(2, 3, h, w, generator=g) * 3
+    # a smooth signal with noise of varying size: the shrinkage is 0 in some pixels, near 1 in others
+    target = torch.linspace(0, 4, h * w).reshape(1, 1, h, w) + torch.randn(2, 3, h, w, generator=g) * torch.rand(
+        2, 1, h, w, generator=g) ** 3 * 2
     logit = torch.randn(2, 1, h, w, generator=g) * 3
     mask = (torch.rand(2, 1, h, w, generator=g) > 0.6).float()
     want = _oracle(res, add, factor, target, logit, mask)
@@ -97,8 +104,8 @@ def test_with_detail_starts_from_the_weights_it_is_given(frame):
 
 @pytest.mark.parametrize("grad", [False, True])
 def test_detail_weight_one_is_the_noisy_mean_and_keeps_emitters_exact(frame, grad):
-    """With the detail row's bias at +60 (weight 1) the result is the remodulated trimmed 3 x 3 mean of the noisy
-    demodulated signal, except at the pixels that see an emitter, which keep FLNR's own result."""
+    """With the detail row's bias at +60 the whole model matches the float64 blend of its own result (the head's
+    weight 1, then the shrinkage), except at the pixels that see an emitter, which keep FLNR's own result."""
     from vision.denoise import buffers as B
 
     torch.manual_seed(5)
