@@ -160,3 +160,19 @@ def test_a_lone_firefly_does_not_pass_through_the_detail_blend():
         keep = torch.ones(9, 9, dtype=torch.bool)
         keep[4, 4] = False
         assert torch.equal(out[..., keep], torch.full_like(out[..., keep], 0.5))
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float16, 0.03), (torch.bfloat16, 0.08)])
+def test_detail_model_in_half_precision_stays_near_float64(frame, dtype, tol):
+    """A model with both blends in float16 / bfloat16 (the autograd path) against itself in float64, relative to
+    the result's largest value."""
+    torch.manual_seed(6)
+    model = FLNR(hidden=8, antialias=True, detail=True).eval()
+    with torch.no_grad():
+        model.head_out.bias[head_rows(model.config)["detail"]] = 2.0  # a weight the blend actually uses
+    color, guides = _tensors(frame, 40)
+    with torch.no_grad():
+        want = model.double()(color.double(), {k: v.double() for k, v in guides.items()})
+        got = model.to(dtype)(color.to(dtype), {k: v.to(dtype) for k, v in guides.items()})
+    assert got.dtype == dtype and torch.isfinite(got).all()
+    assert float((got.double() - want).abs().max()) <= tol * float(want.abs().max())
