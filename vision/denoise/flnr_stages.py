@@ -154,7 +154,7 @@ def detail_blend(res: torch.Tensor, add: torch.Tensor, factor: torch.Tensor, tar
     (B, 1, H, W). Moments in float32 here (the numba pass accumulates in float64); where they overflow the
     shrinkage is 0."""
     grad = res.requires_grad or logit.requires_grad
-    if not grad and res.shape[1] == 3 and jit.enabled(res, add, factor, target, logit, mask):
+    if not grad and res.shape[1] == 3 and B.cpu_path(res) and jit.enabled(res, add, factor, target, logit, mask):
         from . import flnr_cpu  # one pass on CPU float32: the 3 x 3 sums, weights and blend per row
 
         b = res.shape[0]
