@@ -85,9 +85,9 @@ def add_arguments(p) -> None:
                         "(the buffers are one ray per pixel centre, the reference a pixel mean); with --init weights "
                         "that lack it, it is added to them")
     p.add_argument("--detail", action="store_true",
-                   help="blend the result towards the noisy signal's own 3 x 3 mean where the head finds that no fit "
-                        "on the guides follows the light (mirrors, glass, caustics), with a learned per-pixel "
-                        "weight; with --init weights that lack it, it is added to them")
+                   help="blend the result towards the noisy signal's own trimmed 3 x 3 mean where the head finds that "
+                        "no fit on the guides follows the light (mirrors, glass, caustics), with a learned per-pixel "
+                        "weight shrunk by the samples' spread; with --init weights that lack it, it is added to them")
     p.add_argument("--drop-ao", type=float, default=0.0, metavar="P",
                    help="zero the ambient-occlusion buffer of a crop with this probability (default 0): renderer "
                         "files rarely carry one (Cycles and Mitsuba AOV frames have none), so a model trained "

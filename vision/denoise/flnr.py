@@ -111,12 +111,13 @@ class FLNR(nn.Module):
             tells it where an edge is), ``v`` and ``m`` learned scalars. The buffers are one ray through each
             pixel centre, so at an edge they name one surface (one albedo) where the pixel, and the
             reference, average two; the regression and the remodulation cannot mix them, the blend can.
-        detail: blend the result per pixel towards the noisy signal's own 3 x 3 mean, remodulated
-            (:func:`detail_blend`), with the weight ``sigmoid(d)``, ``d`` one more output of the guide head
-            (0 at pixels that see an emitter). Where no local affine function of the guides follows the
-            light (a mirror or glass showing its surroundings, a caustic, a texture the buffers miss), the
-            frame's own samples, lightly smoothed, beat any fit; the head learns where that is. Only for
-            colour at the guides' resolution (ignored when upsampling).
+        detail: blend the result per pixel towards the noisy signal's own trimmed 3 x 3 mean, remodulated
+            (:func:`detail_blend`), with the weight ``sigmoid(d) s``: ``d`` one more output of the guide head,
+            ``s`` a James-Stein shrinkage by those samples' spread (0 at pixels that see an emitter). Where no
+            local affine function of the guides follows the light (a mirror or glass showing its surroundings,
+            a caustic, a texture the buffers miss), the frame's own samples, lightly smoothed, beat any fit;
+            the head learns where that is, the shrinkage keeps out what is only noise. Only for colour at the
+            guides' resolution (ignored when upsampling).
 
     The guide head, per pixel, with f the 8 guides standardised per frame and ``up`` the bilinear
     upsampling from the 4 x 4 cells: ``g = W2 leaky(W1 f + up(code)) + b2`` (``hidden > 0``) or
