@@ -17,6 +17,7 @@ stops the run and still writes the best weights so far.
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import shlex
 import sys
@@ -30,6 +31,7 @@ EPILOG = """examples:
   vision train-denoiser --data data/flnr --init flnr.safetensors --antialias --lr 5e-4 -o flnr_aa.safetensors  # + blend
   vision train-denoiser --data data/union --init flnr.safetensors --detail --lr 3e-4 -o flnr_detail.safetensors
   vision train-denoiser --data data/flnr --init flnr.safetensors --tonemapped rmse --smape 0.05 -o flnr_psnr.safetensors
+  vision train-denoiser --data data/union --init flnr.safetensors --guides 5 --widths 16,24,64,96 --ema 0.999 -o big.safetensors
   vision train-denoiser --data data/flnr --init flnr.safetensors --upsample-prob 0.5 -o flnr_up.safetensors
   vision train-denoiser --data data/flnr --init flnr.safetensors --upsample-prob 1 --upsample-factor 4 -o flnr_up4.safetensors
   vision train-denoiser --data data/flnr --guides 3 --radii 8 --minutes 10 -o small.safetensors      # a variant
@@ -70,16 +72,19 @@ def add_arguments(p) -> None:
     p.add_argument("--radii", default="4,8,16",
                    help="blend fits at these radii per cell with weights the network predicts (default 4,8,16)")
     p.add_argument("--scale", type=int, default=4, help="regression cell size (default 4)")
-    p.add_argument("--guides", type=int, default=4, help="learned guides the regression fits on (default 4)")
+    p.add_argument("--guides", type=int, default=None,
+                   help="learned guides the regression fits on (default 4); with --init, more than the init's adds "
+                        "guides that start as the constant 0 (FLNR.widened: the same function, more capacity)")
     p.add_argument("--hidden", type=int, default=None,
                    help="hidden width of the per-pixel guide head, 0 = linear (default 16); with --init, a smaller "
                         "width prunes the init's head to its most useful units (FLNR.pruned), to fine-tune a "
-                        "faster model")
+                        "faster model, a larger one adds units that start with no effect (FLNR.widened)")
     p.add_argument("--fit-down", type=int, default=None,
                    help="take the regression's moments from 2x2 (or NxN) means of guides and signal (default 1, or "
                         "the --init weights' own)")
-    p.add_argument("--widths", default="16,24,32,48",
-                   help="network widths at 1/4 (1x1 stem), 1/8, 1/16, 1/32 resolution (default 16,24,32,48)")
+    p.add_argument("--widths", default=None,
+                   help="network widths at 1/4 (1x1 stem), 1/8, 1/16, 1/32 resolution (default 16,24,32,48); with "
+                        "--init, wider levels add channels that start with no effect (FLNR.widened)")
     p.add_argument("--antialias", action="store_true",
                    help="blend the light towards its 3 x 3 mean where the albedo has an edge, with a learned weight "
                         "(the buffers are one ray per pixel centre, the reference a pixel mean); with --init weights "
@@ -92,6 +97,10 @@ def add_arguments(p) -> None:
                    help="zero the ambient-occlusion buffer of a crop with this probability (default 0): renderer "
                         "files rarely carry one (Cycles and Mitsuba AOV frames have none), so a model trained "
                         "on data that always has it meets a missing buffer only at inference")
+    p.add_argument("--ema", type=float, default=0.0, metavar="DECAY",
+                   help="validate and keep an exponential moving average of the weights (Polyak averaging) with this "
+                        "decay per step, e.g. 0.999 (default 0: the weights themselves); it smooths out the noise of "
+                        "small batches when fine-tuning")
     p.add_argument("--minutes", type=float, default=None,
                    help="stop after this many minutes (after an epoch); the cosine learning-rate decay then "
                         "follows the time spent when that is further along than the steps")
@@ -228,7 +237,7 @@ def training_command(args) -> str:
             ("--upsample-factor", args.upsample_factor), ("--radii", args.radii),
             ("--scale", args.scale), ("--guides", args.guides), ("--hidden", args.hidden),
             ("--fit-down", args.fit_down), ("--widths", args.widths), ("--drop-ao", getattr(args, "drop_ao", 0.0)),
-            ("--minutes", args.minutes),
+            ("--ema", getattr(args, "ema", 0.0) or None), ("--minutes", args.minutes),
             ("--threads", args.threads), ("--seed", args.seed), ("--init", args.init)]
     parts = ["vision", "train-denoiser"] + [f"{k} {shlex.quote(str(v))}" for k, v in opts if v is not None]
     parts += [f"--{k}" for k in ("antialias", "detail") if getattr(args, k, False)]
@@ -247,13 +256,15 @@ def run(args) -> int:
     from tqdm import tqdm
 
     from vision.denoise import buffers as B
-    from vision.denoise.flnr import FLNR, frame_stats, load_flnr, parameter_count
+    from vision.denoise.flnr import DEFAULT_CONFIG, FLNR, frame_stats, load_flnr, parameter_count
 
     if args.epochs < 1 or args.batch < 1 or args.crop < 16 or args.lr <= 0 or not 0 <= args.upsample_prob <= 1:
         raise ValueError("--epochs and --batch must be >= 1, --crop >= 16, --lr > 0 and --upsample-prob in [0, 1]")
     if args.upsample_prob > 0 and args.crop % args.upsample_factor:
         raise ValueError(f"--upsample-prob needs a --crop divisible by --upsample-factor {args.upsample_factor}, "
                          f"got {args.crop}")
+    if not 0.0 <= args.ema < 1.0:
+        raise ValueError(f"--ema must be a decay in [0, 1), got {args.ema}")
     if args.out.suffix != ".safetensors":
         raise ValueError(f"-o must name a .safetensors file, got {args.out}")
     torch.set_num_threads(max(1, args.threads))
@@ -271,14 +282,21 @@ def run(args) -> int:
     stats = []
     for f in train:
         stats.append(frame_stats({k: f[k] for k in GUIDES}, f["color"], f["color"].shape[-2:]))
-    widths = [int(w) for w in args.widths.split(",")]
+    widths = None if args.widths is None else [int(w) for w in args.widths.split(",")]
     if args.init:
         model = load_flnr(args.init)
         model = FLNR.from_state_dict(model.state_dict(), model.config)
+        grow = {"guides": args.guides, "widths": widths,
+                "hidden": args.hidden if (args.hidden or 0) > model.config["hidden"] > 0 else None}
+        if any(v is not None and v != model.config[k] for k, v in grow.items()):
+            model = model.widened(**grow)
+            print(f"widened the init: guides {model.config['guides']}, hidden {model.config['hidden']}, widths "
+                  f"{model.config['widths']}", file=sys.stderr)
         if args.hidden is not None and args.hidden != model.config["hidden"]:
             if not 0 < args.hidden < model.config["hidden"]:
                 raise ValueError(f"--hidden {args.hidden} with --init: the init's guide head has "
-                                 f"{model.config['hidden']} units; a smaller width (> 0) prunes it")
+                                 f"{model.config['hidden']} units; a smaller width (> 0) prunes it, a larger one "
+                                 "widens it")
             model = model.pruned(args.hidden, [(f["color"], {k: f[k] for k in GUIDES}) for f in train[:PRUNE_FRAMES]],
                                  args.fit_down)
             print(f"pruned the init's guide head to {args.hidden} units", file=sys.stderr)
@@ -288,7 +306,8 @@ def run(args) -> int:
         model = model.with_detail() if args.detail and not model.config["detail"] else model
     else:
         radii = [int(r) for r in args.radii.split(",") if r.strip()]
-        model = FLNR(widths, 16 if args.hidden is None else args.hidden, args.guides, radii, args.scale,
+        model = FLNR(widths or DEFAULT_CONFIG["widths"], 16 if args.hidden is None else args.hidden,
+                     args.guides or DEFAULT_CONFIG["guides"], radii, args.scale,
                      1 if args.fit_down is None else args.fit_down, antialias=args.antialias, detail=args.detail)
     model = model.to(device)
     steps = args.steps or max(1, math.ceil(len(train) / args.batch))
@@ -307,6 +326,8 @@ def run(args) -> int:
     print(f"FLNR: {parameter_count(model)} parameters; {len(train)} train / {len(val)} val frames; "
           f"{args.epochs} epochs x {steps} steps, batch {args.batch}, crop {args.crop}", file=sys.stderr)
     model.eval()
+    shadow = copy.deepcopy(model).requires_grad_(False) if args.ema > 0 else None  # the weights' moving average
+    judged = model if shadow is None else shadow  # what is validated and kept
     best, half = validate(model, val, args.upsample_prob, args.upsample_factor)
     start = "from --init" if args.init else "untrained"
     print(f"epoch 0 ({start}): val PSNR {best:.2f} dB{_half_text(half, args)}", file=sys.stderr)
@@ -330,16 +351,20 @@ def run(args) -> int:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 opt.step()
                 sched.step()
+                if shadow is not None:
+                    with torch.no_grad():
+                        for avg, p in zip(shadow.parameters(), model.parameters()):
+                            avg.lerp_(p, 1.0 - args.ema)
                 run_loss += float(loss.detach())
                 bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
             model.eval()
-            score, half = validate(model, val, args.upsample_prob, args.upsample_factor)
+            score, half = validate(judged, val, args.upsample_prob, args.upsample_factor)
             done = epoch
             history.append(round(score, 3))
             mark = ""
             if score > best:
                 best, best_epoch, mark = score, epoch, " (best)"
-                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                best_state = {k: v.detach().clone() for k, v in judged.state_dict().items()}
             print(f"epoch {epoch}: train loss {run_loss / steps:.4f}, val PSNR {score:.2f} dB{_half_text(half, args)}"
                   f"{mark}", file=sys.stderr)
             if args.minutes is not None and time.time() - t_start > args.minutes * 60:

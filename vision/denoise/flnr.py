@@ -65,7 +65,7 @@ from .flnr_net import (CELL, FEATURES, GUIDES, NET_IN, FLNRNet, _pointwise, _poo
                        cell_inputs, frame_stats, guide_buffers, guide_stats)
 from .flnr_stages import (FINISH_BAND_PIXELS, HEAD_BAND_PIXELS, _banded, _cv2_planes, _finish_bands,  # noqa: F401
                           _head_bands, _mean3, antialias, detail_blend, local_contrast)
-from .flnr_surgery import head_rows, pruned, with_outputs
+from .flnr_surgery import head_rows, pruned, widened, with_outputs
 from .flr import area_down, fit_radius, full_size, sample_down, upsample_factor, check_phase, run_tiles
 
 DEFAULT_CONFIG = {"widths": [16, 24, 32, 48], "hidden": 16, "guides": 4, "radii": [4, 8, 16], "scale": 4,
@@ -313,6 +313,16 @@ class FLNR(nn.Module):
             >>> small = load_flnr().pruned(8, [(f["color"], f) for f in frames])   # then fine-tune it
         """
         return pruned(self, hidden, frames, fit_down)
+
+    def widened(self, guides: int | None = None, hidden: int | None = None, widths=None) -> "FLNR":
+        """A copy with more learned guides, guide-head units or network channels that computes the same function,
+        to fine-tune into a larger model (``vision train-denoiser --init OLD --guides 5``); see
+        :func:`.flnr_surgery.widened`.
+
+        Example:
+            >>> bigger = load_flnr().widened(guides=5, widths=[16, 24, 64, 96])   # then fine-tune it
+        """
+        return widened(self, guides, hidden, widths)
 
     def with_antialias(self) -> "FLNR":
         """A copy with the antialias blend added, starting as this model plus a blend at albedo edges

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import torch
 
+GUIDE_START = 0.02  # a new learned guide's weights, relative to the old guides' (see :func:`widened`)
+
+
+BLENDS = (("blend", "antialias"), ("detail", "detail"))  # head row, configuration key
+
 
 def head_rows(config: dict) -> dict[str, int]:
     """Where each output of the guide head's last layer sits: ``{"guides": Q, "blend": i, "detail": j, "total": n}``
     (``blend`` and ``detail`` only when the configuration has them)."""
     rows = {"guides": int(config["guides"])}
     at = rows["guides"]
-    for name, flag in (("blend", "antialias"), ("detail", "detail")):
+    for name, flag in BLENDS:
         if config.get(flag):
             rows[name] = at
             at += 1
@@ -40,7 +45,7 @@ def with_outputs(model, **flags):
     new = type(model)(**config).to(model.log_eps)
     old_rows, new_rows = head_rows(model.config), head_rows(config)
     # each old output row goes to the row of the same name; the rows new to the model keep their initialisation
-    index = list(range(old_rows["guides"])) + [new_rows[k] for k in ("blend", "detail") if k in old_rows]
+    index = list(range(old_rows["guides"])) + [new_rows[k] for k, _ in BLENDS if k in old_rows]
     state = new.state_dict()
     added = [i for i in range(new_rows["total"]) if i not in index]
     state["head_out.weight"][added] = 0.0  # the new logits start as their biases alone
@@ -97,5 +102,90 @@ def pruned(model, hidden: int, frames, fit_down: int | None = None):
             state[k] = v + w2[:, drop] @ acts.mean(0)[drop]
         else:
             state[k] = v.clone()
+    new.load_state_dict(state)
+    return new.train(model.training)
+
+
+def _concat(maps, sizes_new) -> torch.Tensor:
+    """The new position of each old channel of a concatenation of levels whose new sizes are ``sizes_new``."""
+    out, at = [], 0
+    for m, n in zip(maps, sizes_new):
+        out.append(m + at)
+        at += n
+    return torch.cat(out)
+
+
+def widened(model, guides: int | None = None, hidden: int | None = None, widths=None, seed: int = 0):
+    """A copy of ``model`` with more learned guides, a wider guide head and/or a wider cell network that computes
+    exactly the same function, to fine-tune into a model with more capacity (``vision train-denoiser --init OLD
+    --guides 5 --hidden 16 --widths 16,24,64,96``).
+
+    Every trained weight is kept. The new units start from PyTorch's default initialisation on their inputs and
+    with zero weight on every old unit, so they change nothing until training moves them. A new learned guide
+    cannot start as exactly 0 (the regression would give it slope 0 and no gradient could move it: the fit's
+    first-order change is slope x change + change x 0). It starts as a random mix of the head's units at
+    :data:`GUIDE_START` of the old guides' weight scale: the ridge keeps its slope as small, so the result moves by
+    their product (about 1e-4 of its range). Widths and counts can only grow here (:func:`pruned` shrinks the
+    guide head)."""
+    cfg = dict(model.config)
+    new_cfg = dict(cfg, guides=int(guides or cfg["guides"]), hidden=int(hidden or cfg["hidden"]),
+                   widths=[int(w) for w in (widths or cfg["widths"])])
+    if len(new_cfg["widths"]) != len(cfg["widths"]) or any(n < o for n, o in zip(new_cfg["widths"], cfg["widths"])) \
+            or new_cfg["guides"] < cfg["guides"] or new_cfg["hidden"] < cfg["hidden"] or new_cfg["guides"] > 8:
+        raise ValueError(f"widened keeps the number of levels and only grows: widths {cfg['widths']} -> "
+                         f"{new_cfg['widths']}, guides {cfg['guides']} -> {new_cfg['guides']} (at most 8), hidden "
+                         f"{cfg['hidden']} -> {new_cfg['hidden']}")
+    if cfg["hidden"] == 0 and new_cfg["hidden"] != 0:
+        raise ValueError("widened cannot give a linear guide head (hidden 0) a hidden layer; train that from scratch")
+    torch.manual_seed(seed)  # the new units' initialisation
+    new = type(model)(**new_cfg).to(model.log_eps)
+    wo, wn = cfg["widths"], new_cfg["widths"]
+    lv = [torch.arange(o) for o in wo]  # old channels keep their index in each level; the new ones come after
+    code_o, code_n = model.net.out.out_channels - len(cfg["radii"]), new.net.out.out_channels - len(cfg["radii"])
+    rows_o, rows_n = head_rows(cfg), head_rows(new_cfg)
+    head = torch.tensor(list(range(rows_o["guides"])) + [rows_n[k] for k, _ in BLENDS if k in rows_o])
+    maps = {"net.stem.0": (lv[0], None), "net.top.0": (lv[0], _concat([lv[1], lv[0]], [wn[1], wn[0]])),
+            "net.out": (torch.cat([torch.arange(code_o), code_n + torch.arange(len(cfg["radii"]))]), lv[0]),
+            "head_in": (torch.arange(code_o) if cfg["hidden"] else None, None),
+            "head_out": (head, torch.arange(cfg["hidden"]))}
+    for i in range(len(wo) - 1):
+        maps[f"net.down.{i}.0"] = (lv[i + 1], lv[i])
+        maps[f"net.down.{i}.2"] = (lv[i + 1], lv[i + 1])
+    for j, i in enumerate(range(len(wo) - 2, 0, -1)):
+        maps[f"net.up.{j}.0"] = (lv[i], _concat([lv[i + 1], lv[i]], [wn[i + 1], wn[i]]))
+    if cfg["hidden"] == 0:  # a linear head: head_in writes the outputs directly
+        maps["head_in"] = (head, None)
+        maps["net.out"] = (torch.cat([head, code_n + torch.arange(len(cfg["radii"]))]), lv[0])
+    state = new.state_dict()
+    for k, v in model.state_dict().items():
+        v = v.detach()
+        layer, _, kind = k.rpartition(".")
+        if layer not in maps:
+            state[k] = v.clone() if k != "log_eps" else torch.cat([v, v.new_full((new_cfg["guides"] - len(v),),
+                                                                                  float(v.mean()))])
+            continue
+        out_map, in_map = maps[layer]
+        out_map = torch.arange(v.shape[0]) if out_map is None else out_map
+        t = state[k]
+        if kind == "bias":
+            t[out_map] = v
+            continue
+        if in_map is not None:
+            full = t[out_map]
+            full.zero_()  # an old unit reads nothing from the new ones
+            full[:, in_map] = v
+            t[out_map] = full
+        else:
+            t[out_map] = v
+    # a new learned guide: GUIDE_START times the old guides' weight scale, random, so it barely changes the fit
+    # (its slope and its values are both that small: the change is of their product) but has a gradient (a guide
+    # that is exactly 0 has none: the first-order change of slope x guide is 0 x change + change x 0)
+    added = [i for i in range(rows_n["total"]) if i not in head.tolist()]
+    last = "head_out" if new_cfg["hidden"] else "head_in"
+    for name in (last,) if new_cfg["hidden"] else (last, "net.out"):  # a linear head's outputs also take the code
+        w = state[f"{name}.weight"]
+        scale = GUIDE_START * float(w[: rows_o["guides"]].pow(2).mean().sqrt())
+        w[added] = torch.randn_like(w[added]) * scale
+        state[f"{name}.bias"][added] = 0.0
     new.load_state_dict(state)
     return new.train(model.training)
