@@ -559,8 +559,8 @@ def test_train_denoiser_prunes_the_init_head_with_a_smaller_hidden(tmp_path, cap
     model = load_flnr(small)
     assert model.config == dict(load_flnr(wide).config, hidden=3, fit_down=2)
     assert "--hidden 3 --fit-down 2" in read_metadata(small)["vision.train.command"]
-    assert main(["train-denoiser", *tiny, "--init", str(wide), "--hidden", "12", "-o", str(small)]) != 0
-    assert "has 6 units; a smaller width (> 0) prunes it" in capsys.readouterr().err
+    assert main(["train-denoiser", *tiny, "--init", str(wide), "--hidden", "0", "-o", str(small)]) != 0
+    assert "has 6 units; a smaller width (> 0) prunes it, a larger one widens it" in capsys.readouterr().err
 
 
 def test_train_denoiser_help(capsys):
