@@ -190,7 +190,7 @@ def suppress_fireflies(color: torch.Tensor, emission: torch.Tensor | None = None
     neg = 0
     if reads:
         # one reduction without a mask in the common case (no negative sample), the count only when needed
-        neg = int((color < 0).sum()) if float(_dense(color).amin()) < 0 else 0
+        neg = int((color < 0).sum()) if float(_dense(color).detach().amin()) < 0 else 0
         x = color.clamp_min(0) if neg else color
     else:
         x = color.clamp_min(0)
