@@ -111,5 +111,9 @@ def test_train_denoiser_widens_its_init(tmp_path, capsys):
     assert main(["train-denoiser", *tiny, "--init", str(small), "--widths", "2,6,8", "-o", str(tmp_path / "x.safetensors")]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert len(err) == 1 and "only grows" in err[0] and not (tmp_path / "x.safetensors").exists()
-    assert main(["train-denoiser", *tiny, "--init", str(small), "--ema", "1", "-o", str(tmp_path / "x.safetensors")]) == 2
-    assert "--ema must be a decay in [0, 1)" in capsys.readouterr().err
+    for bad, says in ((["--init", str(small), "--ema", "1"], "--ema must be a decay in [0, 1)"),
+                      (["--guides", "0"], "guides must be 1 to 8"),
+                      (["--widths", "16,x"], "--widths must be comma-separated integers")):
+        assert main(["train-denoiser", *tiny, *bad, "-o", str(tmp_path / "x.safetensors")]) == 2
+        err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+        assert len(err) == 1 and says in err[0] and not (tmp_path / "x.safetensors").exists()

@@ -263,6 +263,10 @@ def run(args) -> int:
     if args.upsample_prob > 0 and args.crop % args.upsample_factor:
         raise ValueError(f"--upsample-prob needs a --crop divisible by --upsample-factor {args.upsample_factor}, "
                          f"got {args.crop}")
+    try:
+        widths = None if args.widths is None else [int(w) for w in args.widths.split(",")]
+    except ValueError:
+        raise ValueError(f"--widths must be comma-separated integers such as 16,24,32,48, got {args.widths!r}") from None
     if not 0.0 <= args.ema < 1.0:
         raise ValueError(f"--ema must be a decay in [0, 1), got {args.ema}")
     if args.out.suffix != ".safetensors":
@@ -282,7 +286,6 @@ def run(args) -> int:
     stats = []
     for f in train:
         stats.append(frame_stats({k: f[k] for k in GUIDES}, f["color"], f["color"].shape[-2:]))
-    widths = None if args.widths is None else [int(w) for w in args.widths.split(",")]
     if args.init:
         model = load_flnr(args.init)
         model = FLNR.from_state_dict(model.state_dict(), model.config)
@@ -307,7 +310,7 @@ def run(args) -> int:
     else:
         radii = [int(r) for r in args.radii.split(",") if r.strip()]
         model = FLNR(widths or DEFAULT_CONFIG["widths"], 16 if args.hidden is None else args.hidden,
-                     args.guides or DEFAULT_CONFIG["guides"], radii, args.scale,
+                     DEFAULT_CONFIG["guides"] if args.guides is None else args.guides, radii, args.scale,
                      1 if args.fit_down is None else args.fit_down, antialias=args.antialias, detail=args.detail)
     model = model.to(device)
     steps = args.steps or max(1, math.ceil(len(train) / args.batch))
