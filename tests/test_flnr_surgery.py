@@ -117,3 +117,13 @@ def test_train_denoiser_widens_its_init(tmp_path, capsys):
         assert main(["train-denoiser", *tiny, *bad, "-o", str(tmp_path / "x.safetensors")]) == 2
         err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
         assert len(err) == 1 and says in err[0] and not (tmp_path / "x.safetensors").exists()
+
+
+def test_widened_is_seeded_and_leaves_the_callers_random_state_alone():
+    old = _random_model(6, hidden=8)
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    a, b = old.widened(guides=5, hidden=12), old.widened(guides=5, hidden=12)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    for (k, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(x, y), k

@@ -74,7 +74,7 @@ def add_arguments(p) -> None:
     p.add_argument("--scale", type=int, default=4, help="regression cell size (default 4)")
     p.add_argument("--guides", type=int, default=None,
                    help="learned guides the regression fits on (default 4); with --init, more than the init's adds "
-                        "guides that start as the constant 0 (FLNR.widened: the same function, more capacity)")
+                        "guides that start small (FLNR.widened: nearly the same function, more capacity)")
     p.add_argument("--hidden", type=int, default=None,
                    help="hidden width of the per-pixel guide head, 0 = linear (default 16); with --init, a smaller "
                         "width prunes the init's head to its most useful units (FLNR.pruned), to fine-tune a "

@@ -315,8 +315,8 @@ class FLNR(nn.Module):
         return pruned(self, hidden, frames, fit_down)
 
     def widened(self, guides: int | None = None, hidden: int | None = None, widths=None) -> "FLNR":
-        """A copy with more learned guides, guide-head units or network channels that computes the same function,
-        to fine-tune into a larger model (``vision train-denoiser --init OLD --guides 5``); see
+        """A copy with more learned guides, guide-head units or network channels that computes the same function
+        (new guides: nearly), to fine-tune into a larger model (``vision train-denoiser --init OLD --guides 5``); see
         :func:`.flnr_surgery.widened`.
 
         Example:

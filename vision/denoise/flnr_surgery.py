@@ -117,8 +117,8 @@ def _concat(maps, sizes_new) -> torch.Tensor:
 
 def widened(model, guides: int | None = None, hidden: int | None = None, widths=None, seed: int = 0):
     """A copy of ``model`` with more learned guides, a wider guide head and/or a wider cell network that computes
-    exactly the same function, to fine-tune into a model with more capacity (``vision train-denoiser --init OLD
-    --guides 5 --hidden 16 --widths 16,24,64,96``).
+    the same function (to rounding; a new learned guide moves it by about 1e-4, see below), to fine-tune into a model
+    with more capacity (``vision train-denoiser --init OLD --guides 5 --hidden 16 --widths 16,24,64,96``).
 
     Every trained weight is kept. The new units start from PyTorch's default initialisation on their inputs and
     with zero weight on every old unit, so they change nothing until training moves them. A new learned guide
@@ -137,7 +137,12 @@ def widened(model, guides: int | None = None, hidden: int | None = None, widths=
                          f"{cfg['hidden']} -> {new_cfg['hidden']}")
     if cfg["hidden"] == 0 and new_cfg["hidden"] != 0:
         raise ValueError("widened cannot give a linear guide head (hidden 0) a hidden layer; train that from scratch")
-    torch.manual_seed(seed)  # the new units' initialisation
+    with torch.random.fork_rng(devices=[]):  # the new units' initialisation, seeded; the caller's RNG untouched
+        torch.manual_seed(seed)
+        return _widened(model, cfg, new_cfg)
+
+
+def _widened(model, cfg: dict, new_cfg: dict):
     new = type(model)(**new_cfg).to(model.log_eps)
     wo, wn = cfg["widths"], new_cfg["widths"]
     lv = [torch.arange(o) for o in wo]  # old channels keep their index in each level; the new ones come after
