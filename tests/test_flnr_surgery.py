@@ -86,7 +86,7 @@ def test_widened_linear_head_and_refusals(crop):
     torch.testing.assert_close(_run(new, crop), _run(old, crop), rtol=1e-10, atol=1e-10)
     want, got = _run(old, crop), _run(old.widened(guides=4), crop)
     assert 0 < float((got - want).abs().max() / want.abs().max()) < 1e-3
-    for bad in ({"guides": 2}, {"widths": [8, 24, 32, 48]}, {"widths": [16, 24, 32]}, {"guides": 9}):
+    for bad in ({"guides": 2}, {"guides": 0}, {"widths": [8, 24, 32, 48]}, {"widths": [16, 24, 32]}, {"guides": 9}):
         with pytest.raises(ValueError, match="only grows"):
             old.widened(**bad)
     with pytest.raises(ValueError, match="linear guide head"):
@@ -113,6 +113,7 @@ def test_train_denoiser_widens_its_init(tmp_path, capsys):
     assert len(err) == 1 and "only grows" in err[0] and not (tmp_path / "x.safetensors").exists()
     for bad, says in ((["--init", str(small), "--ema", "1"], "--ema must be a decay in [0, 1)"),
                       (["--guides", "0"], "guides must be 1 to 8"),
+                      (["--init", str(small), "--guides", "0"], "only grows"),
                       (["--widths", "16,x"], "--widths must be comma-separated integers")):
         assert main(["train-denoiser", *tiny, *bad, "-o", str(tmp_path / "x.safetensors")]) == 2
         err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]

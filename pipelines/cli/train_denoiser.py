@@ -290,7 +290,7 @@ def run(args) -> int:
         model = load_flnr(args.init)
         model = FLNR.from_state_dict(model.state_dict(), model.config)
         grow = {"guides": args.guides, "widths": widths,
-                "hidden": args.hidden if (args.hidden or 0) > model.config["hidden"] > 0 else None}
+                "hidden": args.hidden if (args.hidden or 0) > model.config["hidden"] else None}
         if any(v is not None and v != model.config[k] for k, v in grow.items()):
             model = model.widened(**grow)
             print(f"widened the init: guides {model.config['guides']}, hidden {model.config['hidden']}, widths "

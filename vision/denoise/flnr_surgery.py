@@ -128,8 +128,9 @@ def widened(model, guides: int | None = None, hidden: int | None = None, widths=
     their product (about 1e-4 of its range). Widths and counts can only grow here (:func:`pruned` shrinks the
     guide head)."""
     cfg = dict(model.config)
-    new_cfg = dict(cfg, guides=int(guides or cfg["guides"]), hidden=int(hidden or cfg["hidden"]),
-                   widths=[int(w) for w in (widths or cfg["widths"])])
+    new_cfg = dict(cfg, guides=int(cfg["guides"] if guides is None else guides),
+                   hidden=int(cfg["hidden"] if hidden is None else hidden),
+                   widths=[int(w) for w in (cfg["widths"] if widths is None else widths)])
     if len(new_cfg["widths"]) != len(cfg["widths"]) or any(n < o for n, o in zip(new_cfg["widths"], cfg["widths"])) \
             or new_cfg["guides"] < cfg["guides"] or new_cfg["hidden"] < cfg["hidden"] or new_cfg["guides"] > 8:
         raise ValueError(f"widened keeps the number of levels and only grows: widths {cfg['widths']} -> "
@@ -151,14 +152,13 @@ def _widened(model, cfg: dict, new_cfg: dict):
     head = torch.tensor(list(range(rows_o["guides"])) + [rows_n[k] for k, _ in BLENDS if k in rows_o])
     maps = {"net.stem.0": (lv[0], None), "net.top.0": (lv[0], _concat([lv[1], lv[0]], [wn[1], wn[0]])),
             "net.out": (torch.cat([torch.arange(code_o), code_n + torch.arange(len(cfg["radii"]))]), lv[0]),
-            "head_in": (torch.arange(code_o) if cfg["hidden"] else None, None),
-            "head_out": (head, torch.arange(cfg["hidden"]))}
+            "head_in": (torch.arange(code_o), None), "head_out": (head, torch.arange(cfg["hidden"]))}
     for i in range(len(wo) - 1):
         maps[f"net.down.{i}.0"] = (lv[i + 1], lv[i])
         maps[f"net.down.{i}.2"] = (lv[i + 1], lv[i + 1])
     for j, i in enumerate(range(len(wo) - 2, 0, -1)):
         maps[f"net.up.{j}.0"] = (lv[i], _concat([lv[i + 1], lv[i]], [wn[i + 1], wn[i]]))
-    if cfg["hidden"] == 0:  # a linear head: head_in writes the outputs directly
+    if cfg["hidden"] == 0:  # a linear head: head_in and the code write the outputs directly, in the outputs' order
         maps["head_in"] = (head, None)
         maps["net.out"] = (torch.cat([head, code_n + torch.arange(len(cfg["radii"]))]), lv[0])
     state = new.state_dict()
