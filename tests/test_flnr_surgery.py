@@ -118,6 +118,9 @@ def test_train_denoiser_widens_its_init(tmp_path, capsys):
         assert main(["train-denoiser", *tiny, *bad, "-o", str(tmp_path / "x.safetensors")]) == 2
         err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
         assert len(err) == 1 and says in err[0] and not (tmp_path / "x.safetensors").exists()
+    before = small.read_bytes()  # -o naming the --init file: refused, the file untouched
+    assert main(["train-denoiser", *tiny, "--init", str(small), "--guides", "5", "-o", str(small)]) == 2
+    assert "is the --init file" in capsys.readouterr().err and small.read_bytes() == before
 
 
 def test_widened_is_seeded_and_leaves_the_callers_random_state_alone():

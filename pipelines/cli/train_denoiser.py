@@ -271,6 +271,8 @@ def run(args) -> int:
         raise ValueError(f"--ema must be a decay in [0, 1), got {args.ema}")
     if args.out.suffix != ".safetensors":
         raise ValueError(f"-o must name a .safetensors file, got {args.out}")
+    if args.init and Path(args.init).resolve() == args.out.resolve():
+        raise ValueError(f"-o {args.out} is the --init file: write the fine-tuned weights to another file")
     torch.set_num_threads(max(1, args.threads))
     torch.manual_seed(args.seed)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
