@@ -19,7 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-FIELDS = ("color", "albedo", "normal", "depth", "emission")
+from vision.data.fields import FLNR_GUIDES
+
+# the fields the denoiser trains on (ao is written as zeros below: Cycles writes none)
+FIELDS = ("color", *FLNR_GUIDES)
 
 
 def convert_scene(src: Path, dst: Path) -> int:

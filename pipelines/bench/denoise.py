@@ -40,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vision.data.fields import GUIDES
+
 from .timing import print_table
 
 DESCRIPTION = ("render-frame denoisers on rendered scenes vs their references: noisy, box, FLR, FLNR, OIDN "
@@ -66,8 +68,6 @@ within 2 dB of OIDN high (albedo+normal, cleanAux), HDR-FLIP <= OIDN high's + 0.
 known) <= 1.5 dB below full-resolution FLR; (with --cuda-size 1920x1080, on a GPU) FLR <= 1 ms and
 FLNR <= 5 ms per frame.
 """
-
-GUIDES = ("albedo", "normal", "depth", "ao", "emission", "position")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

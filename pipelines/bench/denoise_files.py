@@ -22,8 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from vision.data.dataset import file_inside
-
-OPTIONAL = ("albedo", "normal", "depth", "ao", "emission", "position")
+from vision.data.fields import GUIDES as OPTIONAL
 
 
 def _inside(root: Path, name, manifest: Path, key: str) -> Path:

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-BUFFERS = ("albedo", "normal", "depth", "ao", "emission", "position")
+from vision.data.fields import GUIDES
+
+BUFFERS = GUIDES  # the guide buffers a frame may hold, each also a --NAME option
 
 EPILOG = """\
 examples:

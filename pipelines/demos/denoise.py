@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vision.data.fields import FLNR_GUIDES
+
 TITLE = "render-frame denoising: 1-spp input, FLR, FLNR, OIDN, 2048-spp reference"
 
 SCENES = ("scene_00000", "scene_00002")  # a room lit from the ceiling; one with a visible lamp
-GUIDES = ("albedo", "normal", "depth", "ao", "emission")
+GUIDES = FLNR_GUIDES  # albedo, normal, depth, ao, emission: what the bundled frames hold and FLNR reads
 
 
 def _big(img, k: int = 2):

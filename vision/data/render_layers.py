@@ -6,7 +6,8 @@ A`` plus AOV layers), single- or multi-part (parts are merged, written back as o
 Image Denoise uses. Channels are grouped by view layer (the
 first part of a three-part Blender name ``ViewLayer.Denoising Albedo.R``; everything else is one
 unnamed layer) and each layer that holds a colour is denoised on its own passes, found by name with
-:func:`vision.denoise.buffers.find_fields`. Buffers may also come from separate files (EXR or PFM).
+:func:`vision.data.fields.find_fields`. Buffers may also come from separate files (EXR or PFM). Cycles'
+``Vector`` pass, when present, is read as ``motion`` (4 channels; the denoiser of one frame ignores it).
 
 What renderers write is brought to the denoiser's conventions here, so real files are not refused:
 
@@ -34,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from .exr import EXR_MAGIC, copyable_header, describe_bad_file, read_exr_header, read_exr_parts
+from .fields import CHANNELS, GUIDES as _DENOISER_GUIDES, INPUTS, REGRESSION_ORDER, find_fields
 from .pfm import PFM_MAGIC, read_pfm
 
 # depths at or beyond this are "no surface": renderers write 1e10 (Cycles) or FLT_MAX for the sky
@@ -41,7 +43,8 @@ NO_SURFACE_DEPTH = 1e9
 # albedo up to this is a glossy surface's tint (Cycles writes about 1.03), clamped without a note
 GLOSSY_ALBEDO = 1.05
 HALF_MAX = float(np.finfo(np.float16).max)
-CHANNEL_COUNT = {"color": 3, "albedo": 3, "normal": 3, "depth": 1, "ao": 1, "emission": 3, "position": 3}
+# the buffers a layer is read with: colour, the denoiser's guides, and motion (float32 (H, W, 4)) when the file has it
+CHANNEL_COUNT = {name: CHANNELS[name] for name in (*INPUTS, "motion")}
 
 
 @dataclass
@@ -230,15 +233,13 @@ def _stack(stored: Mapping[str, np.ndarray], names: list[str]) -> np.ndarray:
 
 def read_buffer_file(path: Path, name: str) -> tuple[np.ndarray, str]:
     """One buffer (``albedo``, ``normal``, ...) from a separate EXR or PFM file, and where it was found."""
-    from vision.denoise.buffers import find_fields
-
     other, _ = read_channels(path)
     found = find_fields(other)
     names = found.get(name) or found.get("color")
     if names is None and len(other) == 1:
         names = list(other)
     if names is None and CHANNEL_COUNT[name] == 1:
-        names = next(([v[0]] for v in found.values()), None)
+        names = next(([v[0]] for k, v in found.items() if k != "motion"), None)  # another field's first channel
     if names is None:
         raise ValueError(f"{path}: no {name} channels found; channels: {', '.join(sorted(other))}")
     arr = _stack(other, names)
@@ -252,8 +253,6 @@ def read_render_file(path, extra: Mapping[str, Path] | None = None) -> RenderFil
 
     ``extra``: field -> a separate file to read that buffer from, for every layer of the frame.
     """
-    from vision.denoise.buffers import find_fields
-
     path = Path(path)
     windows: dict = {}
     stored, header = read_channels(path, windows)
@@ -307,7 +306,8 @@ def describe(rf: RenderFile, only_rgb: bool = False) -> str:
     return " | ".join(parts) + tail
 
 
-GUIDES = ("albedo", "normal", "depth", "ao", "position")
+# the guides the regression reads (emission alone splits the colour but guides nothing)
+GUIDES = tuple(g for g in _DENOISER_GUIDES if g in REGRESSION_ORDER)
 
 
 def missing_guides(rf: RenderFile) -> str | None:
@@ -315,7 +315,7 @@ def missing_guides(rf: RenderFile) -> str | None:
     bare = [layer.name or "the image" for layer in rf.layers if not any(g in layer.sources for g in GUIDES)]
     if not bare:
         return None
-    return (f"no guide buffers (albedo, normal, depth, ao, position) for {', '.join(bare)}: the regression can only "
+    return (f"no guide buffers ({', '.join(GUIDES)}) for {', '.join(bare)}: the regression can only "
             "blur; render the Denoising Data passes (Blender) or albedo/normal/depth AOVs, or give them with "
             "--albedo/--normal/--depth")
 

@@ -8,11 +8,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vision.data.fields import FEATURE_CHANNELS, FLNR_LAYOUT
+
 from . import buffers as B
 from .flr import area_down
 
-GUIDES = ("normal", "depth", "ao", "albedo")  # fixed layout of the buffers: 3 + 1 + 1 + 3 = 8 channels
-FEATURES = 8
+GUIDES = FLNR_LAYOUT  # fixed layout of the buffers: normal, depth, ao, albedo, 3 + 1 + 1 + 3 = 8 channels
+FEATURES = FEATURE_CHANNELS
 CELL = 4  # the network's cells, in full-resolution pixels
 NET_IN = FEATURES + 3 + 1 + 1  # cell means of the guides, log1p(colour), emitter mask; spread of log-luminance
 

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import torch
 
+from vision.data.fields import GUIDES
 from vision.kernels.runtime import forced_backend
 
 from . import buffers, graphs
@@ -126,7 +127,7 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
 
 def _frame(c, *present, names, model, net, radius, eps, scale, tile, phase, repair, needs_grad):
     """One frame of :func:`denoise` on validated (B, C, H, W) buffers: repairs, checks, the model."""
-    guides = dict.fromkeys(("albedo", "normal", "depth", "ao", "emission", "position"))
+    guides = dict.fromkeys(GUIDES)
     guides.update(zip(names, present))
     u = upsample_factor(tuple(c.shape[-2:]), full_size(c, guides))
     with torch.set_grad_enabled(needs_grad):

@@ -1,0 +1,48 @@
+"""Guide features of the regression: which guides it reads (:data:`GUIDE_ORDER`), log-depth, standardisation."""
+from __future__ import annotations
+
+import torch
+
+from vision.data.fields import REGRESSION_ORDER, guide_list  # noqa: F401 (re-exported)
+
+from .layout import cpu_path
+
+# Guides in the order they are taken until the regression's 8 feature channels are full.
+GUIDE_ORDER = REGRESSION_ORDER
+
+
+def log_depth(depth: torch.Tensor) -> torch.Tensor:
+    """``log(depth)``, where pixels with no surface (depth <= 0, e.g. the sky) take the frame's largest depth.
+    On the CPU path, (B, 1, H, W) float32 depth takes one numba pass instead of four tensor ops
+    (:mod:`.log_cpu`)."""
+    from vision.kernels.runtime import jit
+
+    if depth.dim() == 4 and depth.shape[1] == 1 and cpu_path(depth) and jit.enabled(depth):
+        from . import log_cpu
+
+        return log_cpu.log_depth(depth)
+    far = depth.amax()  # the largest valid depth, when there is one (invalid ones are <= 0)
+    far = torch.where(far > 0, far, torch.ones_like(far))  # on the device: no host read
+    return torch.log(torch.where(depth > 0, depth, far).clamp_min(1e-6))
+
+
+def raw_features(buffers: dict[str, torch.Tensor | None]) -> tuple[torch.Tensor | None, list[str]]:
+    """Concatenate the guide buffers into (B, K, H, W) before standardisation.
+
+    Depth becomes log-depth (radiance varies smoothly in log-depth across a wide depth range, and one
+    far pixel no longer dominates the variance); pixels with no surface (depth <= 0, e.g. the sky) take
+    the largest depth of the frame.
+    """
+    names = guide_list(k for k, v in buffers.items() if v is not None)
+    parts = [log_depth(buffers[name]) if name == "depth" else buffers[name] for name in names]
+    if not parts:
+        return None, []
+    b = max(p.shape[0] for p in parts)
+    return torch.cat([p.expand(b, -1, -1, -1) for p in parts], 1), names
+
+
+def feature_stats(f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per image and channel mean and standard deviation (floored), shapes (B, K, 1, 1)."""
+    mean = f.mean((2, 3), keepdim=True)
+    std = f.std((2, 3), keepdim=True, unbiased=False).clamp_min(1e-3)
+    return mean, std
