@@ -18,7 +18,7 @@ BLENDER = ["ViewLayer.Combined.R", "ViewLayer.Combined.G", "ViewLayer.Combined.B
 
 def test_channel_counts():
     assert F.CHANNELS == {"color": 3, "albedo": 3, "normal": 3, "depth": 1, "ao": 1, "emission": 3, "position": 3,
-                          "reference": 3, "motion": 4}
+                          "reference": 3, "motion": 4, "index": 1}
     assert F.NAMES == tuple(F.CHANNELS) and len(set(F.NAMES)) == len(F.TABLE)
     for f in F.TABLE:
         assert all(len(c) == f.channels for c in f.components), f.name
@@ -51,8 +51,8 @@ def test_former_tuples_are_the_derived_names():
     assert F.FLNR_GUIDES == ("albedo", "normal", "depth", "ao", "emission") == demo.GUIDES
     assert R.GUIDES == ("albedo", "normal", "depth", "ao", "position")
     assert R.CHANNEL_COUNT == {"color": 3, "albedo": 3, "normal": 3, "depth": 1, "ao": 1, "emission": 3,
-                               "position": 3, "motion": 4}
-    assert {k: v for k, v in B.CHANNELS.items() if k != "motion"} == {
+                               "position": 3, "motion": 4, "index": 1}
+    assert {k: v for k, v in B.CHANNELS.items() if k not in ("motion", "index")} == {
         "color": 3, "albedo": 3, "normal": 3, "depth": 1, "ao": 1, "emission": 3, "position": 3, "reference": 3}
     assert B.find_fields is F.find_fields and flnr_net.FEATURES == 8
     assert B.guide_list(["position", "albedo", "depth"]) == ["depth", "albedo", "position"]
@@ -134,3 +134,10 @@ def test_render_file_reads_motion_and_the_denoiser_passes_it_through(blender_fra
     b = layer.buffers
     want = denoise(b["color"], **{k: b[k] for k in F.GUIDES if k in b})
     np.testing.assert_array_equal(np.stack([got[f"ViewLayer.Combined.{c}"] for c in "RGB"], -1), want)
+
+
+def test_cycles_object_index_is_found_and_read():
+    found = F.find_fields(["ViewLayer.Combined.R", "ViewLayer.Combined.G", "ViewLayer.Combined.B",
+                           "ViewLayer.IndexOB.X", "ViewLayer.Depth.Z"])
+    assert found["index"] == ["ViewLayer.IndexOB.X"] and found["depth"] == ["ViewLayer.Depth.Z"]
+    assert F.find_fields(["R", "G", "B", "segment.id"])["index"] == ["segment.id"]

@@ -15,7 +15,7 @@ the package is derived from it:
 
 :func:`find_fields` maps the channel names of a (multi-layer) EXR to fields: the names ``vision
 render-scenes`` writes (see :data:`vision.data.exr.LAYERS`), Blender Cycles passes (``Combined`` / ``Noisy
-Image``, ``Denoising Albedo``, ``Denoising Normal``, ``Denoising Depth``, ``Emit``, ``AO``, ``Vector``, with
+Image``, ``Denoising Albedo``, ``Denoising Normal``, ``Denoising Depth``, ``Emit``, ``AO``, ``Vector``, ``IndexOB``, with
 or without a view-layer prefix such as ``ViewLayer.``) and the usual Mitsuba 3 AOV names (``albedo``,
 ``sh_normal`` / ``nn``, ``depth`` / ``dd``, ``position`` / ``pp``; colour in the root ``R G B`` channels).
 Pure Python: importing it loads neither NumPy nor torch.
@@ -80,6 +80,10 @@ TABLE: tuple[Field, ...] = (
     Field("motion", 4, ("vector", "motion", "motion_vector", "motionvector", "mv"), QUADS, "motion",
           "screen-space motion in pixels: X,Y towards the previous frame, Z,W towards the next (Cycles' "
           "convention, tested by the temporal denoiser)"),
+    Field("index", 1, ("indexob", "object index", "object_index", "objectindex", "indexma", "material index",
+                       "segment", "instance", "instance_id"), (("X",), ("id",), ("Y",), ("R",), ("V",), ("Z",)),
+          "index", "object (or material) id per pixel: pixels of different ids show different surfaces (the "
+          "temporal denoiser keeps no history across them)"),
 )
 
 BY_NAME: dict[str, Field] = {f.name: f for f in TABLE}

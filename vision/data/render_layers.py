@@ -43,8 +43,9 @@ NO_SURFACE_DEPTH = 1e9
 # albedo up to this is a glossy surface's tint (Cycles writes about 1.03), clamped without a note
 GLOSSY_ALBEDO = 1.05
 HALF_MAX = float(np.finfo(np.float16).max)
-# the buffers a layer is read with: colour, the denoiser's guides, and motion (float32 (H, W, 4)) when the file has it
-CHANNEL_COUNT = {name: CHANNELS[name] for name in (*INPUTS, "motion")}
+# the buffers a layer is read with: colour, the denoiser's guides, and motion (float32 (H, W, 4)) and the object
+# index (float32 (H, W, 1)) when the file has them
+CHANNEL_COUNT = {name: CHANNELS[name] for name in (*INPUTS, "motion", "index")}
 
 
 @dataclass
@@ -239,7 +240,7 @@ def read_buffer_file(path: Path, name: str) -> tuple[np.ndarray, str]:
     if names is None and len(other) == 1:
         names = list(other)
     if names is None and CHANNEL_COUNT[name] == 1:
-        names = next(([v[0]] for k, v in found.items() if k != "motion"), None)  # another field's first channel
+        names = next(([v[0]] for k, v in found.items() if k not in ("motion", "index")), None)  # another field's first channel
     if names is None:
         raise ValueError(f"{path}: no {name} channels found; channels: {', '.join(sorted(other))}")
     arr = _stack(other, names)
