@@ -24,6 +24,8 @@ from types import SimpleNamespace
 
 import torch
 
+from .accel import accelerator_for as _accelerator
+from .accel import configured_precision  # noqa: F401 (re-exported: callers import it from here)
 from .dense_model import DenseConfig, build_model, predict_raw, save_run_files, trainable_state
 
 RESUME = "resume.safetensors"  # tensors, with the rest of the training state as JSON in its header
@@ -226,57 +228,6 @@ def _read_resume(run: Path) -> dict | None:
 
 
 STATE = "state"  # accelerator.save_state folder: model, optimiser, schedule, RNG of every rank
-
-
-def configured_precision(flag: str | None) -> str:
-    """The mixed precision to train in: ``--mixed-precision``, else what ``accelerate launch`` exported,
-    else ``accelerate config``'s default config file (also when the command runs without the launcher),
-    else "no"."""
-    import os
-
-    if flag:
-        return flag
-    if os.environ.get("ACCELERATE_MIXED_PRECISION"):
-        return os.environ["ACCELERATE_MIXED_PRECISION"]
-    from accelerate.commands.config import default_config_file, load_config_from_file
-
-    if os.path.isfile(default_config_file):
-        try:
-            return str(load_config_from_file(default_config_file).mixed_precision or "no")
-        except (OSError, ValueError, TypeError, KeyError) as err:
-            raise ValueError(f"{default_config_file} (accelerate config) cannot be read: {err}") from None
-    return "no"
-
-
-def _accelerator(cfg: DenseConfig, run: Path):
-    """Accelerate's ``Accelerator`` for a config: its mixed precision (None: what ``accelerate config`` or
-    ``accelerate launch`` set), its device choice (CUDA or MPS when present, the CPU when ``cfg.cpu``),
-    gradient accumulation and trackers, each refused with one line when it cannot be honoured."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState, PartialState
-
-    if cfg.grad_accum < 1:
-        raise ValueError(f"--grad-accum must be >= 1, got {cfg.grad_accum}")
-    if cfg.mixed_precision not in (None, "no", "fp16", "bf16", "fp8"):
-        raise ValueError(f"--mixed-precision {cfg.mixed_precision}: choose no, fp16, bf16 or fp8")
-    if cfg.log_with:
-        from accelerate.tracking import get_available_trackers
-
-        available = {str(t) for t in get_available_trackers()}
-        if cfg.log_with != "all" and cfg.log_with not in available:
-            raise ValueError(f"--log-with {cfg.log_with}: that tracker is not installed here "
-                             f"(available: {', '.join(sorted(available)) or 'none'})")
-    state = AcceleratorState._shared_state
-    wanted = configured_precision(cfg.mixed_precision)
-    if state and PartialState().num_processes == 1 and state.get("_mixed_precision") != wanted:
-        # Accelerate keeps one process-wide state; a single-process caller that trains twice with other
-        # precisions (a notebook, the tests) would otherwise be refused by the second Accelerator
-        AcceleratorState._reset_state()
-    try:
-        return Accelerator(mixed_precision=wanted, cpu=cfg.cpu, gradient_accumulation_steps=cfg.grad_accum,
-                           log_with=cfg.log_with, project_dir=str(run) if cfg.log_with else None)
-    except (ValueError, RuntimeError) as err:
-        raise ValueError(f"--mixed-precision {wanted} / --cpu {cfg.cpu}: {str(err).strip().splitlines()[0]}") from None
 
 
 def _ema_state(ema, core) -> SimpleNamespace:
