@@ -11,22 +11,32 @@ tonemap) plus ``--smape`` times the symmetric relative error ``|x - y| / (|x| + 
 values, which weighs dark and bright regions alike. Augmentation: random crops, horizontal and vertical
 flips, a random exposure (colour, emission and reference scaled by one factor per crop); with
 ``--upsample-prob P`` a fraction P of the steps see one colour sample of every u x u block at a random
-phase given to the model (joint denoising and upsampling; u = ``--upsample-factor``, 2 or 4). Ctrl-C
-stops the run and still writes the best weights so far.
+phase given to the model (joint denoising and upsampling; u = ``--upsample-factor``, 2 or 4).
+
+The loop is :func:`vision.pipelines.training.denoiser.train` (Accelerate, timm's EMA, transformers' cosine
+schedule): a checkpoint after every epoch in ``--checkpoint-dir`` (a kill at any moment leaves a complete
+one), ``--resume`` continues it bit for bit; SIGTERM or Ctrl-C finish the current step, save a checkpoint,
+write the best weights so far and exit with 143 / 130 (a second Ctrl-C stops at once). Data-parallel under
+``accelerate launch --multi_gpu --num_processes N -m vision.pipelines.cli train-denoiser ...`` (on GPUs, or on
+CPUs over gloo when no GPU is visible; accelerate 1.16's ``--cpu`` starts a single process).
 """
 from __future__ import annotations
 
 import argparse
-import copy
-import math
 import shlex
 import sys
-import time
 from pathlib import Path
+
+from vision.pipelines.training.denoiser_data import (  # noqa: F401 (the training data's helpers, as they were here)
+    AO_CHANNEL, FIELDS, GUIDES, load_frames, loss_fn, pick, sample_batch, subsample, tonemap, val_phases, validate)
 
 EPILOG = """examples:
   vision render-scenes --out data/flnr --count 300 --size 128 --spp-ref 512 --seed 11
   vision train-denoiser --data data/flnr -o flnr.safetensors
+  vision train-denoiser --data data/flnr -o flnr.safetensors --resume    # after a kill: on from flnr.safetensors.state/
+  vision train-denoiser --data data/flnr --mixed-precision bf16 --grad-accum 4 -o flnr.safetensors
+  accelerate launch --multi_gpu --num_processes 2 -m vision.pipelines.cli train-denoiser --data data/flnr -o flnr.safetensors
+                  # data-parallel: 2 processes (GPUs, or CPUs over gloo when none is visible; accelerate's --cpu starts one)
   vision train-denoiser --data data/flnr --init flnr.safetensors --lr 5e-4 -o flnr_ft.safetensors   # fine-tune
   vision train-denoiser --data data/flnr --init flnr.safetensors --antialias --lr 5e-4 -o flnr_aa.safetensors  # + blend
   vision train-denoiser --data data/union --init flnr.safetensors --detail --lr 3e-4 -o flnr_detail.safetensors
@@ -42,8 +52,6 @@ EPILOG = """examples:
 The bundled scenes (assets/scenes) are the evaluation set: do not train on them.
 """
 
-FIELDS = ("color", "reference", "albedo", "normal", "depth", "ao", "emission")
-GUIDES = ("albedo", "normal", "depth", "ao", "emission")
 PRUNE_FRAMES = 24  # training frames on which --hidden with --init measures the guide head's units
 
 
@@ -99,134 +107,32 @@ def add_arguments(p) -> None:
                         "on data that always has it meets a missing buffer only at inference")
     p.add_argument("--ema", type=float, default=0.0, metavar="DECAY",
                    help="validate and keep an exponential moving average of the weights (Polyak averaging) with this "
-                        "decay per step, e.g. 0.999 (default 0: the weights themselves); it smooths out the noise of "
-                        "small batches when fine-tuning")
+                        "decay per step, e.g. 0.999 (default 0: the weights themselves; timm's ModelEmaV3); it smooths "
+                        "out the noise of small batches when fine-tuning")
     p.add_argument("--minutes", type=float, default=None,
                    help="stop after this many minutes (after an epoch); the cosine learning-rate decay then "
                         "follows the time spent when that is further along than the steps")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--init", type=Path, default=None, help="start from these FLNR weights")
-    p.add_argument("--device", default=None, help="torch device (default cuda when available, else cpu)")
+    p.add_argument("--mixed-precision", choices=("no", "fp16", "bf16"), default=None,
+                   help="autocast the U-Net in this precision while training (bf16 works on CPUs too; the guide "
+                        "head and the regression stay float32, validation runs in float32); default: what "
+                        "accelerate config / accelerate launch set, else no")
+    p.add_argument("--grad-accum", type=int, default=1, metavar="N",
+                   help="micro-batches of --batch crops per optimiser step (default 1)")
+    p.add_argument("--checkpoint-dir", type=Path, default=None, metavar="DIR",
+                   help="where a checkpoint is written after every epoch and on SIGTERM / Ctrl-C (model, optimiser, "
+                        "schedule, EMA, RNG, best weights so far; replaced atomically, so a kill at any moment leaves "
+                        "a complete one); default: -o's name + .state, beside it")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the checkpoint in --checkpoint-dir (same command line otherwise: a checkpoint "
+                        "made with other data, crops, batch or model is refused); ends with the weights an "
+                        "uninterrupted run gives")
+    p.add_argument("--device", default=None,
+                   help="torch device (default cuda when available, else cpu); under accelerate launch each "
+                        "process takes its own")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-
-
-def load_frames(root: Path, split: str) -> list[dict]:
-    """Every frame of ``split`` as a dict of (1, C, H, W) float32 tensors plus ``scene``."""
-    from vision.data import RenderedScenes
-
-    ds = RenderedScenes(root, split=split, fields=list(FIELDS))
-    out = []
-    for i in range(len(ds)):
-        s = ds[i]
-        out.append({**{k: s[k][None] for k in FIELDS}, "scene": s["scene"]})
-    return out
-
-
-def tonemap(x):
-    return (x.clamp(0, 1) + 1e-4) ** (1 / 2.2)
-
-
-def loss_fn(out, ref, smape: float, tonemapped: str = "l1"):
-    d = tonemap(out) - tonemap(ref)
-    base = d.abs().mean() if tonemapped == "l1" else (d.square().mean() + 1e-12).sqrt()
-    rel = ((out - ref).abs() / (out.abs() + ref.abs() + 1e-2)).mean()
-    return base + smape * rel
-
-
-AO_CHANNEL = 4  # of the network's guide layout (normal 3, log-depth 1, AO 1, albedo 3: flnr_net.GUIDES)
-
-
-def sample_batch(frames, stats, batch: int, crop: int, gen, drop_ao: float = 0.0):
-    """Random crops (with flips and an exposure factor) stacked into one batch dict, and their stats. With
-    probability ``drop_ao`` a crop's AO buffer is zeroed and its standardisation made that of a missing buffer
-    (mean 0), which is what a frame without AO gives the network."""
-    import torch
-
-    picks = torch.randint(len(frames), (batch,), generator=gen).tolist()
-    out = {k: [] for k in FIELDS}
-    means, stds = [], []
-    for i in picks:
-        f = frames[i]
-        h, w = f["color"].shape[-2:]
-        c = min(crop, h, w)
-        y = int(torch.randint(h - c + 1, (1,), generator=gen))
-        x = int(torch.randint(w - c + 1, (1,), generator=gen))
-        flips = [d for d, flip in ((-1, torch.rand(1, generator=gen) < 0.5), (-2, torch.rand(1, generator=gen) < 0.5))
-                 if flip]
-        exposure = float(2 ** (torch.rand(1, generator=gen) * 2 - 1))
-        for k in FIELDS:
-            v = f[k][..., y:y + c, x:x + c]
-            if flips:
-                v = v.flip(flips)
-            if k in ("color", "reference", "emission"):
-                v = v * exposure
-            out[k].append(v)
-        mean, std = stats[i]
-        if drop_ao > 0 and float(torch.rand(1, generator=gen)) < drop_ao:
-            out["ao"][-1] = torch.zeros_like(out["ao"][-1])
-            mean, std = mean.clone(), std.clone()
-            mean[:, AO_CHANNEL], std[:, AO_CHANNEL] = 0.0, 1e-3
-        means.append(mean)
-        stds.append(std)
-    return {k: torch.cat(v) for k, v in out.items()}, (torch.cat(means), torch.cat(stds))
-
-
-def subsample(color, gen, factor: int = 2):
-    """One sample of every u x u block (u = ``factor``), at a random phase: 1/u-resolution colour for joint
-    upsampling. Returns the colour and the phase (dy, dx), the sample's pixel in its block."""
-    import torch
-
-    phase = tuple(int(v) for v in torch.randint(factor, (2,), generator=gen))
-    return pick(color, phase, factor).contiguous(), phase
-
-
-def pick(color, phase, factor: int = 2):
-    """Pixel ``(u i + dy, u j + dx)`` of every whole u x u block of (..., H, W) ``color``, ``phase = (dy, dx)``,
-    u = ``factor``."""
-    dy, dx = phase
-    h, w = color.shape[-2:]
-    return color[..., dy:h - h % factor:factor, dx:w - w % factor:factor]
-
-
-def val_phases(factor: int = 2) -> tuple[tuple[int, int], ...]:
-    """The 1/u-resolution validation's phases: one sample of every u x u block at its first and last pixel."""
-    return (0, 0), (factor - 1, factor - 1)
-
-
-def validate(model, frames, upsample_prob: float = 0.0, factor: int = 2) -> tuple[float, float | None]:
-    """(score, 1/u-resolution PSNR or None): the mean validation PSNR at full resolution, or, when the run
-    trains joint upsampling, from one colour sample of every u x u block (u = ``factor``; phases
-    :func:`val_phases`, known to the model); the score weighs the two as the training steps do. Frames whose
-    size u does not divide have no 1/u-resolution score; when no frame has one, the score is the
-    full-resolution PSNR."""
-    import numpy as np
-    import torch
-
-    from vision.denoise.metrics import psnr
-
-    def score(color, f, phase=None):
-        out = model(color, {k: f[k] for k in GUIDES}, phase=phase)
-        return psnr(out[0].permute(1, 2, 0).cpu().numpy(), f["reference"][0].permute(1, 2, 0).cpu().numpy())
-
-    def divisible(f):
-        h, w = f["color"].shape[-2:]
-        return h % factor == 0 and w % factor == 0
-
-    halves = upsample_prob > 0 and any(divisible(f) for f in frames)  # else: full resolution only (no NaN score)
-    full, half = [], []
-    with torch.no_grad():
-        for f in frames:
-            if upsample_prob < 1 or not halves:
-                full.append(score(f["color"], f))
-            if halves and divisible(f):
-                half += [score(pick(f["color"], phase, factor), f, phase) for phase in val_phases(factor)]
-    lo = float(np.mean(half)) if half else None
-    if lo is None:
-        return float(np.mean(full)), None
-    if not full:
-        return lo, lo
-    return (1 - upsample_prob) * float(np.mean(full)) + upsample_prob * lo, lo
 
 
 def training_command(args) -> str:
@@ -238,25 +144,72 @@ def training_command(args) -> str:
             ("--scale", args.scale), ("--guides", args.guides), ("--hidden", args.hidden),
             ("--fit-down", args.fit_down), ("--widths", args.widths), ("--drop-ao", getattr(args, "drop_ao", 0.0)),
             ("--ema", getattr(args, "ema", 0.0) or None), ("--minutes", args.minutes),
+            ("--mixed-precision", getattr(args, "mixed_precision", None)),
+            ("--grad-accum", getattr(args, "grad_accum", 1) if getattr(args, "grad_accum", 1) != 1 else None),
             ("--threads", args.threads), ("--seed", args.seed), ("--init", args.init)]
     parts = ["vision", "train-denoiser"] + [f"{k} {shlex.quote(str(v))}" for k, v in opts if v is not None]
     parts += [f"--{k}" for k in ("antialias", "detail") if getattr(args, k, False)]
     return " ".join(parts + [f"-o {shlex.quote(str(args.out))}"])
 
 
-def _half_text(half, args) -> str:
-    if half is None:
-        return ""
-    u = args.upsample_factor
-    return f" (1/{u}-resolution colour {half:.2f} dB)" if args.upsample_prob < 1 else f" (from 1/{u}-resolution colour)"
+def _checkpoint_dir(args) -> Path:
+    """--checkpoint-dir, or -o's name + .state beside it; refused when it is an input or the output, or
+    something other than a checkpoint that a save would replace."""
+    from vision.pipelines.training import checkpoint, denoiser
+
+    folder = Path(args.checkpoint_dir or f"{args.out}.state")
+    here = folder.resolve()
+    for flag, path in (("--data", args.data), ("-o", args.out), ("--init", args.init)):
+        if path is not None and (here == Path(path).resolve() or here in Path(path).resolve().parents):
+            raise ValueError(f"--checkpoint-dir {folder} is or holds the {flag} path: choose another folder")
+    if checkpoint.foreign(folder, denoiser.FORMAT):
+        raise ValueError(f"--checkpoint-dir {folder} exists and is not a train-denoiser checkpoint (a save would "
+                         "replace it): choose another folder")
+    if args.resume and denoiser.find_checkpoint(folder)[0] is None:
+        raise ValueError(f"--resume: no complete checkpoint in {folder} (a run writes one after every epoch)")
+    return folder
+
+
+def _build(args, widths):
+    """The model builder handed to the training loop: from --init (widened, pruned, with blends added as the
+    flags ask) or new."""
+
+    def build(train, say):
+        from vision.denoise.flnr import DEFAULT_CONFIG, FLNR, load_flnr
+
+        if not args.init:
+            radii = [int(r) for r in args.radii.split(",") if r.strip()]
+            return FLNR(widths or DEFAULT_CONFIG["widths"], 16 if args.hidden is None else args.hidden,
+                        DEFAULT_CONFIG["guides"] if args.guides is None else args.guides, radii, args.scale,
+                        1 if args.fit_down is None else args.fit_down, antialias=args.antialias, detail=args.detail)
+        model = load_flnr(args.init)
+        model = FLNR.from_state_dict(model.state_dict(), model.config)
+        grow = {"guides": args.guides, "widths": widths,
+                "hidden": args.hidden if (args.hidden or 0) > model.config["hidden"] else None}
+        if any(v is not None and v != model.config[k] for k, v in grow.items()):
+            model = model.widened(**grow)
+            say(f"widened the init: guides {model.config['guides']}, hidden {model.config['hidden']}, widths "
+                f"{model.config['widths']}")
+        if args.hidden is not None and args.hidden != model.config["hidden"]:
+            if not 0 < args.hidden < model.config["hidden"]:
+                raise ValueError(f"--hidden {args.hidden} with --init: the init's guide head has "
+                                 f"{model.config['hidden']} units; a smaller width (> 0) prunes it, a larger one "
+                                 "widens it")
+            model = model.pruned(args.hidden, [(f["color"], {k: f[k] for k in GUIDES}) for f in train[:PRUNE_FRAMES]],
+                                 args.fit_down)
+            say(f"pruned the init's guide head to {args.hidden} units")
+        elif args.fit_down is not None:
+            model = FLNR.from_state_dict(model.state_dict(), dict(model.config, fit_down=args.fit_down))
+        model = model.with_antialias() if args.antialias and not model.config["antialias"] else model
+        return model.with_detail() if args.detail and not model.config["detail"] else model
+
+    return build
 
 
 def run(args) -> int:
     import torch
-    from tqdm import tqdm
 
-    from vision.denoise import buffers as B
-    from vision.denoise.flnr import DEFAULT_CONFIG, FLNR, frame_stats, load_flnr, parameter_count
+    from vision.pipelines.training.denoiser import DenoiserTraining, data_identity, train as train_loop
 
     if args.epochs < 1 or args.batch < 1 or args.crop < 16 or args.lr <= 0 or not 0 <= args.upsample_prob <= 1:
         raise ValueError("--epochs and --batch must be >= 1, --crop >= 16, --lr > 0 and --upsample-prob in [0, 1]")
@@ -269,122 +222,42 @@ def run(args) -> int:
         raise ValueError(f"--widths must be comma-separated integers such as 16,24,32,48, got {args.widths!r}") from None
     if not 0.0 <= args.ema < 1.0:
         raise ValueError(f"--ema must be a decay in [0, 1), got {args.ema}")
+    if args.grad_accum < 1:
+        raise ValueError(f"--grad-accum must be >= 1, got {args.grad_accum}")
     if args.out.suffix != ".safetensors":
         raise ValueError(f"-o must name a .safetensors file, got {args.out}")
     if args.init and Path(args.init).resolve() == args.out.resolve():
         raise ValueError(f"-o {args.out} is the --init file: write the fine-tuned weights to another file")
+    if args.device:
+        from vision.pipelines.cli import torch_device
+
+        torch_device(args.device)  # a malformed or absent device: one line, before any data is read
+    folder = _checkpoint_dir(args)
     torch.set_num_threads(max(1, args.threads))
     torch.manual_seed(args.seed)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     train = load_frames(args.data, "train")
     if not train:
         raise ValueError(f"no training scenes in {args.data} (split train)")
-    val = load_frames(args.data, "val")
-    if not val:
-        print("(no val scenes in this folder: validating on the training frames)", file=sys.stderr)
-        val = train[: max(1, min(8, len(train)))]
-    move = (lambda fs: [{k: (v.to(device) if hasattr(v, "to") else v) for k, v in f.items()} for f in fs])
-    train, val = move(train), move(val)
-    stats = []
-    for f in train:
-        stats.append(frame_stats({k: f[k] for k in GUIDES}, f["color"], f["color"].shape[-2:]))
-    if args.init:
-        model = load_flnr(args.init)
-        model = FLNR.from_state_dict(model.state_dict(), model.config)
-        grow = {"guides": args.guides, "widths": widths,
-                "hidden": args.hidden if (args.hidden or 0) > model.config["hidden"] else None}
-        if any(v is not None and v != model.config[k] for k, v in grow.items()):
-            model = model.widened(**grow)
-            print(f"widened the init: guides {model.config['guides']}, hidden {model.config['hidden']}, widths "
-                  f"{model.config['widths']}", file=sys.stderr)
-        if args.hidden is not None and args.hidden != model.config["hidden"]:
-            if not 0 < args.hidden < model.config["hidden"]:
-                raise ValueError(f"--hidden {args.hidden} with --init: the init's guide head has "
-                                 f"{model.config['hidden']} units; a smaller width (> 0) prunes it, a larger one "
-                                 "widens it")
-            model = model.pruned(args.hidden, [(f["color"], {k: f[k] for k in GUIDES}) for f in train[:PRUNE_FRAMES]],
-                                 args.fit_down)
-            print(f"pruned the init's guide head to {args.hidden} units", file=sys.stderr)
-        elif args.fit_down is not None:
-            model = FLNR.from_state_dict(model.state_dict(), dict(model.config, fit_down=args.fit_down))
-        model = model.with_antialias() if args.antialias and not model.config["antialias"] else model
-        model = model.with_detail() if args.detail and not model.config["detail"] else model
-    else:
-        radii = [int(r) for r in args.radii.split(",") if r.strip()]
-        model = FLNR(widths or DEFAULT_CONFIG["widths"], 16 if args.hidden is None else args.hidden,
-                     DEFAULT_CONFIG["guides"] if args.guides is None else args.guides, radii, args.scale,
-                     1 if args.fit_down is None else args.fit_down, antialias=args.antialias, detail=args.detail)
-    model = model.to(device)
-    steps = args.steps or max(1, math.ceil(len(train) / args.batch))
-    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
-    total = args.epochs * steps
-    budget = None if args.minutes is None else args.minutes * 60
-    t_start = time.time()
-
-    def progress(i: int) -> float:
-        """Fraction of the run done: of the steps, or of --minutes when that is further along."""
-        done = min(i, total) / total
-        return done if budget is None else max(done, min(1.0, (time.time() - t_start) / budget))
-
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.5 * (1 + math.cos(math.pi * progress(i))))
-    gen = torch.Generator().manual_seed(args.seed)
-    print(f"FLNR: {parameter_count(model)} parameters; {len(train)} train / {len(val)} val frames; "
-          f"{args.epochs} epochs x {steps} steps, batch {args.batch}, crop {args.crop}", file=sys.stderr)
-    model.eval()
-    shadow = copy.deepcopy(model).requires_grad_(False) if args.ema > 0 else None  # the weights' moving average
-    judged = model if shadow is None else shadow  # what is validated and kept
-    best, half = validate(model, val, args.upsample_prob, args.upsample_factor)
-    start = "from --init" if args.init else "untrained"
-    print(f"epoch 0 ({start}): val PSNR {best:.2f} dB{_half_text(half, args)}", file=sys.stderr)
-    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    best_epoch, done, history = 0, 0, []
-    try:  # Ctrl-C ends the run early and still writes the best weights so far
-        for epoch in range(1, args.epochs + 1):
-            model.train()
-            bar = tqdm(range(steps), desc=f"epoch {epoch}/{args.epochs}", unit="step", disable=args.quiet,
-                       file=sys.stderr, leave=False)
-            run_loss = 0.0
-            for _ in bar:
-                b, st = sample_batch(train, stats, args.batch, args.crop, gen, args.drop_ao)
-                phase = None
-                if args.upsample_prob > 0 and float(torch.rand(1, generator=gen)) < args.upsample_prob:
-                    b["color"], phase = subsample(b["color"], gen, args.upsample_factor)
-                out = model(b["color"], {k: b[k] for k in GUIDES}, stats=st, phase=phase)
-                loss = loss_fn(out, b["reference"], args.smape, args.tonemapped)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                sched.step()
-                if shadow is not None:
-                    with torch.no_grad():
-                        for avg, p in zip(shadow.parameters(), model.parameters()):
-                            avg.lerp_(p, 1.0 - args.ema)
-                run_loss += float(loss.detach())
-                bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
-            model.eval()
-            score, half = validate(judged, val, args.upsample_prob, args.upsample_factor)
-            done = epoch
-            history.append(round(score, 3))
-            mark = ""
-            if score > best:
-                best, best_epoch, mark = score, epoch, " (best)"
-                best_state = {k: v.detach().clone() for k, v in judged.state_dict().items()}
-            print(f"epoch {epoch}: train loss {run_loss / steps:.4f}, val PSNR {score:.2f} dB{_half_text(half, args)}"
-                  f"{mark}", file=sys.stderr)
-            if args.minutes is not None and time.time() - t_start > args.minutes * 60:
-                print(f"stopping after {epoch} epochs: --minutes {args.minutes:g} reached", file=sys.stderr)
-                break
-    except KeyboardInterrupt:
-        print(f"interrupted in epoch {done + 1}: writing the best weights so far", file=sys.stderr)
-    model.load_state_dict(best_state)
-    model = model.cpu()
-    command = training_command(args)
-    path = model.save(args.out, **{"vision.train.command": command, "vision.train.epochs": done,
-                                   "vision.train.best_epoch": best_epoch,
-                                   "vision.train.val_psnr": round(best, 3),
-                                   "vision.train.val_history": history,
-                                   "vision.train.data": str(args.data),
-                                   "vision.train.frames": len(train)})
-    print(f"wrote {path} (epoch {best_epoch}, val PSNR {best:.2f} dB, {time.time() - t_start:.0f} s)")
+    val = load_frames(args.data, "val")  # none: the training loop validates on training frames, and says so
+    cfg = DenoiserTraining(
+        epochs=args.epochs, steps=args.steps, batch=args.batch, crop=args.crop, lr=args.lr, smape=args.smape,
+        tonemapped=args.tonemapped, upsample_prob=args.upsample_prob, upsample_factor=args.upsample_factor,
+        drop_ao=args.drop_ao, ema=args.ema, minutes=args.minutes, seed=args.seed, grad_accum=args.grad_accum,
+        mixed_precision=args.mixed_precision, device=args.device, checkpoint_dir=folder, resume=args.resume,
+        quiet=args.quiet)
+    meta = {"vision.train.command": training_command(args), "vision.train.data": str(args.data),
+            "vision.train.frames": len(train)}
+    res = train_loop(cfg, _build(args, widths), train, val, out=args.out, data=data_identity(args.data, train),
+                     metadata=meta, from_init=bool(args.init), loss=loss_fn)
+    if res.path is None:  # another rank of accelerate launch: the main process reports
+        return 128 + res.signum if res.signum else 0
+    if not res.same_weights:
+        raise RuntimeError(f"the {res.processes} processes ended with different weights")
+    if res.signum:
+        name = "SIGTERM" if res.signum == 15 else "Ctrl-C" if res.signum == 2 else f"signal {res.signum}"
+        print(f"stopped by {name} in epoch {res.epochs + 1}: checkpoint in {res.folder}, best weights so far "
+              f"(epoch {res.best_epoch}, {res.best:.2f} dB) in {res.path}; add --resume to continue", file=sys.stderr)
+        return 128 + res.signum
+    same = f", identical on {res.processes} processes" if res.processes > 1 else ""
+    print(f"wrote {res.path} (epoch {res.best_epoch}, val PSNR {res.best:.2f} dB, {res.seconds:.0f} s{same})")
     return 0

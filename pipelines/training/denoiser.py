@@ -1,0 +1,366 @@
+"""FLNR training (``vision train-denoiser``) as a library function, with Accelerate, that survives long runs.
+
+Adam at ``lr`` on transformers' cosine schedule (no warmup; with ``minutes`` it follows the time spent when
+that is further along than the steps), gradient clipping at 1, timm's ``ModelEmaV3`` of the weights with
+``ema`` decay per step (validated and kept instead of the weights themselves), the U-Net autocast in
+``mixed_precision`` while training (the guide head and the regression stay float32), gradient accumulation over ``grad_accum`` micro-batches. The weights
+of the best validation epoch are written to ``out`` (atomically, on the main process only).
+
+Checkpoints (:mod:`.checkpoint`: a kill at any moment leaves the old or the new one complete) go to
+``checkpoint_dir`` at the end of every epoch, and after the current step on SIGTERM or Ctrl-C (a second Ctrl-C
+stops at once). Each holds ``accelerator.save_state`` (model, optimiser, schedule, the RNG of every rank) plus
+``trainer.safetensors`` (the EMA, the best weights so far, every rank's crop generator) and the rest as JSON
+in the manifest: epoch, step, validation history, best so far, time spent, and the settings, so that
+``resume=True`` continues bit for bit where the checkpoint stopped and refuses one made with other settings.
+Nothing in it is a pickle from an untrusted source: Accelerate loads its files with ``weights_only=True``.
+
+Data-parallel under ``accelerate launch --num_processes N`` (gloo on CPUs, NCCL on GPUs): every rank draws its
+own crops (``batch`` per rank and step), gradients are averaged, the weights stay identical (checked at the
+end); only the main process validates, prints and writes (the other ranks add their RNG state to the
+checkpoint being written, as ``save_state`` does).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from . import checkpoint as C
+from .denoiser_data import GUIDES, loss_fn, sample_batch, subsample, validate
+
+FORMAT = "vision-train-denoiser/1"
+EXTRA = "trainer.safetensors"  # EMA, best weights, crop generators; the rest of the state is the manifest's JSON
+
+
+@dataclasses.dataclass
+class DenoiserTraining:
+    """The settings of one training run (``vision train-denoiser``'s flags of the same names)."""
+    epochs: int = 30
+    steps: int | None = None  # optimiser steps per epoch; None: frames / batch
+    batch: int = 4
+    crop: int = 96
+    lr: float = 2e-3
+    smape: float = 0.2
+    tonemapped: str = "l1"
+    upsample_prob: float = 0.0
+    upsample_factor: int = 2
+    drop_ao: float = 0.0
+    ema: float = 0.0
+    minutes: float | None = None
+    seed: int = 0
+    grad_accum: int = 1
+    mixed_precision: str | None = None  # None: accelerate config / accelerate launch, else "no"
+    device: str | None = None  # None: CUDA or MPS when present, else the CPU (gloo between processes)
+    checkpoint_dir: Path | None = None
+    resume: bool = False
+    quiet: bool = False
+
+    @property
+    def cpu(self) -> bool:
+        """Whether to train on CPUs: asked for, or no GPU here (then Accelerate must be told, or processes
+        started by ``accelerate launch`` would each train alone)."""
+        if self.device is not None:
+            return str(self.device).startswith("cpu")
+        mps = getattr(torch.backends, "mps", None)
+        return not (torch.cuda.is_available() or (mps is not None and mps.is_available()))
+
+
+def find_checkpoint(folder):
+    """``(folder, state)`` of the last complete checkpoint in ``folder`` (or beside it), ``(None, None)`` if none."""
+    return C.latest(folder, FORMAT)
+
+
+def data_identity(root, frames) -> str:
+    """The training frames as a checkpoint remembers them: count and a digest of their scene names."""
+    names = "\n".join(f"{f['scene']}" for f in frames)
+    return f"{Path(root).resolve()}: {len(frames)} frames {hashlib.sha256(names.encode()).hexdigest()[:12]}"
+
+
+def _settings(cfg: DenoiserTraining, data: str, acc, steps: int, model=None) -> dict:
+    out = {"--data": data, "--epochs": cfg.epochs, "--steps": steps, "--batch": cfg.batch, "--crop": cfg.crop,
+           "--lr": cfg.lr, "--smape": cfg.smape, "--tonemapped": cfg.tonemapped,
+           "--upsample-prob": cfg.upsample_prob, "--upsample-factor": cfg.upsample_factor, "--drop-ao": cfg.drop_ao,
+           "--ema": cfg.ema, "--seed": cfg.seed, "--grad-accum": cfg.grad_accum,
+           "--mixed-precision": str(acc.mixed_precision), "processes": acc.num_processes}
+    out.update({f"model {k}": v for k, v in (model.config.items() if model is not None else ())})
+    return json.loads(json.dumps(out))  # as JSON gives it back (tuples as lists)
+
+
+def _refuse_other_settings(where: Path, saved: dict | None, now: dict) -> None:
+    if saved is None:
+        return
+    differ = [f"{k} {now[k]} here, {saved.get(k, 'none')} there" for k in now if saved.get(k) != now[k]]
+    if differ:
+        raise ValueError(f"--resume: the checkpoint {where} was made with other settings ({'; '.join(differ)}); "
+                         "run without --resume to start over, or pass another --checkpoint-dir")
+
+
+class _StopOnSignal:
+    """SIGTERM and Ctrl-C set ``signum`` (the loop finishes its step, saves and stops); a second Ctrl-C raises
+    KeyboardInterrupt at once. Handlers are installed only in the main thread and restored on exit."""
+
+    def __init__(self):
+        self.signum, self._old = 0, {}
+
+    def _handle(self, signum, frame):
+        if self.signum and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signum = self.signum or signum
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGTERM, signal.SIGINT):
+                self._old[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+def _agree(acc, signum: int, elapsed: float) -> tuple[int, float]:
+    """Every rank's largest signal number and time spent, so all ranks stop after the same step and follow
+    the same schedule."""
+    if acc.num_processes == 1:
+        return signum, elapsed
+    t = torch.tensor([float(signum), elapsed], dtype=torch.float64, device=acc.device)
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+    return int(t[0]), float(t[1])
+
+
+def _autocast_network(core, acc) -> None:
+    """Autocast FLNR's U-Net (``core.net``: the convolutions, nearly all of its arithmetic) in the run's mixed
+    precision while training, its output back in float32: the per-pixel guide head and the regression stay in
+    float32 (their in-place float32 accumulations refuse half-precision operands). Validation (eval mode, the
+    EMA copy included) runs in float32."""
+    if str(acc.mixed_precision) == "no":
+        return
+    entered = []
+
+    def enter(module, args):
+        if module.training:
+            ctx = acc.autocast()
+            ctx.__enter__()
+            entered.append(ctx)
+
+    def leave(module, args, output):
+        if entered:
+            entered.pop().__exit__(None, None, None)
+            return output.float()
+
+    core.net.register_forward_pre_hook(enter)
+    core.net.register_forward_hook(leave)
+
+
+def _cpu(state: dict, prefix: str) -> dict:
+    return {f"{prefix}/{k}": v.detach().contiguous().cpu() for k, v in state.items()}
+
+
+def _save_checkpoint(acc, folder: Path, state: dict, core, ema, best_state, gen) -> None:
+    """One checkpoint (every rank calls this): Accelerate's state and ours, published atomically by rank 0."""
+    from safetensors.torch import save_file
+
+    tmp = C.staging(folder)
+    if acc.is_main_process:
+        C.begin(folder)
+    acc.wait_for_everyone()
+    acc.save_state(str(tmp))
+    gens = acc.gather(gen.get_state().to(torch.int32)[None].to(acc.device)).cpu()  # (ranks, bytes)
+    acc.wait_for_everyone()
+    if acc.is_main_process:
+        tensors = {**_cpu(best_state, "best"), "sampler": gens.contiguous()}
+        if ema is not None:
+            tensors.update(_cpu(ema.module.state_dict(), "ema"))
+        save_file(tensors, str(tmp / EXTRA))
+        C.publish(tmp, folder, state, FORMAT)
+    acc.wait_for_everyone()
+
+
+def _same_on_every_rank(acc, modules) -> bool:
+    """Whether every rank holds bit-identical weights in ``modules`` (compared on the main process)."""
+    flat = torch.cat([t.detach().float().reshape(-1) for m in modules for t in m.state_dict().values()])
+    rows = acc.gather(flat[None].to(acc.device)).cpu()
+    return all(torch.equal(rows[0], r) for r in rows[1:])
+
+
+def train(cfg: DenoiserTraining, build, train_frames: list, val_frames: list, *, out, data: str,
+          metadata: dict | None = None, from_init: bool = False, loss=loss_fn, log=None) -> SimpleNamespace:
+    """Train the FLNR that ``build(train_frames, log)`` returns (frames already on the training device) on
+    ``train_frames``, validate on ``val_frames`` (none: the first 8 training frames) after every epoch, write the best weights to ``out`` with
+    ``metadata`` (plus epochs, best epoch, PSNR history) and return what happened: ``best``, ``best_epoch``,
+    ``epochs`` (done, in total), ``history``, ``signum`` (the signal that stopped the run, else 0),
+    ``interrupted``, ``path`` (None on other ranks), ``seconds``, ``processes``, ``same_weights``. ``data``
+    identifies the training frames for the checkpoint (:func:`data_identity`)."""
+    from accelerate import DistributedDataParallelKwargs
+    from timm.utils import ModelEmaV3
+    from tqdm import tqdm
+    from transformers.optimization import get_cosine_schedule_with_warmup
+
+    from vision.denoise.flnr import frame_stats, parameter_count
+    from vision.outputs import atomic_path
+
+    from .accel import accelerator_for
+
+    folder = Path(cfg.checkpoint_dir or f"{out}.state")
+    where, saved = find_checkpoint(folder) if cfg.resume else (None, None)
+    if cfg.resume and saved is None:
+        raise ValueError(f"--resume: no complete checkpoint in {folder} (a run writes one after every epoch)")
+    if cfg.device and str(cfg.device).startswith("cuda:") and torch.cuda.is_available():
+        torch.cuda.set_device(torch.device(cfg.device))  # Accelerate's single-process "cuda" is the current one
+    acc = accelerator_for(cfg, None, step_scheduler_with_optimizer=False,  # one schedule step per optimiser step
+                          kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
+    main = acc.is_main_process
+    say = (log or (lambda m: print(m, file=sys.stderr))) if main else (lambda m: None)
+    move = (lambda fs: [{k: (v.to(acc.device) if hasattr(v, "to") else v) for k, v in f.items()} for f in fs])
+    if not val_frames:
+        say("(no val scenes in this folder: validating on the training frames)")
+        val_frames = train_frames[: max(1, min(8, len(train_frames)))]
+    train_frames, val_frames = move(train_frames), move(val_frames)
+    stats = [frame_stats({k: f[k] for k in GUIDES}, f["color"], f["color"].shape[-2:]) for f in train_frames]
+    steps = cfg.steps or max(1, math.ceil(len(train_frames) / cfg.batch))
+    _refuse_other_settings(where, saved and saved["settings"], _settings(cfg, data, acc, steps))  # before any work
+    model = build(train_frames, say).to(acc.device)
+    settings = _settings(cfg, data, acc, steps, model)
+    _refuse_other_settings(where, saved and saved["settings"], settings)
+    say(f"FLNR: {parameter_count(model)} parameters; {len(train_frames)} train / {len(val_frames)} val frames; "
+        f"{cfg.epochs} epochs x {steps} steps, batch {cfg.batch}" + (f" x {acc.num_processes} processes"
+        if acc.num_processes > 1 else "") + f", crop {cfg.crop}; {acc.device}, {acc.mixed_precision} mixed "
+        f"precision; checkpoints in {folder}")
+    total = cfg.epochs * steps
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    sched = get_cosine_schedule_with_warmup(opt, 0, total)
+    model, opt, sched = acc.prepare(model, opt, sched)
+    core = acc.unwrap_model(model)
+    _autocast_network(core, acc)
+    ema = ModelEmaV3(core, decay=cfg.ema) if cfg.ema > 0 else None  # no warmup: the flag's decay from step 1
+    judged = core if ema is None else ema.module  # what is validated and kept
+    gen = torch.Generator().manual_seed(cfg.seed + 1000003 * acc.process_index)  # each rank its own crops
+    run = SimpleNamespace(best=0.0, best_epoch=0, epochs=0, history=[], signum=0, interrupted=False, path=None,
+                          seconds=0.0, processes=acc.num_processes, same_weights=True, folder=folder)
+    first, step0, loss_sum, spent = 1, 0, 0.0, 0.0
+    if saved is not None:
+        from safetensors.torch import load_file
+
+        try:
+            acc.load_state(str(where))  # model, optimiser, schedule, RNG of this rank
+            extra = load_file(str(where / EXTRA))
+        except (RuntimeError, ValueError, KeyError, OSError) as err:
+            raise ValueError(f"--resume: {where} cannot be loaded ({str(err).strip().splitlines()[0]})") from None
+        if ema is not None:
+            ema.module.load_state_dict({k[4:]: v for k, v in extra.items() if k.startswith("ema/")})
+        best_state = {k[5:]: v.to(acc.device) for k, v in extra.items() if k.startswith("best/")}
+        gen.set_state(extra["sampler"][acc.process_index].to(torch.uint8))
+        run.best, run.best_epoch, run.history = saved["best"], saved["best_epoch"], list(saved["history"])
+        run.epochs, step0, loss_sum, spent = saved["epoch"], saved["step"], saved["loss_sum"], saved["seconds"]
+        first = run.epochs + 1
+        say(f"resuming {where} after epoch {run.epochs}" + (f", step {step0} of epoch {first}" if step0 else ""))
+    else:
+        if C.read(folder, FORMAT) is not None:
+            say(f"(a new run: the checkpoint in {folder} is replaced after this run's first epoch; --resume "
+                "continues it instead)")
+        model.eval()
+        if main:
+            run.best, half = validate(core, val_frames, cfg.upsample_prob, cfg.upsample_factor)
+            start = "from --init" if from_init else "untrained"
+            say(f"epoch 0 ({start}): val PSNR {run.best:.2f} dB{_half_text(half, cfg)}")
+        best_state = {k: v.detach().clone() for k, v in core.state_dict().items()}
+    t0 = time.time() - spent
+    budget = None if cfg.minutes is None else cfg.minutes * 60
+
+    def state(epoch_done: int, step: int) -> dict:
+        return {"epoch": epoch_done, "step": step, "loss_sum": loss_sum, "best": run.best,
+                "best_epoch": run.best_epoch, "history": run.history, "seconds": time.time() - t0,
+                "settings": settings}
+
+    with _StopOnSignal() as stop:
+        try:
+            for epoch in range(first, cfg.epochs + 1):
+                model.train()
+                bar = tqdm(range(step0, steps), desc=f"epoch {epoch}/{cfg.epochs}", unit="step", file=sys.stderr,
+                           disable=cfg.quiet or not main, leave=False, initial=step0, total=steps)
+                for i in bar:
+                    for _ in range(cfg.grad_accum):
+                        b, st = sample_batch(train_frames, stats, cfg.batch, cfg.crop, gen, cfg.drop_ao)
+                        phase = None
+                        if cfg.upsample_prob > 0 and float(torch.rand(1, generator=gen)) < cfg.upsample_prob:
+                            b["color"], phase = subsample(b["color"], gen, cfg.upsample_factor)
+                        with acc.accumulate(model):
+                            pred = model(b["color"], {k: b[k] for k in GUIDES}, stats=st, phase=phase)
+                            value = loss(pred.float(), b["reference"], cfg.smape, cfg.tonemapped)
+                            acc.backward(value)
+                            if acc.sync_gradients:
+                                acc.clip_grad_norm_(model.parameters(), 1.0)
+                            opt.step()
+                            opt.zero_grad(set_to_none=True)
+                        loss_sum += float(value.detach())
+                    signum, elapsed = _agree(acc, stop.signum, time.time() - t0)
+                    if not opt.step_was_skipped:  # (fp16: a step with overflowing gradients is skipped)
+                        # the cosine follows the time spent when --minutes is further along than the steps
+                        ahead = 0 if budget is None else int(min(1.0, elapsed / budget) * total)
+                        sched.scheduler.last_epoch = min(max(sched.scheduler.last_epoch + 1, ahead), total) - 1
+                        sched.step()
+                    if ema is not None:
+                        ema.update(core)
+                    bar.set_postfix(loss=f"{float(value.detach()):.4f}")
+                    if signum:
+                        run.signum = signum
+                        _save_checkpoint(acc, folder, state(epoch - 1, i + 1), core, ema, best_state, gen)
+                        break
+                if run.signum:
+                    break
+                step0 = 0
+                model.eval()
+                mean_loss = float(acc.reduce(torch.tensor(loss_sum / (steps * cfg.grad_accum), device=acc.device),
+                                             "mean"))
+                loss_sum = 0.0
+                run.epochs = epoch
+                if main:
+                    score, half = validate(judged, val_frames, cfg.upsample_prob, cfg.upsample_factor)
+                    run.history.append(round(score, 3))
+                    mark = ""
+                    if score > run.best:
+                        run.best, run.best_epoch, mark = score, epoch, " (best)"
+                        best_state = {k: v.detach().clone() for k, v in judged.state_dict().items()}
+                    say(f"epoch {epoch}: train loss {mean_loss:.4f}, val PSNR {score:.2f} dB{_half_text(half, cfg)}"
+                        f"{mark}")
+                _save_checkpoint(acc, folder, state(epoch, 0), core, ema, best_state, gen)
+                run.signum, elapsed = _agree(acc, stop.signum, time.time() - t0)
+                if run.signum:
+                    break
+                if budget is not None and elapsed > budget and epoch < cfg.epochs:
+                    say(f"stopping after {epoch} epochs: --minutes {cfg.minutes:g} reached")
+                    break
+        except KeyboardInterrupt:  # a second Ctrl-C (or one raised by the code): the best weights, no checkpoint
+            run.interrupted = True
+            say(f"interrupted in epoch {run.epochs + 1}: writing the best weights so far")
+    if acc.num_processes > 1 and not run.interrupted:
+        run.same_weights = _same_on_every_rank(acc, [core] + ([ema.module] if ema is not None else []))
+    run.seconds = time.time() - t0
+    if main:
+        final = type(core).from_state_dict({k: v.detach().cpu() for k, v in best_state.items()}, core.config)
+        meta = dict(metadata or {})
+        meta.update({"vision.train.epochs": run.epochs, "vision.train.best_epoch": run.best_epoch,
+                     "vision.train.val_psnr": round(run.best, 3), "vision.train.val_history": run.history,
+                     "vision.train.processes": acc.num_processes,
+                     "vision.train.mixed_precision": str(acc.mixed_precision)})
+        with atomic_path(out) as tmp:
+            final.save(tmp, **meta)
+        run.path = Path(out)
+    acc.wait_for_everyone()
+    return run
+
+
+def _half_text(half, cfg) -> str:
+    if half is None:
+        return ""
+    u = cfg.upsample_factor
+    return f" (1/{u}-resolution colour {half:.2f} dB)" if cfg.upsample_prob < 1 else f" (from 1/{u}-resolution colour)"

@@ -1,0 +1,127 @@
+"""The data side of FLNR training (``vision train-denoiser``, :func:`.denoiser.train`): frames read whole,
+random crops with flips and an exposure factor, 1/u-resolution colour for joint upsampling, the HDR-aware loss
+and the validation score."""
+from __future__ import annotations
+
+from pathlib import Path
+
+FIELDS = ("color", "reference", "albedo", "normal", "depth", "ao", "emission")
+GUIDES = ("albedo", "normal", "depth", "ao", "emission")
+
+
+def load_frames(root: Path, split: str) -> list[dict]:
+    """Every frame of ``split`` as a dict of (1, C, H, W) float32 tensors plus ``scene``."""
+    from vision.data import RenderedScenes
+
+    ds = RenderedScenes(root, split=split, fields=list(FIELDS))
+    out = []
+    for i in range(len(ds)):
+        s = ds[i]
+        out.append({**{k: s[k][None] for k in FIELDS}, "scene": s["scene"]})
+    return out
+
+
+def tonemap(x):
+    return (x.clamp(0, 1) + 1e-4) ** (1 / 2.2)
+
+
+def loss_fn(out, ref, smape: float, tonemapped: str = "l1"):
+    d = tonemap(out) - tonemap(ref)
+    base = d.abs().mean() if tonemapped == "l1" else (d.square().mean() + 1e-12).sqrt()
+    rel = ((out - ref).abs() / (out.abs() + ref.abs() + 1e-2)).mean()
+    return base + smape * rel
+
+
+AO_CHANNEL = 4  # of the network's guide layout (normal 3, log-depth 1, AO 1, albedo 3: flnr_net.GUIDES)
+
+
+def sample_batch(frames, stats, batch: int, crop: int, gen, drop_ao: float = 0.0):
+    """Random crops (with flips and an exposure factor) stacked into one batch dict, and their stats. With
+    probability ``drop_ao`` a crop's AO buffer is zeroed and its standardisation made that of a missing buffer
+    (mean 0), which is what a frame without AO gives the network."""
+    import torch
+
+    picks = torch.randint(len(frames), (batch,), generator=gen).tolist()
+    out = {k: [] for k in FIELDS}
+    means, stds = [], []
+    for i in picks:
+        f = frames[i]
+        h, w = f["color"].shape[-2:]
+        c = min(crop, h, w)
+        y = int(torch.randint(h - c + 1, (1,), generator=gen))
+        x = int(torch.randint(w - c + 1, (1,), generator=gen))
+        flips = [d for d, flip in ((-1, torch.rand(1, generator=gen) < 0.5), (-2, torch.rand(1, generator=gen) < 0.5))
+                 if flip]
+        exposure = float(2 ** (torch.rand(1, generator=gen) * 2 - 1))
+        for k in FIELDS:
+            v = f[k][..., y:y + c, x:x + c]
+            if flips:
+                v = v.flip(flips)
+            if k in ("color", "reference", "emission"):
+                v = v * exposure
+            out[k].append(v)
+        mean, std = stats[i]
+        if drop_ao > 0 and float(torch.rand(1, generator=gen)) < drop_ao:
+            out["ao"][-1] = torch.zeros_like(out["ao"][-1])
+            mean, std = mean.clone(), std.clone()
+            mean[:, AO_CHANNEL], std[:, AO_CHANNEL] = 0.0, 1e-3
+        means.append(mean)
+        stds.append(std)
+    return {k: torch.cat(v) for k, v in out.items()}, (torch.cat(means), torch.cat(stds))
+
+
+def subsample(color, gen, factor: int = 2):
+    """One sample of every u x u block (u = ``factor``), at a random phase: 1/u-resolution colour for joint
+    upsampling. Returns the colour and the phase (dy, dx), the sample's pixel in its block."""
+    import torch
+
+    phase = tuple(int(v) for v in torch.randint(factor, (2,), generator=gen))
+    return pick(color, phase, factor).contiguous(), phase
+
+
+def pick(color, phase, factor: int = 2):
+    """Pixel ``(u i + dy, u j + dx)`` of every whole u x u block of (..., H, W) ``color``, ``phase = (dy, dx)``,
+    u = ``factor``."""
+    dy, dx = phase
+    h, w = color.shape[-2:]
+    return color[..., dy:h - h % factor:factor, dx:w - w % factor:factor]
+
+
+def val_phases(factor: int = 2) -> tuple[tuple[int, int], ...]:
+    """The 1/u-resolution validation's phases: one sample of every u x u block at its first and last pixel."""
+    return (0, 0), (factor - 1, factor - 1)
+
+
+def validate(model, frames, upsample_prob: float = 0.0, factor: int = 2) -> tuple[float, float | None]:
+    """(score, 1/u-resolution PSNR or None): the mean validation PSNR at full resolution, or, when the run
+    trains joint upsampling, from one colour sample of every u x u block (u = ``factor``; phases
+    :func:`val_phases`, known to the model); the score weighs the two as the training steps do. Frames whose
+    size u does not divide have no 1/u-resolution score; when no frame has one, the score is the
+    full-resolution PSNR."""
+    import numpy as np
+    import torch
+
+    from vision.denoise.metrics import psnr
+
+    def score(color, f, phase=None):
+        out = model(color, {k: f[k] for k in GUIDES}, phase=phase)
+        return psnr(out[0].permute(1, 2, 0).cpu().numpy(), f["reference"][0].permute(1, 2, 0).cpu().numpy())
+
+    def divisible(f):
+        h, w = f["color"].shape[-2:]
+        return h % factor == 0 and w % factor == 0
+
+    halves = upsample_prob > 0 and any(divisible(f) for f in frames)  # else: full resolution only (no NaN score)
+    full, half = [], []
+    with torch.no_grad():
+        for f in frames:
+            if upsample_prob < 1 or not halves:
+                full.append(score(f["color"], f))
+            if halves and divisible(f):
+                half += [score(pick(f["color"], phase, factor), f, phase) for phase in val_phases(factor)]
+    lo = float(np.mean(half)) if half else None
+    if lo is None:
+        return float(np.mean(full)), None
+    if not full:
+        return lo, lo
+    return (1 - upsample_prob) * float(np.mean(full)) + upsample_prob * lo, lo
