@@ -275,14 +275,15 @@ def test_model_flnr_with_bundled_and_given_weights(seq, tmp_path, capsys):
     assert main(["denoise", str(seq / "frame_00.exr"), "-o", str(tmp_path / "w"), "--model", "flnr",
                  "--weights", str(w), "-q"]) == 0
     capsys.readouterr()
+    # FLNR denoises the temporal history too; only the static-camera filter for 1/u-resolution colour is FLR's
     assert main(["denoise", str(seq / "frame_00.exr"), "-o", str(tmp_path / "t"), "--model", "flnr",
-                 "--temporal", "-q"]) == 2
-    assert "--temporal" in capsys.readouterr().err
+                 "--temporal", "--phase", "0,0", "-q"]) == 2
+    assert "--model flr" in capsys.readouterr().err
 
 
-def test_default_model_is_flnr_and_flr_with_temporal(seq, tmp_path, capsys):
+def test_default_model_is_flnr_also_with_temporal(seq, tmp_path, capsys):
     """FLNR is ahead of FLR on every evaluation family (BENCHMARKS.md), so the command runs it unless told
-    otherwise; the temporal filter is FLR's, so --temporal alone means FLR."""
+    otherwise, also on a temporal history."""
     from vision.denoise import denoise
 
     d = read_frame(seq / "frame_00.exr")
@@ -292,7 +293,7 @@ def test_default_model_is_flnr_and_flr_with_temporal(seq, tmp_path, capsys):
                                rtol=1e-5, atol=1e-5)
     assert read_exr_header(tmp_path / "a" / "frame_00.exr")["vision.denoiser"].startswith("flnr")
     assert cli_main(["denoise", str(seq / "frame_00.exr"), "-o", str(tmp_path / "t"), "-q", "--temporal"]) == 0
-    assert read_exr_header(tmp_path / "t" / "frame_00.exr")["vision.denoiser"].startswith("flr")
+    assert read_exr_header(tmp_path / "t" / "frame_00.exr")["vision.denoiser"].startswith("flnr")
 
 
 def test_denoising_commands_let_idle_openmp_threads_sleep():

@@ -81,7 +81,7 @@ def test_previous_offset_refuses_bad_input():
 
 def _naive(history, offset, prev, cur, tol):
     """Float64 loops from reproject's definition: four bilinear taps, each kept when inside the frame and on the
-    same surface (index equal, relative depth, normal cosine, albedo per channel), normalised by the kept weight."""
+    same surface (index equal, relative depth, normal cosine), normalised by the kept weight."""
     c, h, w = history.shape
     vals = np.zeros((c, h, w))
     total = np.zeros((h, w))
@@ -103,8 +103,6 @@ def _naive(history, offset, prev, cur, tol):
                 n0, n1 = prev["normal"][:, yi, xi], cur["normal"][:, i, j]
                 if n0 @ n1 < tol.normal * np.linalg.norm(n0) * np.linalg.norm(n1):
                     continue
-                if np.abs(prev["albedo"][:, yi, xi] - cur["albedo"][:, i, j]).max() > tol.albedo:
-                    continue
                 vals[:, i, j] += wt * history[:, yi, xi]
                 total[i, j] += wt
     has = total > 1e-4
@@ -113,7 +111,11 @@ def _naive(history, offset, prev, cur, tol):
     return vals, np.where(has, total, 0)
 
 
-def test_reproject_equals_the_float64_definition():
+@pytest.mark.parametrize("dtype,numba", [(torch.float64, False), (torch.float32, False), (torch.float32, True)])
+def test_reproject_equals_the_float64_definition(dtype, numba):
+    """float64 on the PyTorch path, float32 on it and in the numba loop (the CPU inference path)."""
+    from vision.kernels.runtime import use_numba
+
     g = np.random.default_rng(3)
     h, w = 12, 15
     def buffers():
@@ -121,20 +123,21 @@ def test_reproject_equals_the_float64_definition():
         depth[:, :, :4] = 5.0  # a far region: a depth edge at column 4
         normal = np.tile(np.array([0, 0, 1.0])[:, None, None], (1, h, w)) + 0.3 * g.standard_normal((3, h, w)) * \
             (g.random((1, h, w)) < 0.2)
-        albedo = 0.5 + 0.2 * (g.random((3, h, w)) < 0.1)
         index = (g.random((1, h, w)) < 0.1).astype(float)
-        return {"depth": depth, "normal": normal, "albedo": albedo, "index": index}
+        return {"depth": depth, "normal": normal, "index": index}
     prev, cur = buffers(), buffers()
     history = g.random((5, h, w))
     offset = g.uniform(-3, 3, (2, h, w))
     tol = Tolerances()
     want, want_w = _naive(history, offset, prev, cur, tol)
-    t = lambda a: torch.from_numpy(a)[None]  # noqa: E731
-    got, got_w = reproject(t(history), t(offset), {k: t(v) for k, v in prev.items()},
-                           {k: t(v) for k, v in cur.items()}, tol)
-    assert got.dtype == torch.float64
-    np.testing.assert_allclose(got[0].numpy(), want, atol=1e-12)
-    np.testing.assert_allclose(got_w[0, 0].numpy(), want_w, atol=1e-12)
+    t = lambda a: torch.from_numpy(a).to(dtype)[None]  # noqa: E731
+    with use_numba(numba):
+        got, got_w = reproject(t(history), t(offset), {k: t(v) for k, v in prev.items()},
+                               {k: t(v) for k, v in cur.items()}, tol)
+    assert got.dtype == dtype
+    atol = 1e-12 if dtype == torch.float64 else 2e-6
+    np.testing.assert_allclose(got[0].double().numpy(), want, atol=atol)
+    np.testing.assert_allclose(got_w[0, 0].double().numpy(), want_w, atol=atol)
     assert 0.2 < (want_w == 0).mean() < 0.9  # the test exercises rejections and acceptances
 
 

@@ -16,6 +16,7 @@ BENCHES = {
     "spl": "vision.pipelines.bench.spl",
     "edit": "vision.pipelines.bench.edit",
     "denoise": "vision.pipelines.bench.denoise",
+    "denoise-sequences": "vision.pipelines.bench.denoise_sequences",
     "dense-head": "vision.pipelines.bench.dense_head",
     "gpu": "vision.pipelines.bench.gpu",
     "startup": "vision.pipelines.bench.startup",

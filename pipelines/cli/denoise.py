@@ -9,27 +9,22 @@ compares to decide what to skip.
 """
 from __future__ import annotations
 
-import argparse
-import glob
-import os
-import re
+import functools
 import sys
-import uuid
 import warnings
 from pathlib import Path
 
-import numpy as np
-
-from vision.data.fields import GUIDES
-
-BUFFERS = GUIDES  # the guide buffers a frame may hold, each also a --NAME option
+from .denoise_io import (BUFFERS, SETTINGS_KEY, _load_weights, buffer_path, expand_frames,  # noqa: F401
+                         format_settings, natural_key, output_path, parse_phase, parse_shard, read_frame_file,
+                         run_settings, shard, why_redo, write_output)
 
 EPILOG = """\
 examples:
   vision denoise renders/frame_*.exr -o denoised/
   vision denoise shot/beauty.*.exr -o out/ --albedo 'shot/albedo.{frame}.exr' --normal 'shot/normal.{frame}.exr'
   vision denoise 'seq/*.exr' -o out/ --scale 2 --tile 1024 --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT
-  vision denoise 'turntable/frame_*.exr' -o out/ --temporal      # static camera: no flicker
+  vision denoise 'shot/frame_*.exr' -o out/ --temporal          # animation: history reprojected with the Vector pass
+  vision denoise 'shot/*.exr' -o out/ --temporal --shard 2/8 --warmup 8   # a farm job that starts warm
   vision denoise 'frames/*.exr' -o out/ --model flnr             # neural guides (bundled weights)
   vision denoise 'frames/*.exr' -o out/ --model flnr --weights my_flnr.safetensors   # from vision train-denoiser
   vision denoise 'half/*.exr' -o out/ --model flnr --albedo 'full/{stem}.exr' --normal 'full/{stem}.exr' --phase 0,0
@@ -65,9 +60,17 @@ sequence without coordinating. NaN/Inf samples are repaired (mean of finite neig
 that counts them; negative albedo, normals outside [-1, 1], missing or mis-sized buffers, and empty,
 non-EXR or truncated files stop with one line naming the file (no output folder is left behind).
 
---temporal runs the frames in sorted order; frames skipped as done are still read into the history.
-Each shard starts its own history, so use contiguous shards of a few dozen frames or more. With
---phase (one phase for the whole sequence) the fit reads the guides at that pixel of every block.
+--temporal denoises an animation: the frames run in name order (natural sort: f2 before f10), each
+pixel's history of the demodulated signal is reprojected with the renderer's motion vectors (Blender
+Cycles' Vector pass; enable it in View Layer > Passes > Data, with motion blur off), dropped where the
+surface is not the same (object index when an IndexOB pass is there, depth, normal, albedo: disocclusions)
+or where the light itself changed (a lamp switched on), and FLNR (or --model flr) denoises the accumulated
+signal; where the history is long the result moves towards it as far as the regression's residual says.
+A frame without motion vectors is taken as a static camera, with a warning. Frames skipped as done are
+still read into the history, so a restarted run gives the frames an uninterrupted one would. With --shard,
+each shard first reads the --warmup frames before its range into the history (default 8). Every frame of
+a sequence must have one size; a frame given twice is refused. With --phase (colour at 1/u resolution,
+one phase for the whole sequence) --temporal is the older static-camera FLR filter.
 
 On CPU the command sets OMP_WAIT_POLICY=PASSIVE (unless set) and lets glibc keep freed memory for the next
 frame: FLNR's numba stages then get the cores PyTorch's idle OpenMP workers would spin on, and frames reuse
@@ -90,8 +93,8 @@ def add_arguments(p) -> None:
                        help=f"read {name} from a separate EXR or PFM per frame (placeholders {{stem}} {{frame}} {{dir}})")
     p.add_argument("--model", choices=("flr", "flnr"), default=None,
                    help="denoiser: flnr (a trained network writes the regression's guides; ahead of flr on every "
-                        "evaluation set, BENCHMARKS.md) or flr (local regression on the buffers themselves, no "
-                        "weights); default flnr, or flr with --temporal")
+                        "evaluation set, BENCHMARKS.md; the default) or flr (local regression on the buffers "
+                        "themselves, no weights)")
     p.add_argument("--weights", type=Path, default=None, metavar="FILE",
                    help="--model flnr: weights from vision train-denoiser (default: the bundled ones)")
     p.add_argument("--radius", type=int, default=None, help="regression window radius in pixels (default 8; "
@@ -106,10 +109,13 @@ def add_arguments(p) -> None:
     p.add_argument("--tile", type=int, default=1024, help="process tiles of about this many pixels a side "
                                                           "(exact overlap; bounds memory; default 1024, 0 = off)")
     p.add_argument("--temporal", action="store_true",
-                   help="static-camera sequence: carry the regression statistics from frame to frame (in sorted "
-                        "order, rejected where the guides change), so successive frames do not flicker")
-    p.add_argument("--alpha", type=float, default=0.1, help="--temporal: smallest weight of the newest frame "
-                                                            "(default 0.1)")
+                   help="animation: reproject each pixel's history with the motion vectors (Cycles' Vector pass) "
+                        "and denoise the accumulated signal, frames in name order, so frames do not flicker")
+    p.add_argument("--max-history", type=int, default=32, metavar="N",
+                   help="--temporal: the most frames a pixel's history counts (default 32)")
+    p.add_argument("--warmup", type=int, default=8, metavar="K",
+                   help="--temporal with --shard: frames before the shard's range read into the history first "
+                        "(default 8)")
     p.add_argument("--shard", default=None, metavar="I/N", help="process only the I-th (0-based) of N blocks")
     p.add_argument("--suffix", default="", help="appended to each output file's stem (default none)")
     p.add_argument("--overwrite", action="store_true",
@@ -123,208 +129,33 @@ def add_arguments(p) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
-# --------------------------------------------------------------------------- frame lists
+# --------------------------------------------------------------------------- sequences
 
-def natural_key(path: Path):
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
-
-
-def expand_frames(patterns) -> list[Path]:
-    """Files and glob patterns -> existing files, de-duplicated, in natural sort order."""
-    found: dict[Path, None] = {}
-    for pat in patterns:
-        if any(ch in pat for ch in "*?["):
-            hits = [Path(h) for h in glob.glob(pat)]
-            if not hits:
-                raise FileNotFoundError(f"no files match {pat!r}")
-        else:
-            hits = [Path(pat)]
-            if not hits[0].is_file():
-                raise FileNotFoundError(f"no such frame: {pat}")
-        for h in hits:
-            found[h] = None
-    return sorted(found, key=natural_key)
+def check_sequence(patterns, frames: list[Path]) -> None:
+    """--temporal: a frame named twice is refused; files named in another order than their names' is said once
+    (the history needs the frames in time order, which is name order)."""
+    named = [Path(p) for p in patterns if not any(ch in p for ch in "*?[")]
+    seen: dict[Path, Path] = {}
+    for p in named:
+        key = p.resolve()
+        if key in seen:
+            raise ValueError(f"FRAMES: {p} is given twice; a --temporal sequence takes each frame once, in order")
+        seen[key] = p
+    if len(named) > 1 and named != sorted(named, key=natural_key):
+        print(f"vision denoise: --temporal takes the frames in name order ({frames[0].name} ... {frames[-1].name}), "
+              "not in the order given", file=sys.stderr)
 
 
-def parse_shard(text: str | None) -> tuple[int, int]:
-    if text is None:
-        return 0, 1
-    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
-    if not m or int(m.group(2)) < 1 or int(m.group(1)) >= int(m.group(2)):
-        raise ValueError(f"--shard must be I/N with 0 <= I < N, got {text!r}")
-    return int(m.group(1)), int(m.group(2))
+def new_history(args, net, phase):
+    """The history of one view layer: :class:`TemporalDenoiser`, or for colour at 1/u resolution (--phase) the
+    static-camera :class:`TemporalFLR`."""
+    from vision.denoise import TemporalDenoiser, TemporalFLR
 
-
-def shard(frames: list, index: int, count: int) -> list:
-    """The index-th of count contiguous, near-equal blocks (sizes differ by at most one)."""
-    n = len(frames)
-    return frames[index * n // count:(index + 1) * n // count]
-
-
-def buffer_path(pattern: str, frame: Path) -> Path:
-    stem = frame.name[:-4] if frame.name.lower().endswith(".exr") else frame.stem
-    digits = re.findall(r"\d+", stem)
-    if "{frame}" in pattern and not digits:
-        raise ValueError(f"{frame}: pattern {pattern!r} uses {{frame}} but the file name has no frame number")
-    return Path(pattern.replace("{stem}", stem).replace("{frame}", digits[-1] if digits else "")
-                .replace("{dir}", str(frame.parent)))
-
-
-def output_path(out: Path, frame: Path, suffix: str) -> Path:
-    """``out/<stem><suffix>.exr``; a suffix with a path separator, or a name that resolves outside ``out``
-    (a link placed there), is refused: outputs stay in the output folder."""
-    from vision.outputs import inside
-
-    if any(sep and sep in suffix for sep in (os.sep, os.altsep, "\x00")):
-        raise ValueError(f"--suffix {suffix!r} must not contain a path separator; outputs stay in -o {out}")
-    stem = frame.name[:-4] if frame.name.lower().endswith(".exr") else frame.stem
-    return inside(out, f"{stem}{suffix}.exr", "-o")
-
-
-# --------------------------------------------------------------------------- reading
-
-def buffer_files(frame: Path, patterns: dict[str, str | None]) -> dict[str, Path]:
-    """The separate buffer files of one frame (from the --BUFFER patterns), each checked to exist."""
-    files = {}
-    for name in BUFFERS:
-        if patterns.get(name):
-            path = buffer_path(patterns[name], frame)
-            if not path.is_file():
-                raise FileNotFoundError(f"{frame}: {name} buffer {path} does not exist (from --{name} "
-                                        f"{patterns[name]!r})")
-            files[name] = path
-    return files
-
-
-def read_frame_file(frame: Path, patterns: dict[str, str | None]):
-    """The frame as :class:`vision.data.render_layers.RenderFile`: its view layers' buffers (renderer
-    conventions already mapped: albedo above 1, sky depth), every stored channel and the header."""
-    from vision.data.render_layers import read_render_file
-
-    return read_render_file(frame, buffer_files(frame, patterns))
-
-
-def read_buffers(frame: Path, patterns: dict[str, str | None]) -> dict[str, np.ndarray]:
-    """Colour and guide buffers of one frame (its first view layer) as float32 (H, W, C) arrays."""
-    return read_frame_file(frame, patterns).layers[0].buffers
-
-
-# --------------------------------------------------------------------------- writing and resuming
-
-SETTINGS_KEY = "vision.denoise.settings"
-
-
-def run_settings(args, phase, patterns: dict[str, str | None]) -> dict[str, str]:
-    """Everything that changes an output's pixels, as text: recorded in each output's header and compared
-    on a rerun (the tile size and the device are left out: they do not change the result)."""
-    import hashlib
-
-    weights = "bundled"
-    if args.model == "flnr" and args.weights is not None:
-        weights = f"{Path(args.weights).name}#sha256:{hashlib.sha256(Path(args.weights).read_bytes()).hexdigest()[:16]}"
-    settings = {"model": args.model}
-    if args.model == "flnr":
-        settings["weights"] = weights
-    settings.update(radius="default" if args.radius is None else str(args.radius),
-                    eps="learned" if args.eps is None else f"{args.eps:g}", scale=str(args.scale),
-                    phase="none" if phase is None else f"{phase[0]},{phase[1]}",
-                    temporal=f"alpha {args.alpha:g}" if args.temporal else "off",
-                    only_rgb=str(bool(args.only_rgb)).lower(), half=str(bool(args.half)).lower())
-    for name in BUFFERS:
-        if patterns.get(name):
-            settings[name] = patterns[name]
-    return settings
-
-
-def format_settings(settings: dict[str, str]) -> str:
-    """JSON: buffer patterns may hold any character."""
-    import json
-
-    return json.dumps(settings)
-
-
-def parse_settings(text: str) -> dict[str, str]:
-    import json
-
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {}
-    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
-
-
-def why_redo(target: Path, settings: dict[str, str]) -> str | None:
-    """None when ``target`` was made with ``settings`` (skip it), else why it must be made again."""
-    from vision.data.exr import read_exr_header
-
-    try:
-        header = read_exr_header(target)
-    except (ValueError, OSError) as err:
-        return f"the existing output cannot be read ({err})"
-    recorded = header.get(SETTINGS_KEY)
-    if not isinstance(recorded, str):
-        return "the existing output records no settings"
-    old = parse_settings(recorded)
-    changed = [f"{k} {old.get(k, 'unset')} -> {v}" for k, v in settings.items() if old.get(k) != v]
-    changed += [f"{k} {v} -> unset" for k, v in old.items() if k not in settings]
-    return f"made with other settings ({', '.join(changed)})" if changed else None
-
-
-def write_atomic(path: Path, channels, header: dict) -> None:
-    """Write to a hidden temporary file in the same folder, then rename it over ``path``.
-
-    ``channels``: name -> 2-D array (written in its type), or a float (H, W, 3) array written as ``R G B``.
-    """
-    from vision.data import write_exr
-
-    if isinstance(channels, np.ndarray):
-        channels = {c: np.ascontiguousarray(channels[..., k], dtype=np.float32) for k, c in enumerate("RGB")}
-    tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:8]}.tmp.exr")
-    try:
-        write_exr(tmp, channels, header)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def _load_weights(load, path):
-    """``load(path)``, with weights that are missing or not FLNR safetensors reported as one line."""
-    from safetensors import SafetensorError
-
-    try:
-        return load(path)
-    except FileNotFoundError:
-        if path is None:
-            raise
-        raise FileNotFoundError(f"--weights {path}: no such file") from None
-    except (SafetensorError, ValueError, KeyError, RuntimeError, OSError) as err:
-        if path is None:
-            raise
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise ValueError(f"--weights {path}: not FLNR weights from vision train-denoiser ({first})") from None
-
-
-def write_output(target: Path, rf, results: list[np.ndarray], header: dict, only_rgb: bool, half: bool
-                 ) -> list[str]:
-    """The compositor's file: denoised RGB in each layer's beauty, alpha and (unless ``only_rgb``) every
-    other channel of the input, the input's header attributes plus the run's. Returns notes on losses."""
-    from vision.data.render_layers import output_channels
-
-    channels, notes = output_channels(rf, results, only_rgb=only_rgb, half=half)
-    same_size = all(a.shape == results[0].shape[:2] for a in rf.channels.values())
-    write_atomic(target, channels, {**rf.header, **(rf.windows if same_size else {}), **header})
-    return notes
-
-
-def parse_phase(text):
-    """``"DY,DX"`` -> (DY, DX) ints >= 0, or None; ValueError for anything else."""
-    if text is None:
-        return None
-    m = re.fullmatch(r"\s*(\d+)\s*,\s*(\d+)\s*", text)
-    if not m:
-        raise ValueError(f"--phase must be DY,DX (two integers >= 0, e.g. 0,0), got {text!r}")
-    return int(m.group(1)), int(m.group(2))
+    tile = args.tile or None
+    if phase is not None:
+        return TemporalFLR(args.radius, args.eps, args.scale, alpha=1.0 / args.max_history, tile=tile)
+    return TemporalDenoiser(model=args.model, weights=net, radius=args.radius, eps=args.eps, scale=args.scale,
+                            tile=tile, max_history=args.max_history)
 
 
 # --------------------------------------------------------------------------- run
@@ -333,18 +164,21 @@ def run(args) -> int:
     import torch
     from tqdm import tqdm
 
-    from vision.denoise import BufferWarning, TemporalFLR, denoise
+    from vision.denoise import BufferWarning, denoise
     from vision.outputs import InputIndex, prepare_folder, refuse_inputs
     from vision.pipelines.cli import torch_device
 
-    if args.model is None:  # FLNR beats FLR on every evaluation family; the temporal filter is FLR's
-        args.model = "flr" if args.temporal else "flnr"
+    if args.model is None:  # FLNR beats FLR on every evaluation family
+        args.model = "flnr"
+    if args.temporal and (args.max_history < 1 or args.warmup < 0):
+        raise ValueError(f"--max-history must be >= 1 and --warmup >= 0, got {args.max_history} and {args.warmup}")
     net = None
     if args.model == "flnr":
         from vision.denoise import load_flnr
 
-        if args.temporal:
-            raise ValueError("--temporal works with --model flr only")
+        if args.temporal and args.phase is not None:
+            raise ValueError("--temporal with --phase (colour at 1/u resolution) is the static-camera FLR filter: "
+                             "add --model flr")
         net = _load_weights(load_flnr, args.weights)
         defaults = (None, None, net.scale)  # radius None: the trained per-cell blend of its radii
     else:
@@ -360,8 +194,12 @@ def run(args) -> int:
     phase = parse_phase(args.phase)
     device = torch_device(args.device)
     frames = expand_frames(args.frames)
+    if args.temporal:
+        check_sequence(args.frames, frames)
     index, count = parse_shard(args.shard)
     mine = shard(frames, index, count)
+    start = frames.index(mine[0]) if mine else 0
+    warm = frames[max(0, start - args.warmup):start] if args.temporal else []
     patterns = {name: getattr(args, name) for name in BUFFERS}
     out = Path(args.out)
     # never overwrite an input: no output may be, or link to, a frame, a buffer file or the weights
@@ -388,11 +226,14 @@ def run(args) -> int:
     temporal = {} if args.temporal else None  # one history per view layer
     done = skipped = repaired = 0
     said = None
-    bar = tqdm(list(zip(mine, targets)), desc="denoise", unit="frame", disable=args.quiet, file=sys.stderr)
+    sizes = {}  # --temporal: the size of each view layer's sequence
+    static = []  # --temporal: frames without motion vectors
+    items = [(f, None) for f in warm] + list(zip(mine, targets))
+    bar = tqdm(items, desc="denoise", unit="frame", disable=args.quiet, file=sys.stderr)
     try:
         for frame, target in bar:
-            skip = target.exists() and not args.overwrite
-            if skip:
+            skip = target is None or (target.exists() and not args.overwrite)
+            if skip and target is not None:
                 reason = why_redo(target, settings)
                 if reason:
                     tqdm.write(f"vision denoise: redoing {target}: {reason}", file=sys.stdout)
@@ -417,14 +258,28 @@ def run(args) -> int:
                     guides = {k: t.get(k) for k in BUFFERS}
                     try:
                         if temporal is not None:
+                            size = sizes.setdefault(layer.name, t["color"].shape)
+                            if t["color"].shape != size:
+                                raise ValueError(f"colour is {t['color'].shape[1]}x{t['color'].shape[0]} (WxH) but "
+                                                 f"the frames before it are {size[1]}x{size[0]}: a --temporal "
+                                                 "sequence has one size")
                             history = temporal.get(layer.name)
                             if history is None:
-                                history = temporal[layer.name] = TemporalFLR(
-                                    args.radius, args.eps, args.scale, alpha=args.alpha, tile=args.tile or None)
+                                history = temporal[layer.name] = new_history(args, net, phase)
+                            if phase is not None:  # the static-camera FLR filter
+                                step = functools.partial(history.accumulate if skip else history, phase=phase)
+                            else:
+                                if "motion" not in t and not static:
+                                    tqdm.write(f"vision denoise: warning: {frame}: no motion vectors (a Vector "
+                                               "pass): its history assumes a static camera", file=sys.stderr)
+                                if "motion" not in t:
+                                    static.append(frame)
+                                step = functools.partial(history.accumulate if skip else history,
+                                                         motion=t.get("motion"), index=t.get("index"))
                             if skip:  # the frame still feeds the history
-                                history.accumulate(t["color"], phase=phase, **guides)
+                                step(t["color"], **guides)
                                 continue
-                            res = history(t["color"], phase=phase, **guides)
+                            res = step(t["color"], **guides)
                         else:
                             res = denoise(t["color"], **guides, model=args.model, radius=args.radius,
                                           eps=args.eps, scale=args.scale, tile=args.tile or None,
@@ -433,7 +288,7 @@ def run(args) -> int:
                         raise ValueError(f"{frame}: {err}") from None
                     results.append(res.detach().cpu().numpy())
             if skip:
-                skipped += 1
+                skipped += target is not None
                 continue
             notes = [n for layer in rf.layers for n in layer.notes]
             for w in caught:
@@ -450,6 +305,8 @@ def run(args) -> int:
         raise
     print(f"denoised {done} frame(s), skipped {skipped} already done"
           + (f", repaired NaN/Inf in {repaired} buffer(s)" if repaired else "")
-          + (f" (shard {index}/{count}: {len(mine)} of {len(frames)} frames)" if count > 1 else "")
+          + (f" (shard {index}/{count}: {len(mine)} of {len(frames)} frames"
+             + (f", {len(warm)} read first into the history" if warm else "") + ")" if count > 1 else "")
+          + (f"; {len(static)} frame(s) had no motion vectors (static camera assumed)" if static else "")
           + f"; output in {out}")
     return 0

@@ -15,8 +15,8 @@ from .buffers import BufferWarning, find_fields
 from .flr import DEFAULT_EPS, DEFAULT_RADIUS, check_phase, flr, flr_tiled
 from .flnr import FLNR, load_flnr
 from .frame import MODELS, denoise
-from .temporal import TemporalFLR
+from .temporal import TemporalDenoiser, TemporalFLR
 
-__all__ = ["denoise", "MODELS", "TemporalFLR", "FLNR", "load_flnr", "flr", "flr_tiled", "find_fields", "BufferWarning",
+__all__ = ["denoise", "MODELS", "TemporalDenoiser", "TemporalFLR", "FLNR", "load_flnr", "flr", "flr_tiled", "find_fields", "BufferWarning",
            "DEFAULT_EPS", "DEFAULT_RADIUS", "buffers", "graphs", "check_phase"]
 

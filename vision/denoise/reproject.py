@@ -11,10 +11,11 @@ Motion conventions (:func:`previous_offset`), in pixels, image rows counted down
 
 :func:`reproject` reads a previous-frame buffer at those positions with bilinear weights, keeping only the
 four taps whose surface is the current pixel's: same object index (when given), depth within a relative
-tolerance, normals within an angle, albedo within a tolerance, both or neither a surface (the sky). Taps
+tolerance, normals within an angle, both or neither a surface (the sky). Taps
 outside the frame or on another surface (a disocclusion, a thin object that moved away) get weight 0; a
 pixel whose taps all fail has no history. Everything runs as tensor ops on the buffers' device with no host
-synchronisation, so it fits the Triton path and CUDA graphs.
+synchronisation, so it fits the Triton path and CUDA graphs; on the CPU path, float32 without autograd, one numba
+loop does it (:mod:`.reproject_cpu`).
 """
 from __future__ import annotations
 
@@ -29,11 +30,10 @@ NO_HISTORY = 1e-4  # a pixel whose valid taps weigh less than this in total has 
 @dataclass(frozen=True)
 class Tolerances:
     """When a previous-frame tap shows the current pixel's surface: ``|d0 - d1| <= depth * max(d0, d1)``
-    (relative depth), ``cos(n0, n1) >= normal`` and ``max |a0 - a1| <= albedo`` per channel."""
+    (relative depth) and ``cos(n0, n1) >= normal``."""
 
     depth: float = 0.1
     normal: float = 0.9
-    albedo: float = 0.1
 
 
 def previous_offset(motion: torch.Tensor, convention: str = "cycles") -> torch.Tensor:
@@ -77,8 +77,6 @@ def _same_surface(prev: dict, cur: dict, tol: Tolerances) -> torch.Tensor:
         norm = (n0.square().sum(1, keepdim=True) * n1.square().sum(1, keepdim=True)).sqrt()
         # zero normals (no surface) agree with each other only
         ok = both(ok, (dot >= tol.normal * norm) | (norm <= 0))
-    if cur.get("albedo") is not None:
-        ok = both(ok, ((prev["albedo"] - cur["albedo"]).abs() <= tol.albedo).all(1, keepdim=True))
     return ok
 
 
@@ -86,8 +84,7 @@ def reproject(history: torch.Tensor, offset: torch.Tensor, prev_keys: dict, cur_
               tol: Tolerances = Tolerances()) -> tuple[torch.Tensor, torch.Tensor]:
     """Read ``history`` (B, C, H, W, the previous frame's) at each pixel's previous position.
 
-    ``prev_keys`` / ``cur_keys``: the previous and current frames' ``depth``, ``normal``, ``albedo`` and
-    ``index`` buffers (any may be None, but the same ones in both) that decide which taps show the same
+    ``prev_keys`` / ``cur_keys``: the previous and current frames' ``depth``, ``normal`` and ``index`` buffers (any may be None, but the same ones in both) that decide which taps show the same
     surface. Returns ``(values, weight)``: the bilinear mean of the valid taps (0 where there is none) and
     the total bilinear weight of those taps (B, 1, H, W), 0 at a disocclusion, 1 where every tap is valid.
 
@@ -97,6 +94,21 @@ def reproject(history: torch.Tensor, offset: torch.Tensor, prev_keys: dict, cur_
     """
     b, c, h, w = history.shape
     dev, dt = history.device, history.dtype
+    unknown = (set(cur_keys) | set(prev_keys)) - {"depth", "normal", "index"}
+    if unknown:
+        raise ValueError(f"unknown key buffer(s) {', '.join(sorted(unknown))}: depth, normal and index tell surfaces apart")
+    keys = [k for k, v in cur_keys.items() if v is not None]
+    if any(prev_keys.get(k) is None for k in keys):
+        raise ValueError(f"the previous frame lacks key buffer(s) the current one has ({', '.join(keys)})")
+    from vision.kernels.runtime import jit
+
+    from .layout import cpu_path
+
+    tensors = [history, offset, *(cur_keys[k] for k in keys), *(prev_keys[k] for k in keys)]
+    if cpu_path(history) and jit.enabled(*tensors):
+        from . import reproject_cpu
+
+        return reproject_cpu.reproject(history, offset, prev_keys, cur_keys, tol, NO_HISTORY)
     off = offset.to(dt)
     ys = torch.arange(h, device=dev, dtype=dt).view(1, 1, h, 1) + off[:, 1:2]
     xs = torch.arange(w, device=dev, dtype=dt).view(1, 1, 1, w) + off[:, :1]

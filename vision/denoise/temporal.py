@@ -1,14 +1,22 @@
-"""FLR over a static-camera sequence (:class:`TemporalFLR`): regression statistics carried from frame to frame."""
+"""Denoising of sequences: :class:`TemporalDenoiser` (moving cameras and objects, motion vectors, FLNR or FLR) and
+:class:`TemporalFLR` (a static camera, FLR statistics carried from frame to frame)."""
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
 
+from vision.data import fields
+
+from . import accumulate
 from . import buffers as B
+from .accumulate import History
 from .frame import denoise
 from .flr import DEFAULT_EPS, DEFAULT_RADIUS
+from .reproject import CONVENTIONS, Tolerances, previous_offset
 
-__all__ = ["TemporalFLR"]
+__all__ = ["TemporalFLR", "TemporalDenoiser"]
 
 
 class TemporalFLR:
@@ -29,7 +37,7 @@ class TemporalFLR:
         >>> outs = [tf(f["color"], albedo=f["albedo"], normal=f["normal"], depth=f["depth"]) for f in frames]
     """
 
-    GUIDES = ("albedo", "normal", "depth", "ao", "emission", "position")
+    GUIDES = fields.GUIDES
     _ABSOLUTE = ("albedo", "normal", "ao")
 
     def __init__(self, radius: int = DEFAULT_RADIUS, eps: float = DEFAULT_EPS, scale: int = 1, alpha: float = 0.1,
@@ -99,3 +107,137 @@ class TemporalFLR:
                       radius=self.radius, eps=self.eps, scale=self.scale, tile=self.tile,
                       phase=None if self._mixed else self.phase)
         return B.like(out, color)
+
+
+class TemporalDenoiser:
+    r"""Denoise an animation frame by frame, reprojecting each pixel's history with the renderer's motion vectors.
+
+    Per frame (see :mod:`.accumulate` and :mod:`.reproject`): the noisy colour is repaired, its fireflies
+    suppressed, and its albedo and emission taken out (the history holds demodulated light, smooth and
+    without texture, so resampling it costs little detail). The per-pixel history is reprojected with
+    ``motion`` (Cycles' ``Vector`` pass by default), dropped where the surface is not the same (object index,
+    depth, normal: disocclusions, thin objects) or where the light itself changed (window means of the frame
+    against the history's, in units of the samples' own noise: a lamp switched on, a shadow that moved), and
+    the frame blended in with weight ``1 / n`` (n frames of history, at most ``max_history``). FLNR (or FLR)
+    then denoises the accumulated signal, remodulated by this frame's albedo: it has about n times less noise
+    variance than one frame, and the network and the regression adapt to that as they do to more samples
+    per pixel.
+
+    Args:
+        model: ``"flnr"`` (default; the bundled weights unless ``weights``) or ``"flr"``.
+        weights, radius, eps, scale, tile: as for :func:`~vision.denoise.denoise`.
+        max_history: the most frames a pixel's history counts (the newest frame weighs at least
+            ``1 / max_history``).
+        tolerances: :class:`~vision.denoise.reproject.Tolerances` of the same-surface test.
+        change_sigmas: the light-change test's threshold in standard errors (0 = off).
+        convention: the motion vectors' convention (:func:`~vision.denoise.reproject.previous_offset`).
+
+    Call it once per frame, in order: ``den(color, motion=..., index=..., albedo=..., normal=..., depth=...,
+    ao=..., emission=..., position=...)``, buffers as for :func:`~vision.denoise.denoise` but all at the
+    colour's size (no joint upsampling), ``motion`` (H, W, 4) / (B, 4, H, W) for Cycles (None: a static
+    camera), ``index`` an object id per pixel (optional). It returns the denoised frame in the kind and layout
+    of ``color``. :meth:`accumulate` takes a frame into the history without denoising it (a restarted run does
+    that for the frames already written, and gets the frames an uninterrupted run would); :meth:`reset`
+    forgets the history (a cut). On CUDA and the Triton path no call reads a tensor on the host.
+
+    Example:
+        >>> den = TemporalDenoiser()
+        >>> for f in frames:    # dicts of (H, W, C) arrays, e.g. vision.data.render_layers.read_render_file
+        ...     out = den(f["color"], motion=f["motion"], albedo=f["albedo"], normal=f["normal"], depth=f["depth"])
+    """
+
+    # the history is demodulated light, continuous across albedo edges: surfaces are told apart by these
+    KEYS = ("depth", "normal", "index")
+
+    def __init__(self, model: str = "flnr", weights=None, radius: int | None = None, eps: float | None = None,
+                 scale: int | None = None, tile: int | None = None, max_history: int = 32,
+                 tolerances: Tolerances = Tolerances(), change_sigmas: float = 4.0, convention: str = "cycles"):
+        from .frame import MODELS
+
+        if model not in MODELS:
+            raise ValueError(f"unknown model {model!r}; choose from {', '.join(MODELS)}")
+        if isinstance(max_history, bool) or not isinstance(max_history, int) or max_history < 1:
+            raise ValueError(f"max_history must be an int >= 1, got {max_history!r}")
+        if isinstance(change_sigmas, bool) or not isinstance(change_sigmas, (int, float)) \
+                or not math.isfinite(change_sigmas) or change_sigmas < 0:
+            raise ValueError(f"change_sigmas must be a finite number >= 0, got {change_sigmas!r}")
+        if convention not in CONVENTIONS:
+            raise ValueError(f"convention must be one of {', '.join(CONVENTIONS)}, got {convention!r}")
+        self.model, self.radius, self.eps, self.scale, self.tile = model, radius, eps, scale, tile
+        self.max_history, self.tolerances, self.change_sigmas = max_history, tolerances, float(change_sigmas)
+        self.convention = convention
+        self.net = None
+        if model == "flnr":
+            from .flnr import load_flnr
+
+            self.net = load_flnr(weights)
+        elif weights is not None:
+            raise ValueError("weights are for model='flnr'")
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the history: the next frame starts cold (a camera cut)."""
+        self._history: History | None = None
+        self._layout = None
+
+    @property
+    def history_length(self) -> torch.Tensor | None:
+        """(B, 1, H, W) float: frames in each pixel's history after the last call (None before the first)."""
+        return None if self._history is None else self._history.count
+
+    def accumulate(self, color, motion=None, index=None, **guides) -> torch.Tensor:
+        """Take a frame into the history without denoising it; returns the accumulated colour (B, 3, H, W)."""
+        signal, floor, add, mv, keys, _ = self._prepare(color, motion, index, guides)
+        self._step(signal, mv, keys)
+        return self._history.mean * floor + add
+
+    def __call__(self, color, motion=None, index=None, **guides):
+        """Take ``color`` into the history and return the denoised frame (same kind and layout as ``color``)."""
+        signal, floor, add, mv, keys, g = self._prepare(color, motion, index, guides)
+        self._step(signal, mv, keys)
+        out = denoise(self._history.mean * floor + add, **g, model=self.model, weights=self.net, radius=self.radius,
+                      eps=self.eps, scale=self.scale, tile=self.tile)
+        return B.like(out, color)
+
+    def _step(self, signal, mv, keys):
+        layout = (tuple(signal.shape), signal.device, signal.dtype, tuple(k for k, v in keys.items() if v is not None))
+        if self._history is None or layout != self._layout:
+            self._history, self._layout = accumulate.start(signal, keys), layout
+            return
+        offset = torch.zeros_like(signal[:, :2]) if mv is None else previous_offset(mv, self.convention)
+        self._history, _ = accumulate.update(self._history, signal, offset, keys, self.tolerances, self.max_history,
+                                             self.change_sigmas)
+
+    def _prepare(self, color, motion, index, guides):
+        """Validated, repaired (B, C, H, W) buffers; the demodulated signal and how to remodulate it."""
+        unknown = set(guides) - set(fields.GUIDES)
+        if unknown:
+            raise ValueError(f"unknown buffer(s) {', '.join(sorted(unknown))}; the temporal denoiser takes "
+                             f"{', '.join(fields.GUIDES)}, motion and index")
+        c = B.to_bchw(color, "color", 3)
+        work = torch.float64 if c.dtype == torch.float64 else torch.float32
+        c, _ = B.repair_nonfinite(c.to(work), "color")
+        size = tuple(c.shape[-2:])
+        g = {}
+        for k in fields.GUIDES:
+            if guides.get(k) is not None:
+                t = B.to_bchw(guides[k], k, B.CHANNELS[k]).to(device=c.device, dtype=work)
+                g[k] = B.repair_nonfinite(t, k)[0]
+        extra = {"index": None if index is None else B.to_bchw(index, "index", 1),
+                 "motion": None if motion is None else B.to_bchw(motion, "motion",
+                                                                 4 if self.convention == "cycles" else 2)}
+        extra = {k: (None if t is None else B.repair_nonfinite(t.to(device=c.device, dtype=work), k)[0])
+                 for k, t in extra.items()}
+        for k, t in [*g.items(), *extra.items()]:
+            if t is not None and tuple(t.shape[-2:]) != size:
+                raise ValueError(f"{k} is {t.shape[-2]}x{t.shape[-1]} (HxW) but color is {size[0]}x{size[1]}: the "
+                                 "temporal denoiser needs every buffer at the colour's size")
+            if t is not None and t.shape[0] not in (1, c.shape[0]):
+                raise ValueError(f"{k} has batch {t.shape[0]}, color has {c.shape[0]}")
+        if B.host_reads(c):
+            B.check_ranges(g.get("albedo"), g.get("normal"))
+        c = B.suppress_fireflies(c, g.get("emission"))
+        floor = torch.ones_like(c) if "albedo" not in g else g["albedo"].clamp_min(B.ALBEDO_FLOOR).expand_as(c)
+        add = torch.zeros_like(c) if "emission" not in g else g["emission"].expand_as(c)
+        keys = {k: (extra["index"] if k == "index" else g.get(k)) for k in self.KEYS}
+        return (c - add) / floor, floor, add, extra["motion"], keys, g

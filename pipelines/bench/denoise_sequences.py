@@ -1,0 +1,229 @@
+"""``vision bench denoise-sequences``: animation denoising against per-frame OIDN on rendered sequences.
+
+Reads a folder made by ``benchmarks/denoise/blender_seq.py`` (``manifest.json``: per sequence and frame a noisy
+multilayer EXR with Denoising Data, Vector and IndexOB passes, and a reference) and scores, per sequence, over
+frames ``--from`` and later:
+
+* **PSNR**: the mean per-frame PSNR (:func:`vision.denoise.metrics.psnr`: tonemap clamp + gamma 1/2.2);
+* **stability**: the PSNR of each frame-to-frame difference of the tonemapped output against the reference's
+  own difference, averaged in MSE over the frame pairs (flicker shows as error in the differences);
+* **disoccluded**: the PSNR over the pixels disoccluded in the last two frames: pixels whose previous
+  position (the Vector pass, nearest pixel) lies outside the frame or on another object (IndexOB), at this
+  frame or the one before. The mask comes from the files alone, not from the denoiser's own test.
+
+Methods: ``oidn high`` / ``oidn fast`` (per frame, albedo and normal as rendered, HDR; needs pyoidn),
+``flnr`` / ``flr`` (``vision denoise`` per frame), ``temporal`` (:class:`vision.denoise.TemporalDenoiser`, FLNR,
+what ``vision denoise --temporal`` runs) and ``temporal flr``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+HELP = "animation denoising (temporal FLNR) against per-frame OIDN on rendered sequences"
+DESCRIPTION = ("Per-frame PSNR, frame-to-frame stability and PSNR on disoccluded pixels of vision denoise "
+               "--temporal, per-frame FLNR / FLR and per-frame OIDN on Blender sequences with motion vectors.")
+EPILOG = """examples:
+  blender -b -noaudio --factory-startup -t 1 --python benchmarks/denoise/blender_seq.py -- data/seq
+  vision bench denoise-sequences data/seq
+  vision bench denoise-sequences data/seq --sequences orbit --methods temporal,flnr --json seq.json
+
+Acceptance (issue 37): temporal PSNR >= OIDN high's, stability >= OIDN high's + 4.8 dB, disoccluded PSNR >=
+per-frame FLNR's - 0.3 dB, per sequence.
+"""
+METHODS = ("oidn high", "oidn fast", "flnr", "flr", "temporal", "temporal flr")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("folder", type=Path, metavar="DIR", help="a benchmarks/denoise/blender_seq.py output folder")
+    p.add_argument("--sequences", default=None, help="comma-separated sequence names (default: all)")
+    p.add_argument("--methods", default="oidn high,oidn fast,flnr,temporal",
+                   help=f"comma-separated, from: {', '.join(METHODS)} (default: oidn high,oidn fast,flnr,temporal)")
+    p.add_argument("--from", dest="first", type=int, default=4, help="first scored frame (default 4)")
+    p.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
+
+
+def read_sequences(folder: Path, names=None) -> dict[str, list[dict]]:
+    """sequence -> frames in order, each {"frame", "noisy": Path, "reference": Path}; one-line errors."""
+    path = folder / "manifest.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder}: no manifest.json (make one with benchmarks/denoise/blender_seq.py)")
+    try:
+        entries = json.loads(path.read_text())["frames"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{path}: not a sequence manifest ({err})") from None
+    seqs: dict[str, list[dict]] = {}
+    for e in entries:
+        if "noisy" in e and "reference" in e:
+            seqs.setdefault(e["sequence"], []).append(
+                {"frame": int(e["frame"]), "noisy": folder / e["noisy"], "reference": folder / e["reference"]})
+    if names:
+        missing = [n for n in names if n not in seqs]
+        if missing:
+            raise ValueError(f"--sequences: {', '.join(missing)} not in {path} (has {', '.join(seqs)})")
+        seqs = {n: seqs[n] for n in names}
+    return {k: sorted(v, key=lambda f: f["frame"]) for k, v in seqs.items()}
+
+
+def load_frame(noisy: Path, reference: Path) -> dict:
+    from vision.data.render_layers import read_render_file, read_channels
+
+    rf = read_render_file(noisy, {})
+    layer = rf.layers[0]
+    d = dict(layer.buffers)
+    prefix = f"{layer.name}." if layer.name else ""
+    if "motion" not in d:
+        comps = [f"{prefix}Vector.{c}" for c in "XYZW"]
+        if all(c in rf.channels for c in comps):
+            d["motion"] = np.stack([rf.channels[c] for c in comps], -1).astype(np.float32)
+    if f"{prefix}IndexOB.X" in rf.channels:
+        d["index"] = rf.channels[f"{prefix}IndexOB.X"].astype(np.float32)[..., None]
+    ref, _ = read_channels(reference)
+    names = [n for n in ("R", "G", "B") if n in ref] or sorted(k for k in ref if k.endswith((".R", ".G", ".B")))[:3]
+    d["reference"] = np.stack([ref[n] for n in names], -1).astype(np.float32)
+    return d
+
+
+def disoccluded(prev: dict | None, cur: dict) -> np.ndarray:
+    """(H, W) bool: the pixel's previous position (Cycles Vector X, -Y; nearest pixel) is outside the frame or on
+    another object than the pixel's own (IndexOB); everything for the first frame."""
+    h, w = cur["color"].shape[:2]
+    if prev is None or "motion" not in cur:
+        return np.ones((h, w), bool)
+    mv = cur["motion"]
+    yy, xx = np.mgrid[0:h, 0:w]
+    py, px = np.rint(yy - mv[..., 1]).astype(int), np.rint(xx + mv[..., 0]).astype(int)
+    out = (py < 0) | (py >= h) | (px < 0) | (px >= w)
+    if "index" in cur and "index" in prev:
+        other = prev["index"][..., 0][py.clip(0, h - 1), px.clip(0, w - 1)] != cur["index"][..., 0]
+        out |= other
+    return out
+
+
+def _mse(a, b, mask=None):
+    from vision.denoise.metrics import tonemap
+
+    d = (tonemap(a) - tonemap(b)) ** 2
+    if mask is not None:
+        d = d[mask]
+    return float(d.mean()) if d.size else float("nan")
+
+
+def _db(mse):
+    return float("inf") if mse == 0 else (float("nan") if not math.isfinite(mse) else 10 * math.log10(1 / mse))
+
+
+def methods(names):
+    import torch
+
+    from vision.denoise import TemporalDenoiser, denoise
+
+    guides = ("albedo", "normal", "depth", "ao", "emission", "position")
+
+    def per_frame(model):
+        def run(d, state):
+            t = {k: torch.from_numpy(d[k]) for k in guides if k in d}
+            return denoise(torch.from_numpy(d["color"]), **t, model=model).numpy()
+        return run
+
+    def temporal(model):
+        def run(d, state):
+            if "den" not in state:
+                state["den"] = TemporalDenoiser(model=model)
+            t = {k: torch.from_numpy(d[k]) for k in guides if k in d}
+            return state["den"](torch.from_numpy(d["color"]), motion=None if "motion" not in d else
+                                torch.from_numpy(d["motion"]), index=None if "index" not in d else
+                                torch.from_numpy(d["index"]), **t).numpy()
+        return run
+
+    def oidn(quality):
+        import pyoidn
+
+        def run(d, state):
+            return pyoidn.denoise(np.ascontiguousarray(d["color"]), np.ascontiguousarray(np.clip(d["albedo"], 0, 1)),
+                                  np.ascontiguousarray(d["normal"]), hdr=True, clean_aux=False, quality=quality)
+        return run
+
+    table = {"oidn high": lambda: oidn("high"), "oidn fast": lambda: oidn("fast"), "flnr": lambda: per_frame("flnr"),
+             "flr": lambda: per_frame("flr"), "temporal": lambda: temporal("flnr"),
+             "temporal flr": lambda: temporal("flr")}
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        raise ValueError(f"--methods: unknown {', '.join(unknown)}; choose from {', '.join(METHODS)}")
+    return {n: table[n]() for n in names}
+
+
+def score_sequence(frames: list[dict], runners: dict, first: int, progress=None) -> dict[str, dict]:
+    """Per method: PSNR, stability and disoccluded PSNR over frames >= ``first`` (see the module docstring)."""
+    states = {n: {} for n in runners}
+    prev_out = {n: None for n in runners}
+    acc = {n: {"psnr": [], "diff": [], "dis": [], "dis_n": 0, "seconds": 0.0} for n in runners}
+    prev = None
+    prev_mask = None
+    for f in frames:
+        d = load_frame(f["noisy"], f["reference"])
+        mask = disoccluded(prev, d)
+        recent = mask if prev_mask is None else (mask | prev_mask)
+        for name, run in runners.items():
+            t0 = time.perf_counter()
+            out = run(d, states[name])
+            acc[name]["seconds"] += time.perf_counter() - t0
+            if f["frame"] >= first:
+                a = acc[name]
+                a["psnr"].append(_db(_mse(out, d["reference"])))
+                if prev_out[name] is not None:
+                    from vision.denoise.metrics import tonemap
+
+                    e = (tonemap(out) - tonemap(prev_out[name][0])) - (tonemap(d["reference"]) -
+                                                                      tonemap(prev_out[name][1]))
+                    a["diff"].append(float((e ** 2).mean()))
+                if recent.any():
+                    a["dis"].append(_mse(out, d["reference"], recent) * recent.sum())
+                    a["dis_n"] += int(recent.sum())
+            prev_out[name] = (out, d["reference"])
+        if progress:
+            progress()
+        prev, prev_mask = d, mask
+    return {n: {"psnr": float(np.mean(a["psnr"])), "stability": _db(float(np.mean(a["diff"]))),
+                "disoccluded": _db(sum(a["dis"]) / max(a["dis_n"], 1)), "disoccluded_pixels": a["dis_n"],
+                "seconds_per_frame": a["seconds"] / len(frames)} for n, a in acc.items()}
+
+
+def run(args) -> int:
+    import sys
+
+    from tqdm import tqdm
+
+    from .timing import print_table
+
+    seqs = read_sequences(args.folder, None if args.sequences is None else args.sequences.split(","))
+    names = [m.strip() for m in args.methods.split(",") if m.strip()]
+    runners = methods(names)
+    rows, results = [], {}
+    bar = tqdm(total=sum(len(v) for v in seqs.values()), desc="sequences", unit="frame", file=sys.stderr)
+    for seq, frames in seqs.items():
+        res = score_sequence(frames, runners, args.first, progress=lambda: bar.update(1))
+        results[seq] = res
+        for n, r in res.items():
+            rows.append({"sequence": seq, "method": n, "PSNR": f"{r['psnr']:.2f}", "stability": f"{r['stability']:.2f}",
+                         "disoccluded": f"{r['disoccluded']:.2f}", "s/frame": f"{r['seconds_per_frame']:.3f}"})
+    bar.close()
+    print_table(rows, ["sequence", "method", "PSNR", "stability", "disoccluded", "s/frame"])
+    if "temporal" in names:
+        for seq, res in results.items():
+            t = res["temporal"]
+            checks = []
+            if "oidn high" in res:
+                o = res["oidn high"]
+                checks.append(f"PSNR {t['psnr'] - o['psnr']:+.2f} dB vs OIDN high (>= 0)")
+                checks.append(f"stability {t['stability'] - o['stability']:+.2f} dB (>= +4.8)")
+            if "flnr" in res:
+                checks.append(f"disoccluded {t['disoccluded'] - res['flnr']['disoccluded']:+.2f} dB vs FLNR (>= -0.3)")
+            print(f"{seq}: " + "; ".join(checks))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0

@@ -1,0 +1,218 @@
+"""Files of ``vision denoise``: frame lists and shards, buffer files, output names, the settings an output records
+(what a rerun compares to decide what to skip), atomic writes."""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from vision.data.fields import GUIDES
+
+BUFFERS = GUIDES  # the guide buffers a frame may hold, each also a --NAME option
+
+# --------------------------------------------------------------------------- frame lists
+
+def natural_key(path: Path):
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
+
+
+def expand_frames(patterns) -> list[Path]:
+    """Files and glob patterns -> existing files, de-duplicated, in natural sort order."""
+    found: dict[Path, None] = {}
+    for pat in patterns:
+        if any(ch in pat for ch in "*?["):
+            hits = [Path(h) for h in glob.glob(pat)]
+            if not hits:
+                raise FileNotFoundError(f"no files match {pat!r}")
+        else:
+            hits = [Path(pat)]
+            if not hits[0].is_file():
+                raise FileNotFoundError(f"no such frame: {pat}")
+        for h in hits:
+            found[h] = None
+    return sorted(found, key=natural_key)
+
+
+def parse_shard(text: str | None) -> tuple[int, int]:
+    if text is None:
+        return 0, 1
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not m or int(m.group(2)) < 1 or int(m.group(1)) >= int(m.group(2)):
+        raise ValueError(f"--shard must be I/N with 0 <= I < N, got {text!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def shard(frames: list, index: int, count: int) -> list:
+    """The index-th of count contiguous, near-equal blocks (sizes differ by at most one)."""
+    n = len(frames)
+    return frames[index * n // count:(index + 1) * n // count]
+
+
+def buffer_path(pattern: str, frame: Path) -> Path:
+    stem = frame.name[:-4] if frame.name.lower().endswith(".exr") else frame.stem
+    digits = re.findall(r"\d+", stem)
+    if "{frame}" in pattern and not digits:
+        raise ValueError(f"{frame}: pattern {pattern!r} uses {{frame}} but the file name has no frame number")
+    return Path(pattern.replace("{stem}", stem).replace("{frame}", digits[-1] if digits else "")
+                .replace("{dir}", str(frame.parent)))
+
+
+def output_path(out: Path, frame: Path, suffix: str) -> Path:
+    """``out/<stem><suffix>.exr``; a suffix with a path separator, or a name that resolves outside ``out``
+    (a link placed there), is refused: outputs stay in the output folder."""
+    from vision.outputs import inside
+
+    if any(sep and sep in suffix for sep in (os.sep, os.altsep, "\x00")):
+        raise ValueError(f"--suffix {suffix!r} must not contain a path separator; outputs stay in -o {out}")
+    stem = frame.name[:-4] if frame.name.lower().endswith(".exr") else frame.stem
+    return inside(out, f"{stem}{suffix}.exr", "-o")
+
+
+# --------------------------------------------------------------------------- reading
+
+def buffer_files(frame: Path, patterns: dict[str, str | None]) -> dict[str, Path]:
+    """The separate buffer files of one frame (from the --BUFFER patterns), each checked to exist."""
+    files = {}
+    for name in BUFFERS:
+        if patterns.get(name):
+            path = buffer_path(patterns[name], frame)
+            if not path.is_file():
+                raise FileNotFoundError(f"{frame}: {name} buffer {path} does not exist (from --{name} "
+                                        f"{patterns[name]!r})")
+            files[name] = path
+    return files
+
+
+def read_frame_file(frame: Path, patterns: dict[str, str | None]):
+    """The frame as :class:`vision.data.render_layers.RenderFile`: its view layers' buffers (renderer
+    conventions already mapped: albedo above 1, sky depth), every stored channel and the header."""
+    from vision.data.render_layers import read_render_file
+
+    return read_render_file(frame, buffer_files(frame, patterns))
+
+
+def read_buffers(frame: Path, patterns: dict[str, str | None]) -> dict[str, np.ndarray]:
+    """Colour and guide buffers of one frame (its first view layer) as float32 (H, W, C) arrays."""
+    return read_frame_file(frame, patterns).layers[0].buffers
+
+
+# --------------------------------------------------------------------------- writing and resuming
+
+SETTINGS_KEY = "vision.denoise.settings"
+
+
+def run_settings(args, phase, patterns: dict[str, str | None]) -> dict[str, str]:
+    """Everything that changes an output's pixels, as text: recorded in each output's header and compared
+    on a rerun (the tile size and the device are left out: they do not change the result)."""
+    import hashlib
+
+    weights = "bundled"
+    if args.model == "flnr" and args.weights is not None:
+        weights = f"{Path(args.weights).name}#sha256:{hashlib.sha256(Path(args.weights).read_bytes()).hexdigest()[:16]}"
+    settings = {"model": args.model}
+    if args.model == "flnr":
+        settings["weights"] = weights
+    settings.update(radius="default" if args.radius is None else str(args.radius),
+                    eps="learned" if args.eps is None else f"{args.eps:g}", scale=str(args.scale),
+                    phase="none" if phase is None else f"{phase[0]},{phase[1]}",
+                    temporal=f"max-history {args.max_history}" if args.temporal else "off",
+                    only_rgb=str(bool(args.only_rgb)).lower(), half=str(bool(args.half)).lower())
+    for name in BUFFERS:
+        if patterns.get(name):
+            settings[name] = patterns[name]
+    return settings
+
+
+def format_settings(settings: dict[str, str]) -> str:
+    """JSON: buffer patterns may hold any character."""
+    import json
+
+    return json.dumps(settings)
+
+
+def parse_settings(text: str) -> dict[str, str]:
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def why_redo(target: Path, settings: dict[str, str]) -> str | None:
+    """None when ``target`` was made with ``settings`` (skip it), else why it must be made again."""
+    from vision.data.exr import read_exr_header
+
+    try:
+        header = read_exr_header(target)
+    except (ValueError, OSError) as err:
+        return f"the existing output cannot be read ({err})"
+    recorded = header.get(SETTINGS_KEY)
+    if not isinstance(recorded, str):
+        return "the existing output records no settings"
+    old = parse_settings(recorded)
+    changed = [f"{k} {old.get(k, 'unset')} -> {v}" for k, v in settings.items() if old.get(k) != v]
+    changed += [f"{k} {v} -> unset" for k, v in old.items() if k not in settings]
+    return f"made with other settings ({', '.join(changed)})" if changed else None
+
+
+def write_atomic(path: Path, channels, header: dict) -> None:
+    """Write to a hidden temporary file in the same folder, then rename it over ``path``.
+
+    ``channels``: name -> 2-D array (written in its type), or a float (H, W, 3) array written as ``R G B``.
+    """
+    from vision.data import write_exr
+
+    if isinstance(channels, np.ndarray):
+        channels = {c: np.ascontiguousarray(channels[..., k], dtype=np.float32) for k, c in enumerate("RGB")}
+    tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:8]}.tmp.exr")
+    try:
+        write_exr(tmp, channels, header)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _load_weights(load, path):
+    """``load(path)``, with weights that are missing or not FLNR safetensors reported as one line."""
+    from safetensors import SafetensorError
+
+    try:
+        return load(path)
+    except FileNotFoundError:
+        if path is None:
+            raise
+        raise FileNotFoundError(f"--weights {path}: no such file") from None
+    except (SafetensorError, ValueError, KeyError, RuntimeError, OSError) as err:
+        if path is None:
+            raise
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ValueError(f"--weights {path}: not FLNR weights from vision train-denoiser ({first})") from None
+
+
+def write_output(target: Path, rf, results: list[np.ndarray], header: dict, only_rgb: bool, half: bool
+                 ) -> list[str]:
+    """The compositor's file: denoised RGB in each layer's beauty, alpha and (unless ``only_rgb``) every
+    other channel of the input, the input's header attributes plus the run's. Returns notes on losses."""
+    from vision.data.render_layers import output_channels
+
+    channels, notes = output_channels(rf, results, only_rgb=only_rgb, half=half)
+    same_size = all(a.shape == results[0].shape[:2] for a in rf.channels.values())
+    write_atomic(target, channels, {**rf.header, **(rf.windows if same_size else {}), **header})
+    return notes
+
+
+def parse_phase(text):
+    """``"DY,DX"`` -> (DY, DX) ints >= 0, or None; ValueError for anything else."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*,\s*(\d+)\s*", text)
+    if not m:
+        raise ValueError(f"--phase must be DY,DX (two integers >= 0, e.g. 0,0), got {text!r}")
+    return int(m.group(1)), int(m.group(2))

@@ -1,0 +1,106 @@
+"""The per-pixel history of :class:`~vision.denoise.temporal.TemporalDenoiser`: reprojection, rejection, moments.
+
+The history holds, per pixel, the running mean ``h`` of the demodulated signal ``L = (colour - emission) /
+max(albedo, floor)`` (what FLR and FLNR fit: smooth light without texture, so resampling it bilinearly costs
+little) and the number ``n`` of frames in it. Each frame:
+
+1. the previous history is reprojected with the motion vectors (:func:`.reproject.reproject`); taps on
+   another surface are dropped, and a pixel with no valid tap starts over (disocclusion);
+2. **change test** (:func:`changed`): where the light itself changed (a lamp switched on, a shadow that
+   moved), the guides agree but the history is wrong. Over windows of 12 and 28 pixels with history, the mean
+   luminance of this frame's samples and of the history differ by more than ``sigmas`` standard errors (the
+   samples' own spread in the window, over their count, plus the history's) only by chance once in ~15000
+   windows for ``sigmas = 4``; there the history restarts;
+3. ``n <- min(n + 1, max_history)``, ``h <- h + (L - h) / n``: the exact mean of the last n frames while ``n``
+   grows, an exponential average with weight ``1 / max_history`` after.
+
+Tensor ops on the buffers' device only, no host synchronisation.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .reproject import Tolerances, reproject
+
+CELL = 4  # the change test works on the means of 4 x 4 pixel cells
+CHANGE_RADII = (1, 3)  # its windows, in cells (12 and 28 pixels): small ones find a moved shadow, large ones a dim light
+
+
+@dataclass
+class History:
+    mean: torch.Tensor       # (B, 3, H, W) running mean of the demodulated signal
+    count: torch.Tensor      # (B, 1, H, W) frames in the history (float)
+    keys: dict               # the frame's depth / normal / albedo / index, to test the next frame's taps against
+
+
+def luminance(x: torch.Tensor) -> torch.Tensor:
+    """Mean of the channels, (B, 1, H, W): the noise statistics only need a consistent scalar."""
+    return x.mean(1, keepdim=True)
+
+
+def _box(x: torch.Tensor, r: int) -> torch.Tensor:
+    from vision.kernels import box_filter
+
+    return box_filter(x.contiguous(), r)
+
+
+def _window_cells(x: torch.Tensor, r: int) -> torch.Tensor:
+    """(H, W): how many cells of ``x``'s grid lie in the (2 r + 1)^2 window around each (fewer at the borders,
+    where the box filter's default border averages the cells inside the image only)."""
+    h, w = x.shape[-2:]
+    iy = torch.arange(h, device=x.device, dtype=x.dtype)
+    ix = torch.arange(w, device=x.device, dtype=x.dtype)
+    ny = torch.minimum(iy + r, torch.full_like(iy, h - 1)) - torch.clamp(iy - r, min=0) + 1
+    nx = torch.minimum(ix + r, torch.full_like(ix, w - 1)) - torch.clamp(ix - r, min=0) + 1
+    return ny[:, None] * nx[None, :]
+
+
+def changed(signal: torch.Tensor, previous: torch.Tensor, valid: torch.Tensor, count: torch.Tensor,
+            sigmas: float, radii=CHANGE_RADII, cell: int = CELL) -> torch.Tensor:
+    """Where the window means of ``signal`` (this frame) and ``previous`` (the reprojected history of ``count``
+    frames) differ by more than ``sigmas`` standard errors, over the pixels with history (``valid``); (B, 1, H, W)
+    bool. Windows are ``(2 r + 1)^2`` cells of ``cell x cell`` pixels around each pixel's cell, for each ``r`` in
+    ``radii`` (a change at any of them counts). The standard error is the frame's own spread of samples in the
+    window over their count (which counts edges as noise: conservative), plus the history's over its length."""
+    from .flr import area_down
+
+    v = valid.to(signal.dtype)
+    lum, old = luminance(signal), luminance(previous)
+    cells = area_down(torch.cat([v, lum * v, old * v, lum.square() * v, count * v], 1), cell)
+    out = None
+    for r in radii:
+        s = _box(cells, r)
+        k = s[:, :1]  # fraction of the window with history
+        safe = k.clamp_min(1e-6)
+        m_new, m_old = s[:, 1:2] / safe, s[:, 2:3] / safe
+        var = (s[:, 3:4] / safe - m_new.square()).clamp_min(0)
+        n_pix = k * _window_cells(cells, r) * float(cell * cell)
+        n_hist = (s[:, 4:5] / safe).clamp_min(1)
+        se2 = var / n_pix.clamp_min(1) * (1 + 1 / n_hist)
+        tiny = 1e-8 * (m_new.abs() + m_old.abs() + 1e-6)
+        flag = ((m_new - m_old).square() > sigmas ** 2 * (se2 + tiny)) & (n_pix >= 4)
+        out = flag if out is None else out | flag
+    h, w = signal.shape[-2:]
+    return out.repeat_interleave(cell, -2).repeat_interleave(cell, -1)[..., :h, :w]
+
+
+def start(signal: torch.Tensor, keys: dict) -> History:
+    return History(signal.clone(), torch.ones_like(signal[:, :1]), keys)
+
+
+def update(hist: History, signal: torch.Tensor, offset: torch.Tensor, keys: dict, tol: Tolerances,
+           max_history: int, sigmas: float) -> tuple[History, torch.Tensor]:
+    """The history after blending in this frame's demodulated ``signal``; also the reprojection weight map."""
+    vals, weight = reproject(torch.cat([hist.mean, hist.count], 1), offset, hist.keys, keys, tol)
+    mean, count = vals[:, :3], vals[:, 3:4]
+    valid = weight > 0
+    if sigmas > 0:
+        valid = valid & ~changed(signal, mean, valid, count, sigmas)
+    count = torch.where(valid, count, torch.zeros_like(count))
+    count = (count + 1).clamp_max(float(max_history))
+    a = 1 / count
+    mean = torch.where(valid, mean, signal)
+    mean = mean + a * (signal - mean)
+    return History(mean, count, keys), weight

@@ -1,0 +1,95 @@
+"""numba loop for :func:`vision.denoise.reproject.reproject` on CPU float32 (see :mod:`vision.kernels.runtime.jit`):
+the four bilinear taps, the same-surface test and the weighted mean in one pass per row, where the PyTorch path
+streams some 60 full planes through memory. Imported only where numba is available; the tests compare it with
+the PyTorch path and a float64 loop.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numba import prange
+
+from vision.kernels.runtime.jit import kernel
+
+F4 = "float32[:, :, :, :]"
+
+
+@kernel(f"void({F4}, {F4}, {F4}, {F4}, {F4}, {F4}, {F4}, {F4}, float32[::1], int64[::1], "
+        "float32[:, :, :, ::1], float32[:, :, :, ::1])")
+def reproject_planes(history, offset, pd, pn, pi, cd, cn, ci, tol, use, out, weight):
+    """out (B, C, H, W) and weight (B, 1, H, W) as :func:`vision.denoise.reproject.reproject` returns them.
+
+    ``pd``/``cd`` depth, ``pn``/``cn`` normal, ``pi``/``ci`` index of the previous / current frame (batch 1 or
+    B; unused ones any (1, k, 1, 1) array), ``use`` = (depth, normal, index) flags, ``tol`` = (depth, normal,
+    threshold of no history)."""
+    B, C, H, W = history.shape
+    zero, one = np.float32(0.0), np.float32(1.0)
+    for n in prange(B * H):
+        b, y = n // H, n % H
+        bd, bn, bi = min(b, pd.shape[0] - 1), min(b, pn.shape[0] - 1), min(b, pi.shape[0] - 1)
+        cbd, cbn, cbi = min(b, cd.shape[0] - 1), min(b, cn.shape[0] - 1), min(b, ci.shape[0] - 1)
+        ob = min(b, offset.shape[0] - 1)
+        acc = np.zeros(C, np.float32)
+        for x in range(W):
+            fxs = np.float32(x) + offset[ob, 0, y, x]
+            fys = np.float32(y) + offset[ob, 1, y, x]
+            x0, y0 = np.floor(fxs), np.floor(fys)
+            fx, fy = fxs - x0, fys - y0
+            ix, iy = int(x0), int(y0)
+            d1 = n1x = n1y = n1z = l1 = i1 = zero
+            if use[0]:
+                d1 = cd[cbd, 0, y, x]
+            if use[1]:
+                n1x, n1y, n1z = cn[cbn, 0, y, x], cn[cbn, 1, y, x], cn[cbn, 2, y, x]
+                l1 = n1x * n1x + n1y * n1y + n1z * n1z
+            if use[2]:
+                i1 = ci[cbi, 0, y, x]
+            total = zero
+            for c in range(C):
+                acc[c] = zero
+            for t in range(4):
+                dx, dy = t & 1, t >> 1
+                xi, yi = ix + dx, iy + dy
+                if xi < 0 or xi > W - 1 or yi < 0 or yi > H - 1:
+                    continue
+                wt = (fx if dx else one - fx) * (fy if dy else one - fy)
+                if use[2] and abs(pi[bi, 0, yi, xi] - i1) >= np.float32(0.5):
+                    continue
+                if use[0]:
+                    d0 = pd[bd, 0, yi, xi]
+                    if (d0 > zero) != (d1 > zero):
+                        continue
+                    if d0 > zero and abs(d0 - d1) > tol[0] * max(d0, d1):
+                        continue
+                if use[1]:
+                    n0x, n0y, n0z = pn[bn, 0, yi, xi], pn[bn, 1, yi, xi], pn[bn, 2, yi, xi]
+                    dot = n0x * n1x + n0y * n1y + n0z * n1z
+                    norm = np.sqrt((n0x * n0x + n0y * n0y + n0z * n0z) * l1)
+                    if not (dot >= tol[1] * norm or norm <= zero):
+                        continue
+                total += wt
+                for c in range(C):
+                    acc[c] += wt * history[b, c, yi, xi]
+            if total > tol[2]:
+                for c in range(C):
+                    out[b, c, y, x] = acc[c] / total
+                weight[b, 0, y, x] = total
+            else:
+                for c in range(C):
+                    out[b, c, y, x] = zero
+                weight[b, 0, y, x] = zero
+
+
+def reproject(history: torch.Tensor, offset: torch.Tensor, prev_keys: dict, cur_keys: dict, tol, no_history: float
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`reproject_planes` on float32 CPU tensors; returns (values, weight)."""
+    b, c, h, w = history.shape
+    dummy = history.new_zeros(1, 3, 1, 1)
+    use = np.array([cur_keys.get(k) is not None for k in ("depth", "normal", "index")], np.int64)
+    pick = lambda keys, k: dummy if keys.get(k) is None else keys[k]  # noqa: E731
+    out = history.new_empty(b, c, h, w)
+    weight = history.new_empty(b, 1, h, w)
+    reproject_planes(history, offset, pick(prev_keys, "depth"), pick(prev_keys, "normal"), pick(prev_keys, "index"),
+                     pick(cur_keys, "depth"), pick(cur_keys, "normal"), pick(cur_keys, "index"),
+                     np.array([tol.depth, tol.normal, no_history], np.float32), use, out, weight)
+    return out, weight
