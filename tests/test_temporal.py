@@ -194,3 +194,36 @@ def test_hostile_sequences_each_give_one_line(shot, tmp_path, capsys):
         write_exr(shot / f"f_{t}.exr", {k: v for k, v in ch.items() if ".Vector." not in k})
     rc, out, err = run(shot / "f_*.exr")
     assert rc == 0 and "no motion vectors" in err and "3 frame(s) had no motion vectors" in out
+
+
+def test_sequence_bench_scores_equal_hand_computed_numbers(tmp_path):
+    """vision bench denoise-sequences' PSNR and stability against numpy written here, on the fixture frames with
+    a stand-in reference (the frame's own colour, halved)."""
+    import json
+
+    from vision.data import write_exr
+    from vision.denoise.metrics import tonemap
+    from vision.pipelines.bench.denoise_sequences import read_sequences, score_sequence
+
+    entries = []
+    for t in (1, 2, 3):
+        shutil.copy(SEQ / f"noisy_{t:04d}.exr", tmp_path / f"n{t}.exr")
+        c = read_render_file(SEQ / f"noisy_{t:04d}.exr").layers[0].buffers["color"]
+        write_exr(tmp_path / f"r{t}.exr", {k: np.ascontiguousarray(c[..., i] / 2) for i, k in enumerate("RGB")})
+        entries.append({"sequence": "s", "frame": t, "noisy": f"n{t}.exr", "reference": f"r{t}.exr"})
+    (tmp_path / "manifest.json").write_text(json.dumps({"frames": entries[::-1]}))
+    frames = read_sequences(tmp_path)["s"]
+    assert [f["frame"] for f in frames] == [1, 2, 3]
+    res = score_sequence(frames, {"exact": lambda d, s: d["reference"], "double": lambda d, s: 2 * d["reference"]},
+                         first=2)
+    assert res["exact"]["psnr"] == float("inf") and res["exact"]["stability"] == float("inf")
+    refs = [read_render_file(SEQ / f"noisy_{t:04d}.exr").layers[0].buffers["color"] / 2 for t in (1, 2, 3)]
+    tm = [tonemap(r) for r in refs]
+    psnr = np.mean([10 * np.log10(1 / np.mean((tonemap(2 * r) - x) ** 2)) for r, x in zip(refs[1:], tm[1:])])
+    # the differences of every scored frame with the one before it (frames 2 - 1 and 3 - 2), averaged in MSE
+    diff = np.mean([np.mean((tonemap(2 * refs[t]) - tonemap(2 * refs[t - 1]) - (tm[t] - tm[t - 1])) ** 2)
+                    for t in (1, 2)])
+    assert res["double"]["psnr"] == pytest.approx(psnr, abs=1e-9)
+    assert res["double"]["stability"] == pytest.approx(10 * np.log10(1 / diff), abs=1e-9)
+    with pytest.raises(ValueError, match="--sequences: x not in"):
+        read_sequences(tmp_path, ["x"])
