@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .denoise_io import (BUFFERS, SETTINGS_KEY, _load_weights, buffer_path, expand_frames,  # noqa: F401
                          format_settings, natural_key, output_path, parse_phase, parse_shard, read_frame_file,
-                         run_settings, shard, why_redo, write_output)
+                         run_settings, shard, why_redo, write_output, written_rgb)
 
 EPILOG = """\
 examples:
@@ -274,8 +274,10 @@ def run(args) -> int:
                                                "pass): its history assumes a static camera", file=sys.stderr)
                                 if "motion" not in t:
                                     static.append(frame)
-                                step = functools.partial(history.accumulate if skip else history,
-                                                         motion=t.get("motion"), index=t.get("index"))
+                                kw = {"motion": t.get("motion"), "index": t.get("index")}
+                                if skip and target is not None:  # its output holds what this frame gave
+                                    kw["denoised"] = written_rgb(target, layer.beauty)
+                                step = functools.partial(history, **kw)  # warm-up frames are denoised
                             if skip:  # the frame still feeds the history
                                 step(t["color"], **guides)
                                 continue

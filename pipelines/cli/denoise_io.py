@@ -216,3 +216,16 @@ def parse_phase(text):
     if not m:
         raise ValueError(f"--phase must be DY,DX (two integers >= 0, e.g. 0,0), got {text!r}")
     return int(m.group(1)), int(m.group(2))
+
+
+def written_rgb(target: Path, names: list[str]) -> np.ndarray | None:
+    """The denoised RGB an earlier run wrote to ``target`` under the beauty channels ``names``, float32 (H, W, 3);
+    None when it cannot be read (the frame is then denoised again)."""
+    from vision.data import read_exr
+
+    try:
+        ch = read_exr(target, list(names))
+        return np.stack([np.asarray(ch[n], dtype=np.float32) for n in names], -1)
+    except (OSError, ValueError, KeyError):
+        return None
+

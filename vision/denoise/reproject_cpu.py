@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from numba import prange
+from numba import njit, prange
 
 from vision.kernels.runtime.jit import kernel
 
 F4 = "float32[:, :, :, :]"
+
+
+def njit_inline(fn):
+    return njit(cache=True, inline="always")(fn)
 
 
 @kernel(f"void({F4}, {F4}, {F4}, {F4}, {F4}, {F4}, {F4}, {F4}, float32[::1], int64[::1], "
@@ -93,3 +97,115 @@ def reproject(history: torch.Tensor, offset: torch.Tensor, prev_keys: dict, cur_
                      pick(cur_keys, "depth"), pick(cur_keys, "normal"), pick(cur_keys, "index"),
                      np.array([tol.depth, tol.normal, no_history], np.float32), use, out, weight)
     return out, weight
+
+
+@njit_inline
+def _same(pd, pn, pi, bd, bn, bi, y0, x0, cd, cn, ci, cbd, cbn, cbi, y1, x1, tol, use):
+    """Whether previous-frame pixel (y0, x0) shows the surface of current pixel (y1, x1) (reproject's test)."""
+    zero = np.float32(0.0)
+    if use[2] and abs(pi[bi, 0, y0, x0] - ci[cbi, 0, y1, x1]) >= np.float32(0.5):
+        return False
+    if use[0]:
+        d0, d1 = pd[bd, 0, y0, x0], cd[cbd, 0, y1, x1]
+        if (d0 > zero) != (d1 > zero):
+            return False
+        if d0 > zero and abs(d0 - d1) > tol[0] * max(d0, d1):
+            return False
+    if use[1]:
+        n0x, n0y, n0z = pn[bn, 0, y0, x0], pn[bn, 1, y0, x0], pn[bn, 2, y0, x0]
+        n1x, n1y, n1z = cn[cbn, 0, y1, x1], cn[cbn, 1, y1, x1], cn[cbn, 2, y1, x1]
+        dot = n0x * n1x + n0y * n1y + n0z * n1z
+        norm = np.sqrt((n0x * n0x + n0y * n0y + n0z * n0z) * (n1x * n1x + n1y * n1y + n1z * n1z))
+        if not (dot >= tol[1] * norm or norm <= zero):
+            return False
+    return True
+
+
+@kernel(f"void({F4}, {F4}, {F4}, {F4}, {F4}, {F4}, {F4}, {F4}, {F4}, float32[::1], int64[::1], "
+        "float32[:, :, :, ::1], float32[:, :, :, ::1])")
+def edge_history_planes(out, history, offset, pd, pn, pi, cd, cn, ci, par, use, result, new_history):
+    """:func:`vision.denoise.edge_history.edge_history` on float32 planes: ``par`` = (depth tolerance, normal
+    tolerance, threshold of no history, cap, gamma); result (B, 3, H, W), new_history (B, 4, H, W)."""
+    B, _, H, W = out.shape
+    zero, one = np.float32(0.0), np.float32(1.0)
+    for n in prange(B * H):
+        b, y = n // H, n % H
+        bd, bn, bi = min(b, pd.shape[0] - 1), min(b, pn.shape[0] - 1), min(b, pi.shape[0] - 1)
+        cbd, cbn, cbi = min(b, cd.shape[0] - 1), min(b, cn.shape[0] - 1), min(b, ci.shape[0] - 1)
+        ob = min(b, offset.shape[0] - 1)
+        acc = np.zeros(4, np.float32)
+        for x in range(W):
+            edge = False
+            for j in range(9):
+                yy, xx = min(max(y + j // 3 - 1, 0), H - 1), min(max(x + j % 3 - 1, 0), W - 1)
+                if not _same(cd, cn, ci, cbd, cbn, cbi, yy, xx, cd, cn, ci, cbd, cbn, cbi, y, x, par, use):
+                    edge = True
+                    break
+            done = not edge
+            if edge:
+                fxs = np.float32(x) + offset[ob, 0, y, x]
+                fys = np.float32(y) + offset[ob, 1, y, x]
+                x0, y0 = np.floor(fxs), np.floor(fys)
+                fx, fy = fxs - x0, fys - y0
+                ix, iy = int(x0), int(y0)
+                total = zero
+                for c in range(4):
+                    acc[c] = zero
+                for t in range(4):
+                    dx, dy = t & 1, t >> 1
+                    xi, yi = ix + dx, iy + dy
+                    if xi < 0 or xi > W - 1 or yi < 0 or yi > H - 1:
+                        continue
+                    seen = False
+                    for j in range(9):
+                        yy, xx = min(max(y + j // 3 - 1, 0), H - 1), min(max(x + j % 3 - 1, 0), W - 1)
+                        if _same(pd, pn, pi, bd, bn, bi, yi, xi, cd, cn, ci, cbd, cbn, cbi, yy, xx, par, use):
+                            seen = True
+                            break
+                    if not seen:
+                        continue
+                    wt = (fx if dx else one - fx) * (fy if dy else one - fy)
+                    total += wt
+                    for c in range(4):
+                        acc[c] += wt * history[b, c, yi, xi]
+                if total > par[2]:
+                    count = min(acc[3] / total + one, par[3])
+                    for c in range(3):
+                        s = zero
+                        s2 = zero
+                        k = 0
+                        for yy in range(max(y - 1, 0), min(y + 2, H)):
+                            for xx in range(max(x - 1, 0), min(x + 2, W)):
+                                v = out[b, c, yy, xx]
+                                s += v
+                                s2 += v * v
+                                k += 1
+                        mean = s / np.float32(k)
+                        sd = np.sqrt(max(s2 / np.float32(k) - mean * mean, zero))
+                        old = min(max(acc[c] / total, mean - par[4] * sd), mean + par[4] * sd)
+                        v = old + (out[b, c, y, x] - old) / count
+                        result[b, c, y, x] = v
+                        new_history[b, c, y, x] = v
+                    new_history[b, 3, y, x] = count
+                else:
+                    done = True
+            if done:
+                for c in range(3):
+                    result[b, c, y, x] = out[b, c, y, x]
+                    new_history[b, c, y, x] = out[b, c, y, x]
+                new_history[b, 3, y, x] = one
+
+
+def edge_history(out, history, offset, prev_keys, cur_keys, tol, cap, gamma, no_history):
+    """:func:`edge_history_planes` on float32 CPU tensors; returns (result, new history)."""
+    b, _, h, w = out.shape
+    dummy = out.new_zeros(1, 3, 1, 1)
+    use = np.array([cur_keys.get(k) is not None for k in ("depth", "normal", "index")], np.int64)
+    pick = lambda keys, k: dummy if keys.get(k) is None else keys[k]  # noqa: E731
+    result = out.new_empty(b, 3, h, w)
+    new_history = out.new_empty(b, 4, h, w)
+    edge_history_planes(out, history, offset, pick(prev_keys, "depth"), pick(prev_keys, "normal"),
+                        pick(prev_keys, "index"), pick(cur_keys, "depth"), pick(cur_keys, "normal"),
+                        pick(cur_keys, "index"), np.array([tol.depth, tol.normal, no_history, cap, gamma], np.float32),
+                        use, result, new_history)
+    return result, new_history

@@ -14,6 +14,7 @@ from . import buffers as B
 from .accumulate import History
 from .frame import denoise
 from .flr import DEFAULT_EPS, DEFAULT_RADIUS
+from .edge_history import CAP as EDGE_CAP, edge_history
 from .reproject import CONVENTIONS, Tolerances, previous_offset
 
 __all__ = ["TemporalFLR", "TemporalDenoiser"]
@@ -151,7 +152,8 @@ class TemporalDenoiser:
 
     def __init__(self, model: str = "flnr", weights=None, radius: int | None = None, eps: float | None = None,
                  scale: int | None = None, tile: int | None = None, max_history: int = 32,
-                 tolerances: Tolerances = Tolerances(), change_sigmas: float = 4.0, convention: str = "cycles"):
+                 tolerances: Tolerances = Tolerances(), change_sigmas: float = 4.0, convention: str = "cycles",
+                 edge_frames: int = EDGE_CAP):
         from .frame import MODELS
 
         if model not in MODELS:
@@ -163,6 +165,9 @@ class TemporalDenoiser:
             raise ValueError(f"change_sigmas must be a finite number >= 0, got {change_sigmas!r}")
         if convention not in CONVENTIONS:
             raise ValueError(f"convention must be one of {', '.join(CONVENTIONS)}, got {convention!r}")
+        if isinstance(edge_frames, bool) or not isinstance(edge_frames, int) or edge_frames < 1:
+            raise ValueError(f"edge_frames must be an int >= 1 (1 = off), got {edge_frames!r}")
+        self.edge_frames = edge_frames
         self.model, self.radius, self.eps, self.scale, self.tile = model, radius, eps, scale, tile
         self.max_history, self.tolerances, self.change_sigmas = max_history, tolerances, float(change_sigmas)
         self.convention = convention
@@ -178,6 +183,7 @@ class TemporalDenoiser:
     def reset(self) -> None:
         """Forget the history: the next frame starts cold (a camera cut)."""
         self._history: History | None = None
+        self._edges: torch.Tensor | None = None  # the output history of the edge pixels (.edge_history)
         self._layout = None
 
     @property
@@ -186,27 +192,51 @@ class TemporalDenoiser:
         return None if self._history is None else self._history.count
 
     def accumulate(self, color, motion=None, index=None, **guides) -> torch.Tensor:
-        """Take a frame into the history without denoising it; returns the accumulated colour (B, 3, H, W)."""
+        """Take a frame into the history without denoising it; returns the accumulated colour (B, 3, H, W). The
+        edge pixels' output history starts over at the next frame (pass ``denoised=`` to :meth:`__call__`
+        instead to keep it)."""
         signal, floor, add, mv, keys, _ = self._prepare(color, motion, index, guides)
         self._step(signal, mv, keys)
+        self._edges = None
         return self._history.mean * floor + add
 
-    def __call__(self, color, motion=None, index=None, **guides):
-        """Take ``color`` into the history and return the denoised frame (same kind and layout as ``color``)."""
+    def __call__(self, color, motion=None, index=None, denoised=None, **guides):
+        """Take ``color`` into the history and return the denoised frame (same kind and layout as ``color``).
+
+        ``denoised``: this frame's result from an earlier run (what a restarted run reads back from its output):
+        it is returned as given and taken into the history instead of denoising the frame again, so the frames
+        after it come out as in an uninterrupted run."""
         signal, floor, add, mv, keys, g = self._prepare(color, motion, index, guides)
-        self._step(signal, mv, keys)
-        out = denoise(self._history.mean * floor + add, **g, model=self.model, weights=self.net, radius=self.radius,
-                      eps=self.eps, scale=self.scale, tile=self.tile)
+        prev_keys, offset = self._step(signal, mv, keys)
+        if denoised is not None:
+            out = B.to_bchw(denoised, "denoised", 3).to(device=signal.device, dtype=signal.dtype)
+            if out.shape[-2:] != signal.shape[-2:]:
+                raise ValueError(f"denoised is {out.shape[-2]}x{out.shape[-1]} (HxW) but color is "
+                                 f"{signal.shape[-2]}x{signal.shape[-1]}")
+        else:
+            out = denoise(self._history.mean * floor + add, **g, model=self.model, weights=self.net,
+                          radius=self.radius, eps=self.eps, scale=self.scale, tile=self.tile)
+        if self.edge_frames > 1:
+            result, self._edges = edge_history(out, self._edges, offset, prev_keys, keys, self.tolerances,
+                                               self.edge_frames)
+            if denoised is None:
+                out = result
+            else:  # the frame counts depend on the buffers alone: the written frame is the history
+                self._edges = torch.cat([out, self._edges[:, 3:]], 1)
         return B.like(out, color)
 
     def _step(self, signal, mv, keys):
+        """Take the demodulated signal into the history; returns the previous frame's keys (None when the history
+        started over) and the offset to the previous frame."""
         layout = (tuple(signal.shape), signal.device, signal.dtype, tuple(k for k, v in keys.items() if v is not None))
-        if self._history is None or layout != self._layout:
-            self._history, self._layout = accumulate.start(signal, keys), layout
-            return
         offset = torch.zeros_like(signal[:, :2]) if mv is None else previous_offset(mv, self.convention)
+        if self._history is None or layout != self._layout:
+            self._history, self._layout, self._edges = accumulate.start(signal, keys), layout, None
+            return None, offset
+        prev_keys = self._history.keys
         self._history, _ = accumulate.update(self._history, signal, offset, keys, self.tolerances, self.max_history,
                                              self.change_sigmas)
+        return prev_keys, offset
 
     def _prepare(self, color, motion, index, guides):
         """Validated, repaired (B, C, H, W) buffers; the demodulated signal and how to remodulate it."""

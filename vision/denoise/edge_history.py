@@ -1,0 +1,108 @@
+"""Temporal antialiasing of the denoised frame at the pixels whose footprint holds several surfaces.
+
+One path-traced sample per pixel lands on one surface, and the guide buffers name that surface; the reference
+averages every surface the pixel covers. So at an object's edge a regression on the buffers returns the light of
+whichever surface this frame's sample hit, and the edge aliases and flickers (on the Blender sequences about
+two thirds to nine tenths of the remaining error sat on the 11-17 % of pixels at object edges). Over frames the
+samples land on each surface in proportion to its coverage, so the mean of the per-frame results at the same
+place converges to the pixel's mean. This module keeps that mean at edge pixels only:
+
+* **edge pixel**: some pixel of its 3 x 3 neighbourhood is not on its surface (the same-surface test of
+  :mod:`.reproject`: object index, relative depth, normal);
+* the previous frame's output history is read at the pixel's previous position with bilinear taps that show
+  *any* surface of the pixel's 3 x 3 footprint (at an edge the history mixes both sides, as the reference does);
+* the history is clipped to this frame's neighbourhood, mean +- ``gamma`` standard deviations per channel
+  (variance clipping, Salvi 2016): what the footprint cannot contain now (a moved shadow, a lag) is cut off;
+* it is blended with this frame's result with weight ``1 / n``, n frames at most ``cap``.
+
+Elsewhere the result is the frame's own and the history restarts. Tensor ops, no host synchronisation; on the
+CPU path (float32, no autograd) one numba loop (:mod:`.reproject_cpu`).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .reproject import NO_HISTORY, Tolerances, _same_surface
+
+CAP = 4       # frames an edge pixel's output history counts at most
+GAMMA = 1.0   # variance clipping: the history is kept within mean +- GAMMA sd of the frame's 3 x 3 neighbourhood
+SHIFTS = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)]
+
+
+def _shift(t: torch.Tensor, dy: int, dx: int) -> torch.Tensor:
+    """``t`` (B, C, H, W) read at (y + dy, x + dx), the border replicated."""
+    h, w = t.shape[-2:]
+    return F.pad(t, (1, 1, 1, 1), mode="replicate")[..., 1 + dy:1 + dy + h, 1 + dx:1 + dx + w]
+
+
+def _flat(keys: dict, b: int) -> dict:
+    return {k: v.expand(b, -1, -1, -1).reshape(b, v.shape[1], -1) for k, v in keys.items()}
+
+
+def edges(keys: dict, tol: Tolerances, b: int) -> torch.Tensor:
+    """(B, 1, H, W) bool: pixels with a 3 x 3 neighbour that is not on their surface."""
+    h, w = next(iter(keys.values())).shape[-2:]
+    centre = _flat(keys, b)
+    out = torch.zeros(b, 1, h * w, dtype=torch.bool, device=next(iter(keys.values())).device)
+    for dy, dx in SHIFTS:
+        if dy or dx:
+            out |= ~_same_surface(_flat({k: _shift(v, dy, dx) for k, v in keys.items()}, b), centre, tol)
+    return out.reshape(b, 1, h, w)
+
+
+def edge_history(out: torch.Tensor, history: torch.Tensor | None, offset: torch.Tensor, prev_keys: dict | None,
+                 cur_keys: dict, tol: Tolerances = Tolerances(), cap: int = CAP, gamma: float = GAMMA
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """This frame's denoised ``out`` (B, 3, H, W) with its edge pixels blended into their output history.
+
+    ``history``: (B, 4, H, W), the previous call's second return (the output history and its frame count), or
+    None; ``prev_keys`` / ``cur_keys``: the frames' ``depth`` / ``normal`` / ``index`` buffers (the same ones in
+    both). Returns ``(result, history)``.
+    """
+    from vision.kernels.runtime import jit
+
+    from .layout import cpu_path
+
+    keys = {k: v for k, v in cur_keys.items() if v is not None}
+    b, _, h, w = out.shape
+    if history is None or not keys or prev_keys is None:
+        return out, torch.cat([out, torch.ones_like(out[:, :1])], 1)
+    tensors = [out, history, offset, *keys.values(), *(prev_keys[k] for k in keys)]
+    if cpu_path(out) and jit.enabled(*tensors):
+        from . import reproject_cpu
+
+        return reproject_cpu.edge_history(out, history, offset, prev_keys, cur_keys, tol, cap, gamma, NO_HISTORY)
+    dev, dt = out.device, out.dtype
+    off = offset.to(dt)
+    ys = torch.arange(h, device=dev, dtype=dt).view(1, 1, h, 1) + off[:, 1:2]
+    xs = torch.arange(w, device=dev, dtype=dt).view(1, 1, 1, w) + off[:, :1]
+    x0, y0 = xs.floor(), ys.floor()
+    fx, fy = xs - x0, ys - y0
+    footprint = [_flat({k: _shift(v.to(dt), dy, dx) for k, v in keys.items()}, b) for dy, dx in SHIFTS]
+    prev_flat = {k: prev_keys[k].to(dt).expand(b, -1, -1, -1).reshape(b, -1, h * w) for k in keys}
+    hist = history.reshape(b, 4, h * w)
+    total = torch.zeros(b, 1, h * w, device=dev, dtype=dt)
+    acc = torch.zeros(b, 4, h * w, device=dev, dtype=dt)
+    zero = torch.zeros((), device=dev, dtype=dt)
+    for dx, dy in ((0, 0), (1, 0), (0, 1), (1, 1)):
+        xi, yi = x0 + dx, y0 + dy
+        wt = (fx if dx else 1 - fx) * (fy if dy else 1 - fy)
+        ok = ((xi >= 0) & (xi <= w - 1) & (yi >= 0) & (yi <= h - 1)).reshape(b, 1, h * w)
+        idx = (yi.clamp(0, h - 1) * w + xi.clamp(0, w - 1)).long().reshape(b, 1, h * w)
+        tap = {k: v.gather(2, idx.expand(-1, v.shape[1], -1)) for k, v in prev_flat.items()}
+        seen = torch.zeros_like(ok)
+        for cur in footprint:
+            seen |= _same_surface(tap, cur, tol)
+        wt = torch.where(ok & seen, wt.reshape(b, 1, h * w), zero)
+        total = total + wt
+        acc = acc + wt * hist.gather(2, idx.expand(-1, 4, -1))
+    has = (total > NO_HISTORY).reshape(b, 1, h, w)
+    prev = (acc / total.clamp_min(NO_HISTORY)).reshape(b, 4, h, w)
+    mean = F.avg_pool2d(out, 3, 1, 1, count_include_pad=False)
+    sd = (F.avg_pool2d(out.square(), 3, 1, 1, count_include_pad=False) - mean.square()).clamp_min(0).sqrt()
+    old = torch.minimum(torch.maximum(prev[:, :3], mean - gamma * sd), mean + gamma * sd)
+    use = has & edges(keys, tol, b)
+    n = torch.where(use, (prev[:, 3:4] + 1).clamp_max(float(cap)), torch.ones_like(prev[:, 3:4]))
+    result = torch.where(use, old + (out - old) / n, out)
+    return result, torch.cat([result, n], 1)
