@@ -122,7 +122,8 @@ class TemporalDenoiser:
     the frame blended in with weight ``1 / n`` (n frames of history, at most ``max_history``). FLNR (or FLR)
     then denoises the accumulated signal, remodulated by this frame's albedo: it has about n times less noise
     variance than one frame, and the network and the regression adapt to that as they do to more samples
-    per pixel.
+    per pixel. Last, at object edges, where a 1-spp sample names one surface of a pixel the reference averages
+    over several, the result is averaged with its own reprojected history (:mod:`.edge_history`).
 
     Args:
         model: ``"flnr"`` (default; the bundled weights unless ``weights``) or ``"flr"``.
@@ -132,6 +133,7 @@ class TemporalDenoiser:
         tolerances: :class:`~vision.denoise.reproject.Tolerances` of the same-surface test.
         change_sigmas: the light-change test's threshold in standard errors (0 = off).
         convention: the motion vectors' convention (:func:`~vision.denoise.reproject.previous_offset`).
+        edge_frames: frames the edge pixels' output history counts (1 = off; :mod:`.edge_history`).
 
     Call it once per frame, in order: ``den(color, motion=..., index=..., albedo=..., normal=..., depth=...,
     ao=..., emission=..., position=...)``, buffers as for :func:`~vision.denoise.denoise` but all at the
