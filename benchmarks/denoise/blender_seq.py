@@ -20,38 +20,24 @@ import time
 import bpy
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # Blender does not add the script's folder
-from blender_eval import setup_render  # noqa: E402
+from blender_eval import setup_render, write_settings  # noqa: E402
 from blender_seq_scenes import SEQUENCES  # noqa: E402
 
 
 def parse(argv):
-    args = argv[argv.index("--") + 1:] if "--" in argv else []
-    opts = {"out": None, "sequences": list(SEQUENCES), "frames": 16, "only": None, "what": ["noisy", "reference"],
-            "ref_spp": 1024, "spp": 1, "size": (128, 96)}
-    it = iter(args)
-    for a in it:
-        if a == "--sequences":
-            opts["sequences"] = next(it).split(",")
-        elif a == "--frames":
-            opts["frames"] = int(next(it))
-        elif a == "--only":
-            lo, hi = next(it).split("-")
-            opts["only"] = (int(lo), int(hi))
-        elif a == "--what":
-            opts["what"] = next(it).split(",")
-        elif a == "--ref-spp":
-            opts["ref_spp"] = int(next(it))
-        elif a == "--spp":
-            opts["spp"] = int(next(it))
-        elif a == "--size":
-            w, h = next(it).lower().split("x")
-            opts["size"] = (int(w), int(h))
-        elif opts["out"] is None:
-            opts["out"] = a
-        else:
-            raise SystemExit(f"unknown argument {a!r}")
-    if opts["out"] is None:
-        raise SystemExit("usage: blender -b ... --python blender_seq.py -- OUTDIR [options]")
+    import argparse
+
+    p = argparse.ArgumentParser(prog="blender -b ... --python blender_seq.py --")
+    p.add_argument("out", metavar="OUTDIR")
+    p.add_argument("--sequences", type=lambda t: t.split(","), default=list(SEQUENCES))
+    p.add_argument("--frames", type=int, default=16)
+    p.add_argument("--only", type=lambda t: tuple(int(v) for v in t.split("-")), default=None, metavar="A-B")
+    p.add_argument("--what", type=lambda t: t.split(","), default=["noisy", "reference"])
+    p.add_argument("--ref-spp", type=int, default=1024)
+    p.add_argument("--spp", type=int, default=1)
+    p.add_argument("--size", type=lambda t: tuple(int(v) for v in t.lower().split("x")), default=(128, 96),
+                   metavar="WxH")
+    opts = vars(p.parse_args(argv[argv.index("--") + 1:] if "--" in argv else []))
     unknown = set(opts["sequences"]) - set(SEQUENCES)
     if unknown:
         raise SystemExit(f"unknown sequence(s) {sorted(unknown)}; known: {', '.join(SEQUENCES)}")
@@ -61,16 +47,11 @@ def parse(argv):
 
 
 def passes(scene, reference):
-    s = scene.render.image_settings
-    s.file_format = "OPEN_EXR" if reference else "OPEN_EXR_MULTILAYER"
-    s.color_mode = "RGBA"
-    s.color_depth = "32"
-    s.exr_codec = "ZIP"
+    """blender_eval's file settings (multilayer with the Denoising Data passes, or colour only for a reference)
+    plus the passes a reprojection needs: Vector, Position and IndexOB."""
+    write_settings(scene, reference)
     layer = scene.view_layers[0]
-    on = not reference
-    layer.cycles.denoising_store_passes = on
-    layer.use_pass_z = layer.use_pass_normal = layer.use_pass_emit = on
-    layer.use_pass_vector = layer.use_pass_position = layer.use_pass_object_index = on
+    layer.use_pass_vector = layer.use_pass_position = layer.use_pass_object_index = not reference
 
 
 def matrices(scene, cam, frames):
