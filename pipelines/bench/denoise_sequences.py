@@ -52,15 +52,17 @@ def read_sequences(folder: Path, names=None) -> dict[str, list[dict]]:
     path = folder / "manifest.json"
     if not path.is_file():
         raise FileNotFoundError(f"{folder}: no manifest.json (make one with benchmarks/denoise/blender_seq.py)")
-    try:
-        entries = json.loads(path.read_text())["frames"]
-    except (ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{path}: not a sequence manifest ({err})") from None
     seqs: dict[str, list[dict]] = {}
-    for e in entries:
-        if "noisy" in e and "reference" in e:
-            seqs.setdefault(e["sequence"], []).append(
-                {"frame": int(e["frame"]), "noisy": folder / e["noisy"], "reference": folder / e["reference"]})
+    try:
+        for e in json.loads(path.read_text())["frames"]:
+            if "noisy" in e and "reference" in e:
+                seqs.setdefault(str(e["sequence"]), []).append(
+                    {"frame": int(e["frame"]), "noisy": folder / e["noisy"], "reference": folder / e["reference"]})
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{path}: not a sequence manifest ({type(err).__name__}: {err}); "
+                         "make one with benchmarks/denoise/blender_seq.py") from None
+    if not seqs:
+        raise ValueError(f"{path}: no frame has both a noisy file and a reference yet")
     if names:
         missing = [n for n in names if n not in seqs]
         if missing:
