@@ -120,7 +120,8 @@ def test_train_then_reload_gives_bit_identical_predictions(tmp_path, head, lora,
     assert [h["epoch"] for h in history] == [1, 2]
     assert np.isfinite(history[-1]["loss"]) and "mean_angle" in history[-1]
     files = sorted(p.name for p in (tmp_path / "run").iterdir())
-    assert {"config.json", "model.safetensors", "resume.safetensors", "metrics.jsonl", "previews"} <= set(files)
+    assert {"config.json", "model.safetensors", "state", "metrics.jsonl", "previews"} <= set(files)
+    assert (tmp_path / "run" / "state" / "resume.safetensors").is_file()  # inside the atomic checkpoint folder
     assert (tmp_path / "run" / "previews" / "epoch_002.png").stat().st_size > 0
     # checkpoint = trainable tensors only
     from safetensors.torch import load_file

@@ -155,3 +155,53 @@ def write_text_atomic(path, text: str) -> Path:
     with atomic_path(path) as tmp:
         Path(tmp).write_text(text)
     return Path(path)
+
+
+def in_run(run, relative: str, flag: str = "-o") -> Path:
+    """``run / relative`` for a file a command writes inside its run folder, refused (one line naming the path
+    and ``flag``) when it, or any folder between it and ``run``, is a symbolic link, or when it resolves outside
+    ``run``: a run folder someone sent you must not make a resumed run write elsewhere."""
+    run = Path(run)
+    path = run
+    for part in Path(relative).parts:
+        if part in ("", ".", "..") or "\x00" in part:
+            raise ValueError(f"output name {relative!r} is not a path inside {flag} {run}")
+        path = path / part
+        if path.is_symlink():
+            raise ValueError(f"{path} is a symbolic link (to {os.readlink(path)}) inside {flag} {run}; refusing "
+                             "to write through it: remove the link or choose another run folder")
+    root, target = run.resolve(), path.resolve()
+    if root not in target.parents:
+        raise ValueError(f"output {path} resolves to {target}, outside {flag} {run}; refusing to write there")
+    return path
+
+
+def open_in_run(run, relative: str, mode: str = "a", flag: str = "-o"):
+    """Open a file inside ``run`` for writing or appending, checked by :func:`in_run` and opened with
+    ``O_NOFOLLOW`` (a link put there between the check and the open is refused by the system)."""
+    path = in_run(run, relative, flag)
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if "a" in mode else os.O_TRUNC) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as err:
+        raise ValueError(f"cannot write {path} in {flag} {run}: {err.strerror or err}") from None
+    return os.fdopen(fd, mode)
+
+
+@contextlib.contextmanager
+def run_lock(run, flag: str = "-o", command: str = "vision"):
+    """Hold an exclusive lock on ``run/.lock`` while the block runs; a second run into the same folder is refused
+    in one line (``fcntl.flock``, non-blocking: released by the system when the process dies, even by SIGKILL)."""
+    import fcntl
+
+    path = in_run(run, ".lock", flag)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise ValueError(f"{flag} {run} is in use by another {command} run (locked: {path}); wait for it to "
+                             "end or choose another folder") from None
+        yield path
+    finally:
+        os.close(fd)

@@ -15,7 +15,8 @@ import warnings
 from pathlib import Path
 
 from .denoise_io import (BUFFERS, SETTINGS_KEY, _load_weights, buffer_path, expand_frames,  # noqa: F401
-                         format_settings, natural_key, output_path, parse_phase, parse_shard, read_frame_file,
+                         exit_on_sigterm, format_settings, natural_key, output_path, parse_phase, parse_shard,
+                         read_frame_file, remove_stale_temps,
                          run_settings, shard, why_redo, write_output, written_rgb)
 
 EPILOG = """\
@@ -217,6 +218,7 @@ def run(args) -> int:
         check_readable(f)
     created = not out.exists()
     prepare_folder(out, "-o")  # before any compute
+    remove_stale_temps(out, targets)  # what a killed run left (names of this run's frames only)
     eps_text = "learned" if args.eps is None else f"{args.eps:g}"
     radius_text = args.radius if args.radius is not None else "blend " + ",".join(map(str, net.config["radii"]))
     settings = run_settings(args, phase, patterns)
@@ -230,6 +232,8 @@ def run(args) -> int:
     static = []  # --temporal: frames without motion vectors
     items = [(f, None) for f in warm] + list(zip(mine, targets))
     bar = tqdm(items, desc="denoise", unit="frame", disable=args.quiet, file=sys.stderr)
+    sigterm = exit_on_sigterm("denoise")  # SIGTERM unwinds: write_atomic removes its temporary file; exit 143
+    sigterm.__enter__()
     try:
         for frame, target in bar:
             skip = target is None or (target.exists() and not args.overwrite)
@@ -305,6 +309,8 @@ def run(args) -> int:
         if created and out.is_dir() and not any(out.iterdir()):
             out.rmdir()  # a run that made nothing leaves nothing behind
         raise
+    finally:
+        sigterm.__exit__(None, None, None)
     print(f"denoised {done} frame(s), skipped {skipped} already done"
           + (f", repaired NaN/Inf in {repaired} buffer(s)" if repaired else "")
           + (f" (shard {index}/{count}: {len(mine)} of {len(frames)} frames"

@@ -2,9 +2,12 @@
 (what a rerun compares to decide what to skip), atomic writes."""
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
+import stat
+import sys
 import uuid
 from pathlib import Path
 
@@ -177,6 +180,61 @@ def write_atomic(path: Path, channels, header: dict) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def remove_stale_temps(out: Path, targets, age: float = 60.0) -> int:
+    """Remove the temporary files :func:`write_atomic` left in ``out`` when a run was killed: only names of
+    exactly its pattern (``.<stem>.<8 hex>.tmp.exr``) for a stem of ``targets`` (this run's outputs), and only
+    when older than ``age`` seconds (a run writing the same frame now keeps its file). Returns how many."""
+    import time
+
+    stems = {Path(t).stem for t in targets}
+    pattern = re.compile(r"\.(?P<stem>.+)\.[0-9a-f]{8}\.tmp\.exr")
+    removed = 0
+    try:
+        entries = list(os.scandir(out))
+    except OSError:
+        return 0
+    for entry in entries:
+        m = pattern.fullmatch(entry.name)
+        if not m or m.group("stem") not in stems:
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and time.time() - st.st_mtime > age:
+                os.unlink(entry.path)
+                removed += 1
+        except OSError:
+            pass
+    return removed
+
+
+class Terminated(SystemExit):
+    """SIGTERM during a run: unwinds like Ctrl-C (every ``finally`` runs: :func:`write_atomic` removes its
+    temporary file), then exits 143."""
+
+
+@contextlib.contextmanager
+def exit_on_sigterm(command: str):
+    """While the block runs, SIGTERM raises :class:`Terminated` (one line on stderr, exit code 143) instead of
+    killing the process where it stands. Only the main thread can install a handler: elsewhere, nothing."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+        print(f"vision {command}: terminated (SIGTERM); unfinished outputs removed", file=sys.stderr)
+        raise Terminated(143)
+
+    before = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def _load_weights(load, path):

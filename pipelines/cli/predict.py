@@ -96,7 +96,7 @@ def run(args) -> int:
     from vision.dense import TASKS
     from vision.dense.colourise import colourise
     from vision.io import read_image, write_image
-    from vision.outputs import InputIndex, inside, output_stems, prepare_folder
+    from vision.outputs import InputIndex, atomic_path, inside, output_stems, prepare_folder
     from vision.pipelines.training import dense_model
     from vision.pipelines.cli import read_input, torch_device
 
@@ -123,6 +123,7 @@ def run(args) -> int:
         x = torch.from_numpy(img).permute(2, 0, 1)[None].to(device)
         pred = task.decode(dense_model.predict_raw(model, task, x, tta=not args.no_tta).float())[0]
         out = write_prediction(out.with_name(out.stem), cfg.task, pred, args.format)
-        write_image(preview, colourise(cfg.task, pred))
+        with atomic_path(preview) as tmp:  # a link at the preview's name is replaced, never written through
+            write_image(tmp, colourise(cfg.task, pred))
         print(f"wrote {out}")
     return 0

@@ -10,11 +10,17 @@ included; the data order is a function of seed and epoch), so 1 + 1 epochs equal
 ``accelerate launch --multi_gpu --num_processes N -m vision.pipelines.cli finetune ...`` (DDP: every rank sees a different
 shard of each epoch, gradients are averaged, weights stay identical); only the main process writes.
 
+The run folder is untrusted input: no file is written through a symbolic link or outside it
+(:func:`guard_run`), one run holds it at a time (``.lock``), and each epoch's checkpoint (``state/``: the
+Accelerate state plus ``resume.safetensors``) is staged and published as one unit by :mod:`.checkpoint`, so
+a kill at any moment leaves the previous complete checkpoint or the new one.
+
     >>> cfg = DenseConfig(task="normals", data="data/scenes", epochs=5)
     >>> history = train(cfg, "runs/normals")
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -26,7 +32,7 @@ import torch
 
 from .accel import accelerator_for as _accelerator
 from .accel import configured_precision  # noqa: F401 (re-exported: callers import it from here)
-from .dense_model import DenseConfig, build_model, predict_raw, save_run_files, trainable_state
+from .dense_model import ADAPTER, BASE, CONFIG, WEIGHTS, DenseConfig, build_model, predict_raw, save_run_files, trainable_state
 
 RESUME = "resume.safetensors"  # tensors, with the rest of the training state as JSON in its header
 LEGACY_RESUME = "resume.pt"    # the pickle format of earlier versions: never loaded
@@ -188,8 +194,9 @@ def _save_resume(path: Path, live: dict, opt_state: dict, sched_state: dict, ema
 
 
 def _read_resume(run: Path) -> dict | None:
-    """The state :func:`_save_resume` wrote into ``run`` (None when there is none), as the dicts the
-    model, optimiser and scheduler load. A pickle checkpoint is refused, unread."""
+    """The state :func:`_save_resume` wrote into ``run`` (a checkpoint folder, or a run folder of an earlier
+    version; None when there is none), as the dicts the model, optimiser and scheduler load. A pickle
+    checkpoint is refused, unread."""
     path = run / RESUME
     if not path.is_file():
         if (run / LEGACY_RESUME).exists():
@@ -228,6 +235,44 @@ def _read_resume(run: Path) -> dict | None:
 
 
 STATE = "state"  # accelerator.save_state folder: model, optimiser, schedule, RNG of every rank
+CHECKPOINT_FORMAT = "vision-finetune-checkpoint/1"  # STATE as a checkpoint.py folder, with RESUME inside it
+# every name a run writes in its folder (dense_model.save_run_files, the card, previews, checkpoints, the lock)
+RUN_NAMES = (CONFIG, BASE, BASE + ".tmp", WEIGHTS, WEIGHTS + ".tmp", ADAPTER, f".{ADAPTER}.tmp", "README.md",
+             "metrics.jsonl", "previews", RESUME, STATE, f".{STATE}.tmp", f".{STATE}.old", ".lock")
+
+
+def guard_run(run: Path) -> None:
+    """Refuse (one line naming the file and ``-o``) a run folder in which any file a run writes is a symbolic
+    link or resolves outside it: a run folder is untrusted input."""
+    from vision.outputs import in_run
+
+    if run.is_dir():
+        for name in RUN_NAMES:
+            in_run(run, name)
+        if (run / "previews").is_dir():
+            for p in (run / "previews").iterdir():
+                in_run(run, f"previews/{p.name}")
+
+
+def _find_checkpoint(run: Path, log) -> Path | None:
+    """The folder to resume ``run`` from: its last complete checkpoint (``state/``, or ``.state.old`` when a
+    kill fell between the two renames of a save), the run folder itself for a run of an earlier version
+    (``resume.safetensors`` beside ``state/``), or None when no epoch was ever saved. A ``state/`` that is
+    not complete, with no complete one beside it, is refused in one line."""
+    from . import checkpoint
+
+    where, _ = checkpoint.latest(run / STATE, CHECKPOINT_FORMAT)
+    if where is not None:
+        return where
+    if (run / RESUME).is_file() or (run / LEGACY_RESUME).exists():
+        return run  # an earlier version's layout (read, or refused, by _read_resume)
+    if (run / STATE).exists() or checkpoint.previous(run / STATE).exists():
+        raise ValueError(f"{run / STATE} is not a complete checkpoint (files missing or of another size than its "
+                         f"{checkpoint.MANIFEST} says, e.g. a run killed while saving) and no earlier one is left; "
+                         "start a new run folder")
+    if checkpoint.staging(run / STATE).exists():
+        log(f"no complete checkpoint in {run} (the first save was interrupted): starting from epoch 1")
+    return None
 
 
 def _ema_state(ema, core) -> SimpleNamespace:
@@ -241,19 +286,33 @@ def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bo
           log=print, command: str | None = None) -> list[dict]:
     """Fine-tune ``cfg``'s model on ``cfg.data`` (or the given datasets); write the run folder; return the
     per-epoch records (loss, validation metrics, optimiser steps, seconds). ``command`` goes into the card."""
+    from vision.outputs import run_lock
+
+    run = Path(run_dir)
+    task = task_of(cfg)
+    guard_run(run)
+    where = _find_checkpoint(run, log) if resume else None
+    saved = _read_resume(where) if where is not None else None  # before any work: a bad state fails at once
+    acc = _accelerator(cfg, run)
+    with contextlib.ExitStack() as held:
+        if acc.is_main_process:  # one run per folder (the system releases the lock even on SIGKILL)
+            run.mkdir(parents=True, exist_ok=True)
+            held.enter_context(run_lock(run, command="vision finetune"))
+        return _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log, command)
+
+
+def _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log, command) -> list[dict]:
     from accelerate.utils import set_seed
     from timm.utils import ModelEmaV3
     from tqdm.auto import tqdm
     from transformers.optimization import get_cosine_schedule_with_warmup
 
     from vision.data.dense import DenseSamples
+    from vision.outputs import in_run, open_in_run
 
+    from . import checkpoint
     from .run_card import edge_metrics, write_card
 
-    run = Path(run_dir)
-    task = task_of(cfg)
-    saved = _read_resume(run) if resume else None  # before any work: a bad state file fails at once
-    acc = _accelerator(cfg, run)
     set_seed(cfg.seed)
     if train_set is None:
         if not cfg.data:
@@ -280,14 +339,14 @@ def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bo
     start, history, steps = 0, [], 0
     if saved is not None:
         try:
-            if (run / STATE).is_dir():
-                acc.load_state(str(run / STATE))  # model, optimiser, schedule and every RNG, as saved
+            if where != run or (run / STATE).is_dir():
+                acc.load_state(str(where if where != run else run / STATE))  # model, optimiser, schedule, RNGs
             else:  # a run of an earlier version: its weights and optimiser, not its RNG
                 core.load_state_dict(saved["model"], strict=False)
                 opt.optimizer.load_state_dict(saved["optimizer"])
                 sched.scheduler.load_state_dict(saved["scheduler"])
         except (RuntimeError, ValueError, KeyError, OSError) as err:
-            raise ValueError(f"{run / STATE} does not fit this model and its settings "
+            raise ValueError(f"{where if where != run else run / STATE} does not fit this model and its settings "
                              f"({str(err).strip().splitlines()[0]})") from None
         if ema is not None and saved["ema"] is not None:
             ema.module.load_state_dict(saved["ema"], strict=False)
@@ -298,7 +357,7 @@ def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bo
     base = baseline_metrics(task, train_set, val_set) if acc.is_main_process else {}
     if acc.is_main_process:
         run.mkdir(parents=True, exist_ok=True)
-        (run / "previews").mkdir(exist_ok=True)
+        in_run(run, "previews").mkdir(exist_ok=True)
         log(f"{cfg.task} on {cfg.backbone} + {cfg.head} head ({'LoRA r=%d' % cfg.lora_rank if cfg.lora_rank else 'full'}):"
             f" {sum(p.numel() for p in core.parameters() if p.requires_grad):,} trainable parameters, "
             f"{len(train_set)} train / {len(val_set)} val images on {acc.device} ({acc.mixed_precision} mixed "
@@ -355,20 +414,26 @@ def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bo
             better = [r for r in history if task.primary_metric in r and (
                 r[task.primary_metric] <= score if task.lower_is_better else r[task.primary_metric] >= score)]
             record["saved"] = not cfg.select_best or not better  # keep the best validation epoch's weights
+            guard_run(run)  # again at every save: nothing in the folder may have become a link meanwhile
             if record["saved"]:
                 save_run_files(run, cfg, core, weights)
                 write_card(run, cfg, record, edge_metrics(task, val_set, pred), acc.mixed_precision, command,
                            getattr(core, "create_kwargs", None))
-            _preview(task, val_set, pred, run / "previews" / f"epoch_{epoch + 1:03d}.png")
-            _save_resume(run / RESUME, live, opt.optimizer.state_dict(), sched.scheduler.state_dict(),
+            _preview(task, val_set, pred, in_run(run, f"previews/epoch_{epoch + 1:03d}.png"))
+            stage = checkpoint.begin(run / STATE)  # the whole checkpoint is staged, then published as one unit
+            _save_resume(stage / RESUME, live, opt.optimizer.state_dict(), sched.scheduler.state_dict(),
                          _ema_state(ema, core) if ema is not None else None, epoch + 1, history + [record])
-            with open(run / "metrics.jsonl", "a") as fh:
-                fh.write(json.dumps(record) + "\n")
-            log(f"epoch {epoch + 1}: loss {record['loss']:.4f}, " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
-                + f" ({record['seconds']:.0f} s)" + (" saved" if record["saved"] else ""))
         if cfg.log_with:
             acc.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=epoch + 1)
-        acc.save_state(str(run / STATE))  # every rank: its RNG state is part of it
+        acc.wait_for_everyone()
+        acc.save_state(str(checkpoint.staging(run / STATE)))  # every rank: its RNG state is part of it
+        acc.wait_for_everyone()
+        if acc.is_main_process:
+            checkpoint.publish(checkpoint.staging(run / STATE), run / STATE, {"epoch": epoch + 1}, CHECKPOINT_FORMAT)
+            with open_in_run(run, "metrics.jsonl", "w") as fh:  # the checkpoint's history: a resumed run repeats
+                fh.write("".join(json.dumps(r) + "\n" for r in history + [record]))  # no line
+            log(f"epoch {epoch + 1}: loss {record['loss']:.4f}, " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
+                + f" ({record['seconds']:.0f} s)" + (" saved" if record["saved"] else ""))
         history.append(record)
         acc.wait_for_everyone()
         if last:
