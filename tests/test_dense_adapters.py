@@ -115,7 +115,7 @@ def test_resume_is_bit_identical_to_training_in_one_go(tmp_path):
     assert [r["epoch"] for r in first] == [1]
     history = _train(tiny_cfg(**cfg), tmp_path / "split", data, resume=True)
     assert [r["epoch"] for r in history] == [1, 2]
-    for name in ("state/model.safetensors", "model.safetensors", "resume.safetensors"):
+    for name in ("state/model.safetensors", "model.safetensors", "state/resume.safetensors"):
         a, b = (load_file(str(tmp_path / r / name)) for r in ("once", "split"))
         assert set(a) == set(b) and a
         for k in a:

@@ -82,11 +82,11 @@ def test_resume_state_is_safetensors_and_json_and_resumes(tmp_path, one_thread):
     data = _samples()
     run = tmp_path / "run"
     train(_tiny_cfg(epochs=1), run, train_set=data, val_set=data, progress=False, log=lambda *a: None)
-    names = {p.name for p in run.iterdir()}
+    names = {p.name for p in (run / "state").iterdir()}  # inside the checkpoint folder
     assert "resume.safetensors" in names and "resume.pt" not in names
     from safetensors import safe_open
 
-    with safe_open(str(run / "resume.safetensors"), framework="pt") as fh:
+    with safe_open(str(run / "state" / "resume.safetensors"), framework="pt") as fh:
         state = json.loads(fh.metadata()["state"])  # everything that is not a tensor is JSON
     assert state["epoch"] == 1 and len(state["history"]) == 1
     logs = []
@@ -94,7 +94,12 @@ def test_resume_state_is_safetensors_and_json_and_resumes(tmp_path, one_thread):
                     log=logs.append)
     assert [h["epoch"] for h in history] == [1, 2] and any("resuming" in line for line in logs)
     # a damaged state file is a clear error, not a traceback deep in safetensors
-    (run / "resume.safetensors").write_bytes(b"\x00garbage")
+    size = (run / "state" / "resume.safetensors").stat().st_size
+    (run / "state" / "resume.safetensors").write_bytes(b"\x00garbage")  # of another size than the manifest's
+    with pytest.raises(ValueError, match="resume.safetensors has 8 bytes"):
+        train(_tiny_cfg(epochs=3), run, train_set=data, val_set=data, resume=True, progress=False,
+              log=lambda *a: None)
+    (run / "state" / "resume.safetensors").write_bytes(b"\x00" * size)  # of the same size: read, and refused
     with pytest.raises(ValueError, match="resume.safetensors"):
         train(_tiny_cfg(epochs=3), run, train_set=data, val_set=data, resume=True, progress=False,
               log=lambda *a: None)

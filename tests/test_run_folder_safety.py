@@ -74,13 +74,20 @@ def _weights(run):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """A 2-epoch run without interruption, and a run stopped after epoch 1 (copied by each test)."""
+    import torch
+
     from vision.pipelines.training.finetune import train
 
     base = tmp_path_factory.mktemp("runs")
     data = Crop("depth")
     quiet = dict(train_set=data, val_set=data, progress=False, log=lambda *a: None)
-    train(tiny_cfg(epochs=2), base / "whole", **quiet)
-    train(tiny_cfg(epochs=2, stop_after=1), base / "one", **quiet)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # set up before the per-test one_thread fixture: one thread is faster here too
+    try:
+        train(tiny_cfg(epochs=2), base / "whole", **quiet)
+        train(tiny_cfg(epochs=2, stop_after=1), base / "one", **quiet)
+    finally:
+        torch.set_num_threads(threads)
     return base, quiet
 
 
@@ -119,11 +126,46 @@ def test_a_kill_between_the_two_renames_resumes_from_the_old_folder(runs, tmp_pa
     assert len(lines) == 2  # the checkpoint's history, not a repeated line
 
 
+KILL = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[1])
+import torch
+torch.set_num_threads(1)
+from test_finetune import Crop, tiny_cfg
+from vision.pipelines.training import checkpoint
+from vision.pipelines.training.finetune import train
+count, rename = [0], os.rename
+def killing_rename(a, b):
+    count[0] += 1
+    if count[0] == int(sys.argv[3]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    rename(a, b)
+checkpoint.os.rename = killing_rename
+data = Crop("depth")
+train(tiny_cfg(epochs=2), sys.argv[2], train_set=data, val_set=data, progress=False, log=lambda *a: None)
+"""
+
+
+@pytest.mark.parametrize("at", [2, 3])  # epoch 2's save: before the old checkpoint is moved aside / between renames
+def test_sigkill_while_publishing_then_resume_equals_an_uninterrupted_run(runs, tmp_path, at):
+    from pathlib import Path
+
+    from vision.pipelines.training.finetune import train
+
+    run = tmp_path / "run"
+    res = subprocess.run([sys.executable, "-c", KILL, str(Path(__file__).parent), str(run), str(at)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == -signal.SIGKILL, res.stderr
+    history = train(tiny_cfg(epochs=2), run, resume=True, **runs[1])  # the lock died with the process
+    assert [h["epoch"] for h in history] == [1, 2]
+    assert _equal(_weights(run), _weights(runs[0] / "whole"))
+
+
 def test_a_damaged_checkpoint_is_refused_in_one_line(runs, tmp_path):
     def damage(run):
         (run / "state" / "optimizer.bin").write_bytes(b"")
 
-    with pytest.raises(ValueError, match=r"state is not a complete checkpoint") as err:
+    with pytest.raises(ValueError, match=r"state is not a complete checkpoint .*optimizer.bin has 0 bytes") as err:
         _resume(runs, tmp_path, damage)
     assert "\n" not in str(err.value)
 

@@ -176,18 +176,6 @@ def in_run(run, relative: str, flag: str = "-o") -> Path:
     return path
 
 
-def open_in_run(run, relative: str, mode: str = "a", flag: str = "-o"):
-    """Open a file inside ``run`` for writing or appending, checked by :func:`in_run` and opened with
-    ``O_NOFOLLOW`` (a link put there between the check and the open is refused by the system)."""
-    path = in_run(run, relative, flag)
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if "a" in mode else os.O_TRUNC) | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(path, flags, 0o666)
-    except OSError as err:
-        raise ValueError(f"cannot write {path} in {flag} {run}: {err.strerror or err}") from None
-    return os.fdopen(fd, mode)
-
-
 @contextlib.contextmanager
 def run_lock(run, flag: str = "-o", command: str = "vision"):
     """Hold an exclusive lock on ``run/.lock`` while the block runs; a second run into the same folder is refused

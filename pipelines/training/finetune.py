@@ -254,6 +254,24 @@ def guard_run(run: Path) -> None:
                 in_run(run, f"previews/{p.name}")
 
 
+def _damage(folder: Path) -> str:
+    """What makes ``folder`` no complete checkpoint, naming the file, for the one-line refusal."""
+    from . import checkpoint
+
+    manifest = folder / checkpoint.MANIFEST
+    try:
+        files = json.loads(manifest.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{manifest} is missing or unreadable"
+    for name, size in files.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{path} is missing"
+        if path.stat().st_size != size:
+            return f"{path} has {path.stat().st_size} bytes, not the {size} its {checkpoint.MANIFEST} names"
+    return f"{manifest} is of another format"
+
+
 def _find_checkpoint(run: Path, log) -> Path | None:
     """The folder to resume ``run`` from: its last complete checkpoint (``state/``, or ``.state.old`` when a
     kill fell between the two renames of a save), the run folder itself for a run of an earlier version
@@ -267,9 +285,8 @@ def _find_checkpoint(run: Path, log) -> Path | None:
     if (run / RESUME).is_file() or (run / LEGACY_RESUME).exists():
         return run  # an earlier version's layout (read, or refused, by _read_resume)
     if (run / STATE).exists() or checkpoint.previous(run / STATE).exists():
-        raise ValueError(f"{run / STATE} is not a complete checkpoint (files missing or of another size than its "
-                         f"{checkpoint.MANIFEST} says, e.g. a run killed while saving) and no earlier one is left; "
-                         "start a new run folder")
+        raise ValueError(f"{run / STATE} is not a complete checkpoint ({_damage(run / STATE)}; a run killed while "
+                         "saving?) and no earlier one is left; start a new run folder")
     if checkpoint.staging(run / STATE).exists():
         log(f"no complete checkpoint in {run} (the first save was interrupted): starting from epoch 1")
     return None
@@ -308,7 +325,7 @@ def _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log,
     from transformers.optimization import get_cosine_schedule_with_warmup
 
     from vision.data.dense import DenseSamples
-    from vision.outputs import in_run, open_in_run
+    from vision.outputs import in_run, write_text_atomic
 
     from . import checkpoint
     from .run_card import edge_metrics, write_card
@@ -430,8 +447,8 @@ def _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log,
         acc.wait_for_everyone()
         if acc.is_main_process:
             checkpoint.publish(checkpoint.staging(run / STATE), run / STATE, {"epoch": epoch + 1}, CHECKPOINT_FORMAT)
-            with open_in_run(run, "metrics.jsonl", "w") as fh:  # the checkpoint's history: a resumed run repeats
-                fh.write("".join(json.dumps(r) + "\n" for r in history + [record]))  # no line
+            write_text_atomic(in_run(run, "metrics.jsonl"),  # the checkpoint's history: a resumed run repeats no line
+                              "".join(json.dumps(r) + "\n" for r in history + [record]))
             log(f"epoch {epoch + 1}: loss {record['loss']:.4f}, " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
                 + f" ({record['seconds']:.0f} s)" + (" saved" if record["saved"] else ""))
         history.append(record)
