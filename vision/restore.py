@@ -28,7 +28,7 @@ from typing import Callable
 import torch
 
 from vision.kernels.runtime import backend_for, data_checks
-from vision.kernels.spl.op import check_mask, value_and_grad
+from vision.kernels.spl.op import check_magnitude, check_mask, value_and_grad
 from vision.kernels.validate import check_finite, check_radius
 from vision.kernels.spl.defaults import SPL_DEFAULTS
 
@@ -71,19 +71,6 @@ def _check_images(source, edited):
         raise ValueError(f"source is on {source.device} but edited on {edited.device}")
 
 
-MAX_MAGNITUDE = 1e15  # the loss squares centred intensities in float32 window sums (float32 max ~3.4e38)
-
-
-def _check_magnitude(source, edited) -> None:
-    """Unbounded (HDR) images: finite values so large that the loss's float32 squares overflow are refused by
-    name, instead of a NaN loss that reads as bad input elsewhere."""
-    for x, name in ((source, "source"), (edited, "edited")):
-        if x.is_floating_point():
-            peak = float(x.detach().abs().max())
-            if peak > MAX_MAGNITUDE:
-                raise ValueError(f"{name} has values up to {peak:.3g}; the structure loss squares intensities in "
-                                 f"float32, so they must stay below {MAX_MAGNITUDE:.0e} (scale the images first; "
-                                 "HDR radiance in the thousands is fine)")
 
 
 def _value_range(source, edited, value_range):
@@ -226,8 +213,8 @@ def restore_structure(source: torch.Tensor, edited: torch.Tensor, mask: torch.Te
     if optimizer not in DEFAULT_LR:
         raise ValueError(f"optimizer must be one of {tuple(DEFAULT_LR)}, got {optimizer!r}")
     lr = DEFAULT_LR[optimizer] if lr is None else float(lr)
-    if not lr > 0:
-        raise ValueError(f"lr must be positive, got {lr}")
+    if not 0 < lr < float("inf"):  # NaN and inf fail too: they would end in a flat 0/1 image
+        raise ValueError(f"lr must be a finite positive number, got {lr}")
     if spl_weight < 0 or color_weight < 0:
         raise ValueError(f"loss weights must be >= 0, got spl_weight={spl_weight}, color_weight={color_weight}")
     radius = check_radius(radius)
@@ -244,7 +231,7 @@ def restore_structure(source: torch.Tensor, edited: torch.Tensor, mask: torch.Te
     out_dtype = edited.dtype
     rng = _value_range(source, edited, value_range)
     if rng is None and data_checks(backend_for(edited)):
-        _check_magnitude(source, edited)
+        check_magnitude((source, "source"), (edited, "edited"))
     lo, span = (0.0, 1.0) if rng is None else (rng[0], rng[1] - rng[0])
     src = (source.to(torch.float32) - lo) / span
     e0 = ((edited.to(torch.float32) - lo) / span).contiguous()

@@ -18,6 +18,21 @@ from . import torch_path
 from .defaults import SPL_DEFAULTS
 
 REDUCTIONS = ("mean", "none")
+# Largest |value| the loss takes per working dtype: it squares centred intensities in window sums, so a float32
+# image above ~1e18 overflows them (NaN), and its loss (~ value^2) overflows float32 well before that.
+MAX_MAGNITUDE = {torch.float32: 1e15, torch.float64: 1e150}
+
+
+def check_magnitude(*named: tuple[torch.Tensor, str], work: torch.dtype = torch.float32) -> None:
+    """Refuse by name finite images so large that the loss cannot represent them in ``work`` (one host
+    synchronisation for all of them), instead of returning NaN."""
+    limit = MAX_MAGNITUDE[work]
+    peaks = torch.stack([x.detach().abs().amax().to(torch.float64) for x, _ in named]).tolist()
+    for (_, name), peak in zip(named, peaks):
+        if peak > limit:
+            raise ValueError(f"{name} has values up to {peak:.3g}; the structure loss squares intensities in "
+                             f"{str(work).replace('torch.', '')}, so they must stay below {limit:.0e} (scale the "
+                             "images first, or pass float64; HDR radiance in the thousands is fine)")
 
 
 def _triton_takes(dtype: torch.dtype, border: str) -> str | None:
@@ -242,6 +257,8 @@ def structure_loss(source: torch.Tensor, edited: torch.Tensor, radius: int = SPL
     # compiled graphs cannot read tensor values either: check there as on the Triton path
     checks = "triton" if torch.compiler.is_compiling() else backend
     check_all_finite((source, "source"), (edited, "edited"), backend=checks)
+    if data_checks(checks):
+        check_magnitude((source, "source"), (edited, "edited"), work=work)
     w = None if mask is None else check_mask(mask, source, checks).to(work)
     out_dtype = edited.dtype if edited.dtype == source.dtype else work
     source, edited = source.to(work), edited.to(work)

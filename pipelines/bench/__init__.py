@@ -6,6 +6,7 @@ every row is timed in the same run and reported as a ratio against a peer (see `
 """
 from __future__ import annotations
 
+import functools
 import importlib
 
 # what -> module; later issues add their line here.
@@ -34,7 +35,8 @@ def add_arguments(p) -> None:
     what = p.add_subparsers(dest="what", metavar="WHAT")
     for name, module in BENCHES.items():
         try:
-            add_plugin(what, name, importlib.import_module(module))
+            mod = importlib.import_module(module)
+            add_plugin(what, name, mod).set_defaults(func=functools.partial(_checked_run, mod.run))
         except ImportError as err:  # a missing optional dependency disables this benchmark only
             q = what.add_parser(name, help=f"(unavailable: {err})")
             q.set_defaults(func=lambda args, err=err, name=name: _unavailable(name, err))
@@ -45,6 +47,16 @@ def run(args) -> int:
     """Reached only without WHAT (each benchmark sets its own ``func``): the list of benchmarks."""
     args.bench_parser.print_help()
     return 2
+
+
+def _checked_run(run, args) -> int:
+    """``run(args)`` once the bench's ``--json`` file (when it has one) is known to be writable: a read-only or
+    missing place fails in one line before the bench runs, not after."""
+    if getattr(args, "json", None):
+        from vision.outputs import prepare_file
+
+        prepare_file(args.json, "--json")
+    return run(args)
 
 
 def _unavailable(name: str, err: Exception) -> int:

@@ -32,7 +32,9 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     import torch
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    from vision.pipelines.cli import torch_device
+
+    device = str(torch_device(args.device)) if args.device else ("cuda" if torch.cuda.is_available() else "cpu")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     names = args.only or list(SECTIONS)

@@ -45,6 +45,7 @@ resume.safetensors (EMA, epoch, history: tensors, and JSON in its header; never 
 """
 
 
+MIN_IMG_SIZE = 16  # the patch of the common ViT backbones (14 or 16 px): a smaller input has no token
 HELP = "fine-tune a dense-prediction head (+ LoRA) on a backbone"
 DESCRIPTION = ("Fine-tune a token-local / local-linear / DPT head, with LoRA adapters or the whole "
                "backbone, for depth, normals, alpha, segmentation or albedo.")
@@ -111,6 +112,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    _check_arguments(args)  # before torch loads: a bad option is one line at once
     import torch
 
     from vision.pipelines.training.dense_model import DenseConfig
@@ -118,8 +120,6 @@ def run(args) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.epochs < 1 or args.batch_size < 1:
-        raise ValueError("--epochs and --batch-size must be >= 1")
     extra = _json_object(args.backbone_kwargs, "--backbone-kwargs")
     head_kwargs = _json_object(args.head_kwargs, "--head-kwargs")
     task_kwargs = _json_object(args.task_kwargs, "--task-kwargs")
@@ -160,6 +160,28 @@ def run(args) -> int:
 
             print(f"merged adapters into {merge_run(args.out)}")
     return 0
+
+
+def _check_arguments(args) -> None:
+    """Every numeric option in range (NaN and inf refused), the LoRA target pattern compiled: one line, before
+    anything loads."""
+    from vision.pipelines.cli.checks import NON_NEGATIVE, POSITIVE, check_numbers
+
+    if args.epochs < 1 or args.batch_size < 1:
+        raise ValueError("--epochs and --batch-size must be >= 1")
+    check_numbers(args, dict(lr=POSITIVE, backbone_lr=POSITIVE, weight_decay=NON_NEGATIVE,
+                             ema=dict(low=0, high=1, high_open=True), clip=NON_NEGATIVE, lora_alpha=POSITIVE,
+                             lora_dropout=dict(low=0, high=1, high_open=True), max_minutes=POSITIVE,
+                             img_size=dict(low=MIN_IMG_SIZE), threads=dict(low=1), grad_accum=dict(low=1),
+                             lora_rank=NON_NEGATIVE, stop_after=dict(low=1), limit=dict(low=1)))
+    targets = _targets(args.lora_targets)
+    if isinstance(targets, str):
+        import re
+
+        try:
+            re.compile(targets)
+        except re.error as err:
+            raise ValueError(f"--lora-targets {targets!r} is not a valid regular expression ({err})") from None
 
 
 def _command(args) -> str:

@@ -115,6 +115,10 @@ def run(args) -> int:
         raise ValueError("JPEG output is 8-bit only; drop --bits 16 or write a .png/.tif")
     if args.steps < 0:
         raise ValueError(f"--steps must be >= 0, got {args.steps}")
+    from vision.pipelines.cli.checks import NON_NEGATIVE, POSITIVE, QUALITY, check_numbers
+
+    check_numbers(args, dict(lr=POSITIVE, spl_weight=NON_NEGATIVE, color_weight=NON_NEGATIVE, eps=POSITIVE,
+                             radius=dict(low=1), quality=QUALITY))
     device = torch_device(args.device)
     src, src_hdr = read_input(read_any, Path(args.source), "--source")
     edit, edit_hdr = read_input(read_any, Path(args.edited), "--edited")

@@ -170,6 +170,17 @@ def _checkpoint_dir(args) -> Path:
     return folder
 
 
+def _radii(text: str) -> list[int]:
+    """``--radii``: comma-separated positive integers, or a one-line error naming the flag."""
+    try:
+        radii = [int(r) for r in text.split(",") if r.strip()]
+    except ValueError:
+        raise ValueError(f"--radii must be comma-separated integers such as 4,8,16, got {text!r}") from None
+    if not radii or min(radii) < 1:
+        raise ValueError(f"--radii must be one or more positive integers, got {text!r}")
+    return radii
+
+
 def _build(args, widths):
     """The model builder handed to the training loop: from --init (widened, pruned, with blends added as the
     flags ask) or new."""
@@ -178,7 +189,7 @@ def _build(args, widths):
         from vision.denoise.flnr import DEFAULT_CONFIG, FLNR, load_flnr
 
         if not args.init:
-            radii = [int(r) for r in args.radii.split(",") if r.strip()]
+            radii = _radii(args.radii)
             return FLNR(widths or DEFAULT_CONFIG["widths"], 16 if args.hidden is None else args.hidden,
                         DEFAULT_CONFIG["guides"] if args.guides is None else args.guides, radii, args.scale,
                         1 if args.fit_down is None else args.fit_down, antialias=args.antialias, detail=args.detail)
@@ -228,6 +239,20 @@ def run(args) -> int:
         raise ValueError(f"-o must name a .safetensors file, got {args.out}")
     if args.init and Path(args.init).resolve() == args.out.resolve():
         raise ValueError(f"-o {args.out} is the --init file: write the fine-tuned weights to another file")
+    from vision.pipelines.cli.checks import NON_NEGATIVE, POSITIVE, check_numbers
+
+    check_numbers(args, dict(lr=POSITIVE, smape=NON_NEGATIVE, drop_ao=dict(low=0, high=1), minutes=POSITIVE,
+                             threads=dict(low=1), scale=dict(low=1), guides=dict(low=1), hidden=NON_NEGATIVE,
+                             fit_down=dict(low=1), steps=dict(low=1)))
+    _radii(args.radii)
+    from vision.outputs import prepare_file
+
+    prepare_file(args.out, "-o")  # a folder or an unwritable place fails now, not after the training
+    if args.init:
+        from vision.denoise.flnr import load_flnr
+        from vision.pipelines.cli import read_input
+
+        read_input(load_flnr, args.init, "--init", "FLNR weights")  # a pickle or a crafted config: one line now
     if args.device:
         from vision.pipelines.cli import torch_device
 

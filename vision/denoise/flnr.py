@@ -61,6 +61,7 @@ from torch import nn
 from vision.kernels.runtime import jit
 
 from . import buffers as B
+from .flnr_config import check_config, check_weights_file
 from .flnr_net import (CELL, FEATURES, GUIDES, NET_IN, FLNRNet, _pointwise, _pool, _resize, cell_guides,  # noqa: F401
                        cell_inputs, frame_stats, guide_buffers, guide_stats)
 from .flnr_stages import (FINISH_BAND_PIXELS, HEAD_BAND_PIXELS, _banded, _cv2_planes, _finish_bands,  # noqa: F401
@@ -358,6 +359,7 @@ class FLNR(nn.Module):
         if unknown:
             raise ValueError(f"FLNR weights were written for another FLNR network (configuration keys "
                              f"{sorted(unknown)}); retrain them with vision train-denoiser")
+        check_config(cfg)  # sizes within bounds before anything is allocated
         model = cls(**cfg)
         try:
             model.load_state_dict(state)
@@ -373,9 +375,11 @@ class FLNR(nn.Module):
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no FLNR weights file at {path}")
+        check_weights_file(path)  # a pickle or a crafted header: one line, never loaded
         with safe_open(str(path), "pt") as f:
             meta = f.metadata() or {}
         config = json.loads(meta[CONFIG_KEY]) if CONFIG_KEY in meta else None
+        check_config(config or {}, f"{path}")  # before any network is built: the file named
         return cls.from_state_dict(load_file(str(path)), config)
 
 
