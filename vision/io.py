@@ -25,6 +25,74 @@ WRITE_BITS = {".png": (8, 16), ".jpg": (8,), ".jpeg": (8,), ".tif": (8, 16), ".t
 _MAX_CODE = {np.dtype(np.uint8): 255, np.dtype(np.uint16): 65535}
 
 
+# Pixels per image that a reader decodes at most (16384 x 16384): checked from the file's header before any
+# decoding, so a small file that claims a huge size costs nothing. VISION_MAX_PIXELS overrides it.
+MAX_PIXELS = 16384 * 16384
+
+
+def max_pixels() -> int:
+    """The pixel limit in force: ``VISION_MAX_PIXELS`` from the environment, else :data:`MAX_PIXELS`."""
+    text = os.environ.get("VISION_MAX_PIXELS")
+    if not text:
+        return MAX_PIXELS
+    try:
+        value = int(float(text))
+    except ValueError:
+        raise ValueError(f"VISION_MAX_PIXELS={text!r} is not a number of pixels") from None
+    if value < 1:
+        raise ValueError(f"VISION_MAX_PIXELS={text!r} must be >= 1")
+    return value
+
+
+def check_pixels(path, shape, what: str = "image") -> None:
+    """Refuse ``shape`` (its leading two entries: height, width) above :func:`max_pixels` in one line naming
+    ``path``, the size and the limit (and what it would take in float32)."""
+    h, w = int(shape[0]), int(shape[1])
+    limit = max_pixels()
+    if h * w > limit:
+        need = h * w * (int(np.prod(shape[2:])) if len(shape) > 2 else 1) * 4 / 2**30
+        raise ValueError(f"{path}: the {what} is {w}x{h} = {h * w / 1e6:.0f} MP, over the limit of {limit / 1e6:.0f} MP "
+                         f"(about {need:.1f} GiB in float32); set VISION_MAX_PIXELS to raise it")
+
+
+def check_image_header(path) -> None:
+    """:func:`check_pixels` on the size an image file's header claims, read without decoding any pixel. A
+    header that cannot be read is left to the decoder, which reports it."""
+    from PIL import Image
+
+    bomb = Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = None  # our limit, not Pillow's warning (or error) about its own
+    try:
+        with Image.open(path) as im:
+            w, h = im.size
+    except Exception:  # noqa: BLE001 - not a header Pillow reads: the decoder's error names the file
+        return
+    finally:
+        Image.MAX_IMAGE_PIXELS = bomb
+    check_pixels(path, (h, w))
+
+
+def check_npy_header(path) -> tuple:
+    """The shape a ``.npy`` file's header declares, refused in one line (naming the file) when it is over the
+    pixel limit or larger than the data the file holds; reads the header only."""
+    from numpy.lib import format as npf
+
+    with open(path, "rb") as f:
+        try:
+            version = npf.read_magic(f)
+            shape, _, dtype = (npf.read_array_header_1_0(f) if version == (1, 0) else npf.read_array_header_2_0(f))
+        except ValueError as err:
+            raise ValueError(f"{path}: not a .npy array ({err})") from None
+        start = f.tell()
+    if len(shape) >= 2:
+        check_pixels(path, shape, "array")
+    need = int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+    if not dtype.hasobject and need > os.path.getsize(path) - start:
+        raise ValueError(f"{path}: its header declares {shape} {dtype} ({need / 2**20:.1f} MiB) but the file holds "
+                         f"{(os.path.getsize(path) - start) / 2**20:.1f} MiB")
+    return shape
+
+
 class ImageNotFoundError(FileNotFoundError, ValueError):
     """The image file does not exist. Both a ``FileNotFoundError`` and a ``ValueError``."""
 
@@ -63,10 +131,14 @@ def read_image(path) -> np.ndarray:
     _extension(path, READ_EXTENSIONS)
     if not path.is_file():
         raise ImageNotFoundError(f"{path}: no such image file")
+    check_image_header(path)  # a huge size is refused before a byte is decoded
     # Decode from bytes: cv2.imread cannot open non-ASCII paths on some platforms, and returns None silently.
     data = np.fromfile(path, dtype=np.uint8)
     with _decoder_quiet(cv2):  # a damaged file is reported once, below, not also by libtiff through OpenCV's log
-        img = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+        try:
+            img = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+        except cv2.error:  # OpenCV's own limits (a header past CV_IO_MAX_IMAGE_PIXELS): ours, in one line
+            img = None
     if img is None:
         raise ValueError(f"{path}: not a readable image (empty or corrupt file?)")
     if img.ndim == 2:
@@ -128,6 +200,8 @@ def write_image(path, array, *, bits: int = 8, quality: int = 95) -> Path:
     elif codes.shape[2] == 4:
         codes = codes[:, :, [2, 1, 0, 3]]
     codes = np.ascontiguousarray(codes[:, :, 0] if codes.shape[2] == 1 else codes)
+    if ext in (".jpg", ".jpeg") and not 0 <= quality <= 100:  # OpenCV would clamp it with a warning
+        raise ValueError(f"{path}: JPEG quality must be in [0, 100], got {quality}")
     params = [cv2.IMWRITE_JPEG_QUALITY, int(quality)] if ext in (".jpg", ".jpeg") else []
     ok, buf = cv2.imencode(ext, codes, params)
     if not ok:

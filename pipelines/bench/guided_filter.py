@@ -89,6 +89,9 @@ def parse_size(text: str) -> tuple[int, int]:
         raise ValueError(f"--sizes: {text!r} is not N or WIDTHxHEIGHT") from None
     if w < 1 or h < 1:
         raise ValueError(f"--sizes: {text!r} must be positive")
+    from vision.io import check_pixels
+
+    check_pixels("--sizes", (h, w))  # before anything is allocated
     return h, w
 
 
