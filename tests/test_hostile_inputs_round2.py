@@ -103,7 +103,9 @@ def test_demo_on_an_absent_gpu_is_one_line(tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("extra,needle", [(["--device", "cuda"], "--device"), (["--radii", "a,b"], "--radii"),
-                                          (["--lr", "nan"], "--lr"), (["--init", "PICKLE"], "not a safetensors")])
+                                          (["--lr", "nan"], "--lr"), (["--init", "PICKLE"], "not a safetensors"),
+                                          (["--widths", "100000000,24,32,48"], "--widths"),
+                                          (["--hidden", "100000"], "--hidden"), (["--radii", "4,100000"], "--radii")])
 def test_train_denoiser_options_are_one_line_before_any_data(tmp_path, capsys, monkeypatch, extra, needle):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     extra = [str(_pickle(tmp_path / "w.pkl")) if e == "PICKLE" else e for e in extra]

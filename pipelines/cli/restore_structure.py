@@ -118,7 +118,7 @@ def run(args) -> int:
     from vision.pipelines.cli.checks import NON_NEGATIVE, POSITIVE, QUALITY, check_numbers
 
     check_numbers(args, dict(lr=POSITIVE, spl_weight=NON_NEGATIVE, color_weight=NON_NEGATIVE, eps=POSITIVE,
-                             radius=dict(low=1), quality=QUALITY))
+                             radius=NON_NEGATIVE, quality=QUALITY))
     device = torch_device(args.device)
     src, src_hdr = read_input(read_any, Path(args.source), "--source")
     edit, edit_hdr = read_input(read_any, Path(args.edited), "--edited")

@@ -242,9 +242,15 @@ def run(args) -> int:
     from vision.pipelines.cli.checks import NON_NEGATIVE, POSITIVE, check_numbers
 
     check_numbers(args, dict(lr=POSITIVE, smape=NON_NEGATIVE, drop_ao=dict(low=0, high=1), minutes=POSITIVE,
-                             threads=dict(low=1), scale=dict(low=1), guides=dict(low=1), hidden=NON_NEGATIVE,
+                             threads=dict(low=1), scale=dict(low=1), hidden=NON_NEGATIVE,
                              fit_down=dict(low=1), steps=dict(low=1)))
-    _radii(args.radii)
+    from vision.denoise.flnr_config import check_config
+
+    # (--guides: the network's own check, 1 to 8, says it, and with --init that guides only grow)
+    for key, value in (("widths", widths), ("hidden", args.hidden), ("radii", _radii(args.radii)),
+                       ("scale", args.scale), ("fit_down", args.fit_down)):
+        if value is not None:  # the network's sizes within the documented bounds before anything is allocated
+            check_config({key: value}, "--" + key.replace("_", "-"))
     from vision.outputs import prepare_file
 
     prepare_file(args.out, "-o")  # a folder or an unwritable place fails now, not after the training
