@@ -203,6 +203,11 @@ def test_bench_sizes_beyond_the_pixel_limit_are_one_line(capsys):
     _refused(capsys, ["bench", "guided-filter", "--sizes", "1000000"], "--sizes", "limit")
 
 
+@pytest.mark.parametrize("bench", ["guided-filter", "spl", "local-regression"])
+def test_bench_eps_nan_names_the_flag(capsys, bench):
+    _refused(capsys, ["bench", bench, "--eps", "nan"], "--eps nan")
+
+
 def _weights_with(path, **changes):
     """The bundled FLNR weights with ``changes`` to the config in their metadata (the tensors as they are)."""
     import json

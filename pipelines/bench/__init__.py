@@ -50,8 +50,12 @@ def run(args) -> int:
 
 
 def _checked_run(run, args) -> int:
-    """``run(args)`` once the bench's ``--json`` file (when it has one) is known to be writable: a read-only or
-    missing place fails in one line before the bench runs, not after."""
+    """``run(args)`` once the bench's ``--eps`` and ``--radius`` (when it has them) are finite and in range, and
+    its ``--json`` file (when it has one) is known to be writable: a read-only or missing place fails in one
+    line before the bench runs, not after."""
+    from vision.pipelines.cli.checks import NON_NEGATIVE, POSITIVE, check_numbers
+
+    check_numbers(args, dict(eps=POSITIVE, radius=NON_NEGATIVE))
     if getattr(args, "json", None):
         from vision.outputs import prepare_file
 
