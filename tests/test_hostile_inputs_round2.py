@@ -252,3 +252,15 @@ def test_denoise_with_huge_config_weights_is_one_line(tmp_path, capsys):
     out = tmp_path / "out"
     _refused(capsys, ["denoise", str(tmp_path / "f_001.exr"), "-o", str(out), "--weights", str(weights), "-q"],
              "--weights", "out of bounds", out=out)
+
+
+def test_restore_structure_checks_an_exr_data_window_before_reading(tmp_path, capsys, monkeypatch):
+    from vision.data import write_exr
+
+    rgb = np.random.default_rng(0).random((16, 16, 3)).astype(np.float32)
+    path = tmp_path / "big.exr"
+    write_exr(path, {c: rgb[..., k] for k, c in enumerate("RGB")})
+    monkeypatch.setenv("VISION_MAX_PIXELS", "100")
+    out = tmp_path / "r.exr"
+    _refused(capsys, ["restore-structure", "--source", str(path), "--edited", str(path), "-o", str(out)],
+             "--source", "big.exr", "16x16", "limit", out=out)

@@ -67,6 +67,9 @@ def read_any(path: Path) -> tuple[np.ndarray, bool]:
 
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such image file")
+        from vision.io import check_exr_header
+
+        check_exr_header(path)  # a huge data window is refused before any pixel is read
         ch = read_exr(path)
         for names in (("R", "G", "B"), ("Y",)):
             if all(n in ch for n in names):
