@@ -41,8 +41,11 @@ def _tonemap(x: np.ndarray) -> np.ndarray:
 
 
 def _read_target(path: Path, labels: bool) -> np.ndarray:
+    from vision.io import check_image_header, check_npy_header
+
     if path.suffix == ".npy":
-        arr = np.load(path)
+        check_npy_header(path)  # a header claiming more pixels than the limit, or than the file holds: one line
+        arr = np.load(path, allow_pickle=False)
     elif path.suffix == ".exr":
         from .exr import read_exr
 
@@ -52,6 +55,7 @@ def _read_target(path: Path, labels: bool) -> np.ndarray:
     else:
         import cv2
 
+        check_image_header(path)
         arr = cv2.imdecode(np.fromfile(path, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
         if arr is None:
             raise ValueError(f"{path}: not a readable image")
