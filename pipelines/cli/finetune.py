@@ -39,8 +39,9 @@ weights: then use --lora-rank 0 (adapters on a random backbone learn little).
 
 The run folder holds config.json, base.safetensors (the frozen backbone, once), model.safetensors
 (trainable tensors only; EMA weights of the best validation epoch), README.md (model card),
-state/ (accelerator.save_state: model, optimiser, schedule, RNG; loaded with weights_only=True),
-resume.safetensors (EMA, epoch, history: tensors, and JSON in its header; never a pickle), metrics.jsonl and previews/epoch_NNN.png
+state/ (accelerator.save_state: model, optimiser, schedule, RNG, loaded with weights_only=True; and
+state/resume.safetensors: EMA, epoch, history, never a pickle; each epoch's state/ is staged, fsynced and renamed into
+place), metrics.jsonl and previews/epoch_NNN.png
 (image | target | prediction on validation scenes). `vision predict RUN IMAGES... -o OUT` uses it.
 """
 
