@@ -1,4 +1,4 @@
-"""The per-pixel history of :class:`~vision.denoise.temporal.TemporalDenoiser`: reprojection, rejection, moments.
+"""The per-pixel history of :class:`~vision.denoise.temporal.TemporalDenoiser`: reprojection, rejection, the update.
 
 The history holds, per pixel, the running mean ``h`` of the demodulated signal ``L = (colour - emission) /
 max(albedo, floor)`` (what FLR and FLNR fit: smooth light without texture, so resampling it bilinearly costs
@@ -32,7 +32,7 @@ CHANGE_RADII = (1, 3)  # its windows, in cells (12 and 28 pixels): small ones fi
 class History:
     mean: torch.Tensor       # (B, 3, H, W) running mean of the demodulated signal
     count: torch.Tensor      # (B, 1, H, W) frames in the history (float)
-    keys: dict               # the frame's depth / normal / albedo / index, to test the next frame's taps against
+    keys: dict               # the frame's depth / normal / index, to test the next frame's taps against
 
 
 def luminance(x: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .reproject import NO_HISTORY, Tolerances, _same_surface
+from .reproject import NO_HISTORY, Tolerances, _same_surface, bilinear_taps
 
 CAP = 2       # frames an edge pixel's output history counts at most (2, 3 and 4 compared on the Blender sequences)
 GAMMA = 1.0   # variance clipping: the history is kept within mean +- GAMMA sd of the frame's 3 x 3 neighbourhood
@@ -66,7 +66,6 @@ def edge_history(out: torch.Tensor, history: torch.Tensor | None, offset: torch.
     from .layout import cpu_path
 
     keys = {k: v for k, v in cur_keys.items() if v is not None}
-    b, _, h, w = out.shape
     if history is None or not keys or prev_keys is None:
         return out, torch.cat([out, torch.ones_like(out[:, :1])], 1)
     tensors = [out, history, offset, *keys.values(), *(prev_keys[k] for k in keys)]
@@ -74,36 +73,13 @@ def edge_history(out: torch.Tensor, history: torch.Tensor | None, offset: torch.
         from . import reproject_cpu
 
         return reproject_cpu.edge_history(out, history, offset, prev_keys, cur_keys, tol, cap, gamma, NO_HISTORY)
-    dev, dt = out.device, out.dtype
-    off = offset.to(dt)
-    ys = torch.arange(h, device=dev, dtype=dt).view(1, 1, h, 1) + off[:, 1:2]
-    xs = torch.arange(w, device=dev, dtype=dt).view(1, 1, 1, w) + off[:, :1]
-    x0, y0 = xs.floor(), ys.floor()
-    fx, fy = xs - x0, ys - y0
-    footprint = [_flat({k: _shift(v.to(dt), dy, dx) for k, v in keys.items()}, b) for dy, dx in SHIFTS]
-    prev_flat = {k: prev_keys[k].to(dt).expand(b, -1, -1, -1).reshape(b, -1, h * w) for k in keys}
-    hist = history.reshape(b, 4, h * w)
-    total = torch.zeros(b, 1, h * w, device=dev, dtype=dt)
-    acc = torch.zeros(b, 4, h * w, device=dev, dtype=dt)
-    zero = torch.zeros((), device=dev, dtype=dt)
-    for dx, dy in ((0, 0), (1, 0), (0, 1), (1, 1)):
-        xi, yi = x0 + dx, y0 + dy
-        wt = (fx if dx else 1 - fx) * (fy if dy else 1 - fy)
-        ok = ((xi >= 0) & (xi <= w - 1) & (yi >= 0) & (yi <= h - 1)).reshape(b, 1, h * w)
-        idx = (yi.clamp(0, h - 1) * w + xi.clamp(0, w - 1)).long().reshape(b, 1, h * w)
-        tap = {k: v.gather(2, idx.expand(-1, v.shape[1], -1)) for k, v in prev_flat.items()}
-        seen = torch.zeros_like(ok)
-        for cur in footprint:
-            seen |= _same_surface(tap, cur, tol)
-        wt = torch.where(ok & seen, wt.reshape(b, 1, h * w), zero)
-        total = total + wt
-        acc = acc + wt * hist.gather(2, idx.expand(-1, 4, -1))
-    has = (total > NO_HISTORY).reshape(b, 1, h, w)
-    prev = (acc / total.clamp_min(NO_HISTORY)).reshape(b, 4, h, w)
+    footprint = [{k: _shift(v.to(out.dtype), dy, dx) for k, v in keys.items()} for dy, dx in SHIFTS]
+    prev, weight = bilinear_taps(history, offset, prev_keys, footprint, tol)
+    has = weight > 0
     mean = F.avg_pool2d(out, 3, 1, 1, count_include_pad=False)
     sd = (F.avg_pool2d(out.square(), 3, 1, 1, count_include_pad=False) - mean.square()).clamp_min(0).sqrt()
     old = torch.minimum(torch.maximum(prev[:, :3], mean - gamma * sd), mean + gamma * sd)
-    use = has & edges(keys, tol, b)
+    use = has & edges(keys, tol, out.shape[0])
     n = torch.where(use, (prev[:, 3:4] + 1).clamp_max(float(cap)), torch.ones_like(prev[:, 3:4]))
     result = torch.where(use, old + (out - old) / n, out)
     return result, torch.cat([result, n], 1)

@@ -75,7 +75,7 @@ def _same_surface(prev: dict, cur: dict, tol: Tolerances) -> torch.Tensor:
         n0, n1 = prev["normal"], cur["normal"]
         dot = (n0 * n1).sum(1, keepdim=True)
         norm = (n0.square().sum(1, keepdim=True) * n1.square().sum(1, keepdim=True)).sqrt()
-        # zero normals (no surface) agree with each other only
+        # a zero normal (no surface: the sky) leaves the decision to depth and index
         ok = both(ok, (dot >= tol.normal * norm) | (norm <= 0))
     return ok
 
@@ -84,16 +84,14 @@ def reproject(history: torch.Tensor, offset: torch.Tensor, prev_keys: dict, cur_
               tol: Tolerances = Tolerances()) -> tuple[torch.Tensor, torch.Tensor]:
     """Read ``history`` (B, C, H, W, the previous frame's) at each pixel's previous position.
 
-    ``prev_keys`` / ``cur_keys``: the previous and current frames' ``depth``, ``normal`` and ``index`` buffers (any may be None, but the same ones in both) that decide which taps show the same
-    surface. Returns ``(values, weight)``: the bilinear mean of the valid taps (0 where there is none) and
+    ``prev_keys`` / ``cur_keys``: the previous and current frames' ``depth``, ``normal`` and ``index`` buffers
+    (any may be None, but the same ones in both) that decide which taps show the same surface. Returns ``(values, weight)``: the bilinear mean of the valid taps (0 where there is none) and
     the total bilinear weight of those taps (B, 1, H, W), 0 at a disocclusion, 1 where every tap is valid.
 
     Example:
         >>> vals, w = reproject(prev_history, previous_offset(vector), prev_guides, guides)
         >>> has_history = w > 0
     """
-    b, c, h, w = history.shape
-    dev, dt = history.device, history.dtype
     unknown = (set(cur_keys) | set(prev_keys)) - {"depth", "normal", "index"}
     if unknown:
         raise ValueError(f"unknown key buffer(s) {', '.join(sorted(unknown))}: depth, normal and index tell surfaces apart")
@@ -109,30 +107,41 @@ def reproject(history: torch.Tensor, offset: torch.Tensor, prev_keys: dict, cur_
         from . import reproject_cpu
 
         return reproject_cpu.reproject(history, offset, prev_keys, cur_keys, tol, NO_HISTORY)
+    return bilinear_taps(history, offset, prev_keys, [{k: v for k, v in cur_keys.items() if v is not None}], tol)
+
+
+def bilinear_taps(history: torch.Tensor, offset: torch.Tensor, prev_keys: dict, surfaces: list[dict],
+                  tol: Tolerances) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`reproject`'s PyTorch path, for any set of surfaces: a tap counts when it lies in the frame and shows
+    one of ``surfaces`` (dicts of current-frame key buffers, (B or 1, C, H, W); one dict for the pixel's own
+    surface, nine shifted ones for its 3 x 3 footprint in :mod:`.edge_history`)."""
+    b, c, h, w = history.shape
+    dev, dt = history.device, history.dtype
     off = offset.to(dt)
     ys = torch.arange(h, device=dev, dtype=dt).view(1, 1, h, 1) + off[:, 1:2]
     xs = torch.arange(w, device=dev, dtype=dt).view(1, 1, 1, w) + off[:, :1]
     x0, y0 = xs.floor(), ys.floor()
     fx, fy = xs - x0, ys - y0
-    keys = {k: v for k, v in cur_keys.items() if v is not None}
-    cur_flat = {k: v.to(dt).expand(b, -1, -1, -1).reshape(b, -1, h * w) for k, v in keys.items()}
-    prev_flat = {k: prev_keys[k].to(dt).expand(b, -1, -1, -1).reshape(b, -1, h * w) for k in keys}
+    flat = [{k: v.to(dt).expand(b, -1, -1, -1).reshape(b, -1, h * w) for k, v in keys.items()} for keys in surfaces]
+    prev_flat = {k: prev_keys[k].to(dt).expand(b, -1, -1, -1).reshape(b, -1, h * w) for k in surfaces[0]}
     hist = history.reshape(b, c, h * w)
     total = torch.zeros(b, 1, h * w, device=dev, dtype=dt)
     acc = torch.zeros(b, c, h * w, device=dev, dtype=dt)
+    zero = torch.zeros((), device=dev, dtype=dt)
     for dx, dy in ((0, 0), (1, 0), (0, 1), (1, 1)):
         xi, yi = x0 + dx, y0 + dy
         wt = (fx if dx else 1 - fx) * (fy if dy else 1 - fy)
-        inside = (xi >= 0) & (xi <= w - 1) & (yi >= 0) & (yi <= h - 1)
+        ok = ((xi >= 0) & (xi <= w - 1) & (yi >= 0) & (yi <= h - 1)).reshape(b, 1, h * w)
         idx = (yi.clamp(0, h - 1) * w + xi.clamp(0, w - 1)).long().reshape(b, 1, h * w)
-        ok = inside.reshape(b, 1, h * w)
-        if keys:
-            gathered = {k: v.gather(2, idx.expand(-1, v.shape[1], -1)) for k, v in prev_flat.items()}
-            ok = ok & _same_surface(gathered, cur_flat, tol)
-        wt = torch.where(ok, wt.reshape(b, 1, h * w), torch.zeros((), device=dev, dtype=dt))
+        if prev_flat:
+            tap = {k: v.gather(2, idx.expand(-1, v.shape[1], -1)) for k, v in prev_flat.items()}
+            shown = torch.zeros_like(ok)
+            for cur in flat:
+                shown |= _same_surface(tap, cur, tol)
+            ok = ok & shown
+        wt = torch.where(ok, wt.reshape(b, 1, h * w), zero)
         total = total + wt
         acc = acc + wt * hist.gather(2, idx.expand(-1, c, -1))
     has = total > NO_HISTORY
-    values = torch.where(has, acc / total.clamp_min(NO_HISTORY), torch.zeros((), device=dev, dtype=dt))
-    total = torch.where(has, total, torch.zeros((), device=dev, dtype=dt))
-    return values.reshape(b, c, h, w), total.reshape(b, 1, h, w)
+    values = torch.where(has, acc / total.clamp_min(NO_HISTORY), zero)
+    return values.reshape(b, c, h, w), torch.where(has, total, zero).reshape(b, 1, h, w)
