@@ -91,6 +91,15 @@ def setup_render(scene, size):
     layer.use_pass_emit = True
 
 
+def fresh_scene(size):
+    """An empty scene (factory settings) set up for rendering at ``size``: what every scene of these scripts starts
+    from."""
+    bpy.ops.wm.read_factory_settings(use_empty=True)
+    scene = bpy.context.scene
+    setup_render(scene, size)
+    return scene
+
+
 def write_settings(scene, reference):
     s = scene.render.image_settings
     s.file_format = "OPEN_EXR" if reference else "OPEN_EXR_MULTILAYER"
@@ -129,9 +138,7 @@ def main():
     names = list(SCENES)
     for name in opts["scenes"]:
         index = names.index(name)
-        bpy.ops.wm.read_factory_settings(use_empty=True)
-        scene = bpy.context.scene
-        setup_render(scene, opts["size"])
+        scene = fresh_scene(opts["size"])
         build, views, description = SCENES[name]
         build(scene)
         cam = bpy.data.objects.new("Camera", bpy.data.cameras.new("Camera"))

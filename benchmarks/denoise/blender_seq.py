@@ -20,7 +20,7 @@ import time
 import bpy
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # Blender does not add the script's folder
-from blender_eval import setup_render, write_settings  # noqa: E402
+from blender_eval import fresh_scene, write_settings  # noqa: E402
 from blender_seq_scenes import SEQUENCES  # noqa: E402
 
 
@@ -87,9 +87,7 @@ def main():
     names = list(SEQUENCES)
     for name in opts["sequences"]:
         index = names.index(name)
-        bpy.ops.wm.read_factory_settings(use_empty=True)
-        scene = bpy.context.scene
-        setup_render(scene, opts["size"])
+        scene = fresh_scene(opts["size"])
         scene.render.use_motion_blur = False
         scene.frame_start, scene.frame_end = 1, opts["frames"]
         build, description = SEQUENCES[name]
