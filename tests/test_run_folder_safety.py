@@ -146,6 +146,7 @@ train(tiny_cfg(epochs=2), sys.argv[2], train_set=data, val_set=data, progress=Fa
 """
 
 
+@pytest.mark.slow  # real SIGKILLs of a training subprocess
 @pytest.mark.parametrize("at", [2, 3])  # epoch 2's save: before the old checkpoint is moved aside / between renames
 def test_sigkill_while_publishing_then_resume_equals_an_uninterrupted_run(runs, tmp_path, at):
     from pathlib import Path
@@ -196,6 +197,7 @@ def test_denoise_removes_stale_temporary_files_of_its_frames_only(tmp_path):
     assert not stale.exists() and all(p.exists() for p in keep)
 
 
+@pytest.mark.slow  # a subprocess or the Triton interpreter: over 10 s on 2 cores
 def test_sigterm_during_denoise_exits_143_and_leaves_no_temporary_file(tmp_path):
     frames, out = _frames(tmp_path), tmp_path / "out"
     code = ("import os, signal, sys, time\n"

@@ -107,6 +107,7 @@ def test_no_motion_pass_means_a_static_camera_and_bad_buffers_are_one_line():
     assert den.history_length is None
 
 
+@pytest.mark.slow  # a subprocess or the Triton interpreter: over 10 s on 2 cores
 def test_triton_path_reads_nothing_on_the_host(backend):
     """The whole temporal step (reprojection, change test, FLR) on the Triton path in the interpreter: no host
     synchronisation, so a CUDA frame can be captured in a graph."""

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -60,6 +61,7 @@ def _wait_for_checkpoint(proc, folder: Path, timeout: float = 120.0) -> None:
         time.sleep(0.002)
 
 
+@pytest.mark.slow  # a subprocess or the Triton interpreter: over 10 s on 2 cores
 def test_resume_after_sigkill_ends_with_the_uninterrupted_weights(tmp_path):
     tiny = _tiny(tmp_path, epochs=3, steps=6)
     full, cut = tmp_path / "full.safetensors", tmp_path / "cut.safetensors"
@@ -121,6 +123,7 @@ def test_a_checkpoint_left_mid_write_is_ignored_and_the_last_complete_one_used(t
     assert _state(folder)["epoch"] == 2 and not (tmp_path / ".cut.safetensors.state.old").exists()
 
 
+@pytest.mark.slow  # a subprocess or the Triton interpreter: over 10 s on 2 cores
 def test_sigterm_saves_a_checkpoint_exits_143_and_resumes_bit_for_bit(tmp_path):
     tiny = _tiny(tmp_path, epochs=4, steps=6)
     full, cut = tmp_path / "full.safetensors", tmp_path / "cut.safetensors"
@@ -227,6 +230,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow  # a subprocess or the Triton interpreter: over 10 s on 2 cores
 def test_two_cpu_processes_end_with_identical_weights(tmp_path):
     driver = tmp_path / "driver.py"
     driver.write_text(DDP_DRIVER)
