@@ -1,7 +1,8 @@
-"""Maps the repository's top-level layers onto one import namespace (see DESIGN.md, "Layout").
+"""Maps the repository's top-level layers onto one import namespace.
 
-Metadata lives in pyproject.toml; only the package map needs code, because the subpackages of each
-layer are discovered rather than listed by hand.
+The layers and their import rules: ARCHITECTURE.md, "Three layers, imports one way". Metadata lives in
+pyproject.toml; only the package map needs code, because the subpackages of each layer are discovered
+rather than listed by hand.
 """
 from setuptools import find_packages, setup
 

@@ -1,4 +1,11 @@
-"""Public guided filter: validation, centring, the fast (subsampled) variant, and the autograd Function."""
+"""Public guided filter: input checks, centring, the fast (subsampled) variant, and dispatch.
+
+The op declares its paths with ``register_path`` (Triton, OpenCV's CPU bands, PyTorch); ``guided_filter`` asks
+``runtime.choose`` which one takes the call and passes its backend to the ``torch.library`` custom ops
+``vision::guided_filter`` and ``vision::guided_coeffs`` (the fast variant's low-resolution coefficients). Each has a
+fake implementation and a closed-form backward, itself the custom op ``vision::guided_filter_backward``, so
+``torch.compile(fullgraph=True)`` and CUDA graphs take them whole (ARCHITECTURE.md, "Adding an op").
+"""
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,10 @@
-"""Public local linear regression: validation, centring, dispatch and the autograd Functions."""
+"""Public local linear regression: input checks, centring and dispatch.
+
+The op declares its paths with ``register_path`` (Triton, PyTorch with numba loops, PyTorch); each call asks
+``runtime.choose`` which one takes it and runs the ``torch.library`` custom ops of :mod:`.library`
+(``vision::local_linear_fit`` and ``vision::local_linear_apply``, with fake implementations and closed-form
+backwards that are custom ops too) on that backend (ARCHITECTURE.md, "Adding an op").
+"""
 from __future__ import annotations
 
 import math

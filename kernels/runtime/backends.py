@@ -81,8 +81,8 @@ def use_backend(name: str):
 def explain(x: torch.Tensor) -> str:
     """One line saying which backend an op on ``x`` runs with, and why. Example::
 
-        >>> from vision.kernels.runtime import explain
-        >>> explain(torch.zeros(1, 1, 8, 8))
+        >>> from vision.kernels.runtime import explain_backend
+        >>> explain_backend(torch.zeros(1, 1, 8, 8))
         'torch: the tensor is on cpu (Triton runs on CUDA tensors)'
     """
     forced = forced_backend()

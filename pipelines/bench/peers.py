@@ -6,7 +6,7 @@ along rows, then along columns, with pixels outside the image counted as absent,
 mean divides that sum by the number N of pixels the window covers inside the image (the "valid"
 border rule). Gradients are plain autograd through cumsum and indexing, as in DGF. It is a timing
 and correctness peer, not a product path: long float32 prefix sums lose the variance of flat
-images (see DESIGN.md, "Numerics that must hold"), which is one of the things our kernels fix.
+images (see ARCHITECTURE.md, "Numerics"), which is one of the things our kernels fix.
 """
 from __future__ import annotations
 
