@@ -125,3 +125,33 @@ def test_lazy_op_names_survive_their_subpackages_import():
                "print(callable(gla), callable(box_filter))")
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.split() == ["True", "True"]
+
+
+SWITCHES = [  # env var, reader, setter, context manager, a value that turns it off or away from its default
+    ("VISION_BACKEND", "forced_backend", "set_backend", "use_backend", "torch"),
+    ("VISION_CHECKS", "checks_mode", "set_checks", "checks", "off"),
+    ("VISION_NUMBA", "numba_enabled", "set_numba", "use_numba", False),
+    ("VISION_CUDA_GRAPHS", "cuda_graphs_enabled", "set_cuda_graphs", "use_cuda_graphs", False),
+]
+
+
+@pytest.mark.parametrize("env, reader, setter, manager, value", SWITCHES, ids=[s[0] for s in SWITCHES])
+def test_runtime_switches(monkeypatch, env, reader, setter, manager, value):
+    """ARCHITECTURE.md: every switch of the runtime is an env var, a setter and a context manager, read at every call."""
+    from vision.kernels import runtime
+
+    read = getattr(runtime, reader)
+    monkeypatch.delenv(env, raising=False)
+    default = read()
+    expected = value if isinstance(value, str) else bool(value)
+    assert default != expected
+    with getattr(runtime, manager)(value):
+        assert read() == expected
+    assert read() == default
+    getattr(runtime, setter)(value)  # through the environment: monkeypatch restores it
+    assert read() == expected and env in os.environ
+    monkeypatch.delenv(env)
+    assert read() == default
+    off = {"VISION_BACKEND": "torch", "VISION_CHECKS": "off"}.get(env, "0")
+    monkeypatch.setenv(env, off)
+    assert read() == expected

@@ -12,7 +12,7 @@ import torch
 
 from vision.kernels import box_filter, guided_filter, local_linear_apply, local_linear_fit, structure_loss
 from vision.kernels.box.reference import box_filter_reference
-from vision.kernels.runtime import use_backend
+from vision.kernels.runtime import use_backend, use_cuda_graphs
 from vision.kernels.guided.reference import guided_filter_reference
 from vision.kernels.local_linear.reference import local_linear_apply_reference, local_linear_fit_reference
 from vision.kernels.spl.reference import structure_loss_grad_reference, structure_loss_reference
@@ -137,11 +137,8 @@ def test_restore_structure_graph_replays_the_eager_steps(dev):
         e0 = (0.6 * src + 0.2 + 0.05 * _on(rng.random((1, 3, 48, 40)), dev)).clamp(0, 1)
         mask = _on(rng.random((1, 1, 48, 40)), dev)
         graph = restore.restore_structure(src, e0, mask=mask, steps=6, lr=5.0)
-        restore.USE_CUDA_GRAPHS = False
-        try:
+        with use_cuda_graphs(False):
             eager = restore.restore_structure(src, e0, mask=mask, steps=6, lr=5.0)
-        finally:
-            restore.USE_CUDA_GRAPHS = True
         with use_backend("torch"):
             ref = restore.restore_structure(src.cpu(), e0.cpu(), mask=mask.cpu(), steps=6, lr=5.0)
         assert float((eager - e0).abs().max()) > 1e-2

@@ -13,7 +13,8 @@ Step sizes do not depend on the image size: each mean-loss is multiplied by (its
 
 On the Triton path an SGD step is four fused launches (``vision.kernels.spl.restore_step``) and reads nothing
 on the host; on CUDA, without a callback or progress bar, the whole loop is captured once per shape and
-settings as a CUDA graph and replayed on later calls (``USE_CUDA_GRAPHS = False`` launches eagerly instead).
+settings as a CUDA graph and replayed on later calls (``VISION_CUDA_GRAPHS=off``, ``runtime.set_cuda_graphs(False)``
+or ``with runtime.use_cuda_graphs(False)`` launches eagerly instead).
 
     >>> restored = restore_structure(source, edited)                       # (B, 3, H, W), same range and dtype
     >>> restored = restore_structure(source, edited, mask=m, optimizer="adam", steps=200)
@@ -27,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from vision.kernels.runtime import backend_for, data_checks
+from vision.kernels.runtime import backend_for, cuda_graphs_enabled, data_checks
 from vision.kernels.spl.op import check_magnitude, check_mask, value_and_grad
 from vision.kernels.validate import check_finite, check_radius
 from vision.kernels.spl.defaults import SPL_DEFAULTS
@@ -305,7 +306,7 @@ def _fused(objective, e0, lr, momentum, clamp):
 def _restore_fused(objective, e0, steps, lr, momentum, clamp, callback, progress):
     """SGD with momentum on the fused Triton step (4 launches a step); on CUDA, without a callback or a
     progress bar, all steps replay from one CUDA graph per shape and settings."""
-    if e0.is_cuda and steps and callback is None and not progress and USE_CUDA_GRAPHS:
+    if e0.is_cuda and steps and callback is None and not progress and cuda_graphs_enabled():
         out = _graph_run(objective, e0, steps, lr, momentum, clamp)
         if out is not None:
             return out
@@ -323,7 +324,6 @@ def _restore_fused(objective, e0, steps, lr, momentum, clamp, callback, progress
     return x
 
 
-USE_CUDA_GRAPHS = True  # set False to run the fused steps eagerly on CUDA too
 _GRAPHS: dict = {}  # settings and shapes -> (static inputs, x, graph); a few entries, oldest dropped first
 _MAX_GRAPHS = 4
 

@@ -4,8 +4,8 @@
   :func:`set_backend` / :func:`use_backend`; :func:`explain_backend` says why.
 - :mod:`.paths`: each op's paths (Triton kernel, PyTorch, CPU bands, numba...) declared with what they support;
   :func:`choose` picks one per call and logs it once; :func:`explain` says which path a call takes and why.
-- :mod:`.switches`: every other switch (``VISION_CHECKS``, ``VISION_NUMBA``), each an env var + setter + context
-  manager.
+- :mod:`.switches`: every other switch (``VISION_CHECKS``, ``VISION_NUMBA``, ``VISION_CUDA_GRAPHS``), each an env
+  var + setter + context manager.
 - :mod:`.threads`: the CPU thread budget (worker pool, fork safety) shared by the PyTorch paths and numba.
 - :mod:`.jit`: numba-compiled CPU loops (cached machine code, fork-safe threading layer).
 
@@ -14,9 +14,10 @@ Nothing here imports an op; the ops import this package.
 from .backends import (BACKENDS, backend_for, explain as explain_backend, forced_backend, interpreting, set_backend,
                        triton_available, use_backend)
 from .paths import choose, explain, register as register_path
-from .switches import (CHECK_MODES, checks, checks_mode, data_checks, numba_enabled, set_checks, set_numba,
-                       use_numba)
+from .switches import (CHECK_MODES, checks, checks_mode, cuda_graphs_enabled, data_checks, numba_enabled,
+                       set_checks, set_cuda_graphs, set_numba, use_cuda_graphs, use_numba)
 
 __all__ = ["BACKENDS", "backend_for", "explain", "explain_backend", "choose", "register_path", "forced_backend", "interpreting", "set_backend",
            "triton_available", "use_backend", "CHECK_MODES", "checks", "checks_mode", "data_checks",
-           "numba_enabled", "set_checks", "set_numba", "use_numba"]
+           "numba_enabled", "set_checks", "set_numba", "use_numba", "cuda_graphs_enabled", "set_cuda_graphs",
+           "use_cuda_graphs"]

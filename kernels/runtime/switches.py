@@ -5,6 +5,7 @@
 | input checks that read tensor data (NaN/Inf, eps > 0 of a tensor eps) | ``VISION_CHECKS`` | ``set_checks`` / ``checks`` | ``auto``, ``on``, ``off`` |
 | numba loops for the CPU float32 inference paths | ``VISION_NUMBA`` | ``set_numba`` / ``use_numba`` | ``1``, ``0`` |
 | backend of every op (:mod:`.backends`) | ``VISION_BACKEND`` | ``set_backend`` / ``use_backend`` | unset (automatic), ``torch``, ``triton`` |
+| CUDA-graph capture (``vision.restore``'s fused loop) | ``VISION_CUDA_GRAPHS`` | ``set_cuda_graphs`` / ``use_cuda_graphs`` | ``on``, ``off`` |
 
 Switches are read at every call, so a test or a script can flip them at any time.
 
@@ -88,3 +89,29 @@ def use_numba(on: bool):
         yield
     finally:
         _numba_forced.pop()
+
+
+_graphs_forced: list[bool] = []
+
+
+def cuda_graphs_enabled() -> bool:
+    """Whether work on CUDA may be captured and replayed as CUDA graphs: the innermost ``use_cuda_graphs()`` block,
+    else ``set_cuda_graphs``, else ``VISION_CUDA_GRAPHS`` (default on). Off, the same work runs eagerly."""
+    if _graphs_forced:
+        return _graphs_forced[-1]
+    return os.environ.get("VISION_CUDA_GRAPHS", "on").strip().lower() not in _OFF
+
+
+def set_cuda_graphs(on: bool) -> None:
+    """Turn CUDA-graph capture on or off for the process (overrides ``VISION_CUDA_GRAPHS``)."""
+    os.environ["VISION_CUDA_GRAPHS"] = "on" if on else "off"
+
+
+@contextlib.contextmanager
+def use_cuda_graphs(on: bool):
+    """CUDA-graph capture on or off inside a ``with`` block."""
+    _graphs_forced.append(bool(on))
+    try:
+        yield
+    finally:
+        _graphs_forced.pop()
