@@ -170,6 +170,26 @@ def _checkpoint_dir(args) -> Path:
     return folder
 
 
+def _lost_write(args, res) -> str:
+    """One line for a run whose output or checkpoint could not be written (a full disk, lost permission): what
+    failed, where the trained weights are now, and how to get them into -o."""
+    again = "free space (or fix the folder) and run the same command with --resume"
+    saved = (f"the last complete checkpoint {res.checkpoint} (after epoch {res.checkpoint_epoch})"
+             if res.checkpoint is not None else f"no checkpoint in {res.folder}")
+    if not res.write_failed:  # the weights are in -o; the training stopped early
+        return (f"checkpoint not written ({res.save_failed}): stopped after epoch {res.epochs}; best weights so far "
+                f"(epoch {res.best_epoch}, {res.best:.2f} dB) in {res.path}; {saved}: {again} to continue")
+    lost = f"-o {args.out} not written ({res.write_failed})"
+    if not res.save_failed and not res.interrupted and res.checkpoint is not None:
+        return (f"{lost}; the trained weights (epoch {res.best_epoch}, {res.best:.2f} dB) are kept in the checkpoint "
+                f"{res.checkpoint}: {again} to write them without training again")
+    if res.rescued is not None:
+        return (f"{lost}; the best weights so far (epoch {res.best_epoch}, {res.best:.2f} dB) were written to "
+                f"{res.rescued} instead; {saved}: {again} to continue")
+    return (f"{lost}, nor beside the checkpoint{f' ({res.save_failed})' if res.save_failed else ''}; {saved}: "
+            f"{again} to train on from it")
+
+
 def _radii(text: str) -> list[int]:
     """``--radii``: comma-separated positive integers, or a one-line error naming the flag."""
     try:
@@ -239,7 +259,7 @@ def run(args) -> int:
         raise ValueError(f"-o must name a .safetensors file, got {args.out}")
     if args.init and Path(args.init).resolve() == args.out.resolve():
         raise ValueError(f"-o {args.out} is the --init file: write the fine-tuned weights to another file")
-    from vision.pipelines.cli.checks import NON_NEGATIVE, POSITIVE, check_numbers
+    from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, check_numbers
 
     check_numbers(args, dict(lr=POSITIVE, smape=NON_NEGATIVE, drop_ao=dict(low=0, high=1), minutes=POSITIVE,
                              threads=dict(low=1), scale=dict(low=1), hidden=NON_NEGATIVE,
@@ -280,10 +300,13 @@ def run(args) -> int:
             "vision.train.frames": len(train)}
     res = train_loop(cfg, _build(args, widths), train, val, out=args.out, data=data_identity(args.data, train),
                      metadata=meta, from_init=bool(args.init), loss=loss_fn)
-    if res.path is None:  # another rank of accelerate launch: the main process reports
+    if not res.main:  # another rank of accelerate launch: the main process reports
         return 128 + res.signum if res.signum else 0
     if not res.same_weights:
         raise RuntimeError(f"the {res.processes} processes ended with different weights")
+    if res.write_failed or res.save_failed:
+        print(f"vision train-denoiser: error: {_lost_write(args, res)}", file=sys.stderr)
+        return 1
     if res.signum:
         name = "SIGTERM" if res.signum == 15 else "Ctrl-C" if res.signum == 2 else f"signal {res.signum}"
         print(f"stopped by {name} in epoch {res.epochs + 1}: checkpoint in {res.folder}, best weights so far "

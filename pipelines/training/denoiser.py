@@ -25,6 +25,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import shutil
 import signal
 import sys
 import threading
@@ -165,24 +166,50 @@ def _cpu(state: dict, prefix: str) -> dict:
     return {f"{prefix}/{k}": v.detach().contiguous().cpu() for k, v in state.items()}
 
 
-def _save_checkpoint(acc, folder: Path, state: dict, core, ema, best_state, gen) -> None:
-    """One checkpoint (every rank calls this): Accelerate's state and ours, published atomically by rank 0."""
+def _write_errors() -> tuple:
+    """What a write that runs out of space or permission raises: OSError, safetensors' own error, and torch's
+    RuntimeError from ``torch.save`` (inside Accelerate's ``save_state``)."""
+    from safetensors import SafetensorError
+
+    return OSError, RuntimeError, SafetensorError
+
+
+def _reason(err) -> str:
+    """One line for a failed write: the system's words and the file, else the first line of the message."""
+    if isinstance(err, OSError) and err.strerror:
+        return f"{err.filename}: {err.strerror}" if err.filename else err.strerror
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
+def _save_checkpoint(acc, folder: Path, state: dict, core, ema, best_state, gen) -> str:
+    """One checkpoint (every rank calls this): Accelerate's state and ours, published atomically by rank 0.
+    Returns "" when it is published, else why not (a full disk, no permission: agreed by every rank); then the
+    staging folder is removed (its space back) and the last complete checkpoint stays as it was."""
     from safetensors.torch import save_file
 
-    tmp = C.staging(folder)
-    if acc.is_main_process:
-        C.begin(folder)
+    tmp, failed = C.staging(folder), ""
+    try:
+        if acc.is_main_process:
+            C.begin(folder)
+        acc.wait_for_everyone()
+        acc.save_state(str(tmp))
+        gens = acc.gather(gen.get_state().to(torch.int32)[None].to(acc.device)).cpu()  # (ranks, bytes)
+        acc.wait_for_everyone()
+        if acc.is_main_process:
+            tensors = {**_cpu(best_state, "best"), "sampler": gens.contiguous()}
+            if ema is not None:
+                tensors.update(_cpu(ema.module.state_dict(), "ema"))
+            save_file(tensors, str(tmp / EXTRA))
+            C.publish(tmp, folder, state, FORMAT)
+    except _write_errors() as err:
+        failed = _reason(err)
+        if acc.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
     acc.wait_for_everyone()
-    acc.save_state(str(tmp))
-    gens = acc.gather(gen.get_state().to(torch.int32)[None].to(acc.device)).cpu()  # (ranks, bytes)
-    acc.wait_for_everyone()
-    if acc.is_main_process:
-        tensors = {**_cpu(best_state, "best"), "sampler": gens.contiguous()}
-        if ema is not None:
-            tensors.update(_cpu(ema.module.state_dict(), "ema"))
-        save_file(tensors, str(tmp / EXTRA))
-        C.publish(tmp, folder, state, FORMAT)
-    acc.wait_for_everyone()
+    if acc.num_processes > 1 and _agree(acc, int(bool(failed)), 0.0)[0] and not failed:
+        failed = "another process could not write its part"
+    return failed
 
 
 def _same_on_every_rank(acc, modules) -> bool:
@@ -198,8 +225,15 @@ def train(cfg: DenoiserTraining, build, train_frames: list, val_frames: list, *,
     ``train_frames``, validate on ``val_frames`` (none: the first 8 training frames) after every epoch, write the best weights to ``out`` with
     ``metadata`` (plus epochs, best epoch, PSNR history) and return what happened: ``best``, ``best_epoch``,
     ``epochs`` (done, in total), ``history``, ``signum`` (the signal that stopped the run, else 0),
-    ``interrupted``, ``path`` (None on other ranks), ``seconds``, ``processes``, ``same_weights``. ``data``
-    identifies the training frames for the checkpoint (:func:`data_identity`)."""
+    ``interrupted``, ``path`` (None on other ranks, or when ``out`` could not be written), ``seconds``,
+    ``processes``, ``same_weights``, ``main``. ``data`` identifies the training frames for the checkpoint
+    (:func:`data_identity`).
+
+    A write that fails (a full disk, lost permission) loses no training: a checkpoint that cannot be written
+    stops the run (``save_failed``: why; the last complete checkpoint stays) and the best weights so far still go
+    to ``out``; when ``out`` cannot be written (``write_failed``) the weights stay in the last checkpoint
+    (``checkpoint``, after epoch ``checkpoint_epoch``: ``--resume`` writes them) or, when that is older than
+    them, in ``rescued`` beside it (None when that failed too)."""
     from accelerate import DistributedDataParallelKwargs
     from timm.utils import ModelEmaV3
     from tqdm import tqdm
@@ -245,7 +279,8 @@ def train(cfg: DenoiserTraining, build, train_frames: list, val_frames: list, *,
     judged = core if ema is None else ema.module  # what is validated and kept
     gen = torch.Generator().manual_seed(cfg.seed + 1000003 * acc.process_index)  # each rank its own crops
     run = SimpleNamespace(best=0.0, best_epoch=0, epochs=0, history=[], signum=0, interrupted=False, path=None,
-                          seconds=0.0, processes=acc.num_processes, same_weights=True, folder=folder)
+                          seconds=0.0, processes=acc.num_processes, same_weights=True, folder=folder, main=main,
+                          save_failed="", write_failed="", checkpoint=None, checkpoint_epoch=None, rescued=None)
     first, step0, loss_sum, spent = 1, 0, 0.0, 0.0
     if saved is not None:
         from safetensors.torch import load_file
@@ -313,7 +348,8 @@ def train(cfg: DenoiserTraining, build, train_frames: list, val_frames: list, *,
                     bar.set_postfix(loss=f"{float(value.detach()):.4f}")
                     if signum:
                         run.signum = signum
-                        _save_checkpoint(acc, folder, state(epoch - 1, i + 1), core, ema, best_state, gen)
+                        run.save_failed = _save_checkpoint(acc, folder, state(epoch - 1, i + 1), core, ema,
+                                                           best_state, gen)
                         break
                 if run.signum:
                     break
@@ -332,9 +368,9 @@ def train(cfg: DenoiserTraining, build, train_frames: list, val_frames: list, *,
                         best_state = {k: v.detach().clone() for k, v in judged.state_dict().items()}
                     say(f"epoch {epoch}: train loss {mean_loss:.4f}, val PSNR {score:.2f} dB{_half_text(half, cfg)}"
                         f"{mark}")
-                _save_checkpoint(acc, folder, state(epoch, 0), core, ema, best_state, gen)
+                run.save_failed = _save_checkpoint(acc, folder, state(epoch, 0), core, ema, best_state, gen)
                 run.signum, elapsed = _agree(acc, stop.signum, time.time() - t0)
-                if run.signum:
+                if run.signum or run.save_failed:  # (a full disk: stop, and keep the best weights below)
                     break
                 if budget is not None and elapsed > budget and epoch < cfg.epochs:
                     say(f"stopping after {epoch} epochs: --minutes {cfg.minutes:g} reached")
@@ -352,11 +388,34 @@ def train(cfg: DenoiserTraining, build, train_frames: list, val_frames: list, *,
                      "vision.train.val_psnr": round(run.best, 3), "vision.train.val_history": run.history,
                      "vision.train.processes": acc.num_processes,
                      "vision.train.mixed_precision": str(acc.mixed_precision)})
-        with atomic_path(out) as tmp:
-            final.save(tmp, **meta)
-        run.path = Path(out)
+        try:
+            with atomic_path(out) as tmp:
+                final.save(tmp, **meta)
+            run.path = Path(out)
+        except _write_errors() as err:  # a full disk at the end: the trained weights must survive
+            run.write_failed = err.strerror if isinstance(err, OSError) and err.strerror else _reason(err)
+            _keep_weights(run, final, meta, out)
+        run.checkpoint, saved_now = find_checkpoint(folder)
+        run.checkpoint_epoch = None if saved_now is None else saved_now["epoch"]
     acc.wait_for_everyone()
     return run
+
+
+def _keep_weights(run, final, meta: dict, out) -> None:
+    """``out`` could not be written. The last checkpoint holds these weights when it was saved after the last
+    epoch run (``--resume`` then writes them without training); otherwise write them beside the checkpoint
+    folder (``run.rescued``), where a failed checkpoint's staging folder has just given its space back."""
+    if not run.save_failed and not run.interrupted:
+        return  # the checkpoint written after the last step holds the best weights and the rest of the run
+    from vision.outputs import atomic_path
+
+    rescued = run.folder.parent / f"{Path(out).stem}.rescued.safetensors"
+    try:
+        with atomic_path(rescued) as tmp:
+            final.save(tmp, **meta)
+        run.rescued = rescued
+    except _write_errors():
+        pass
 
 
 def _half_text(half, cfg) -> str:
