@@ -97,7 +97,8 @@ def add_arguments(p) -> None:
                         "evaluation set, BENCHMARKS.md; the default) or flr (local regression on the buffers "
                         "themselves, no weights)")
     p.add_argument("--weights", type=Path, default=None, metavar="FILE",
-                   help="--model flnr: weights from vision train-denoiser (default: the bundled ones)")
+                   help="--model flnr: weights from vision train-denoiser, or a folder written by FLNR.save_pretrained "
+                        "(default: the bundled ones)")
     p.add_argument("--radius", type=int, default=None, help="regression window radius in pixels (default 8; "
                                                             "flnr: the trained per-cell blend of its radii)")
     p.add_argument("--eps", type=float, default=None, help="ridge weight on standardised guides (default 0.01; "

@@ -246,7 +246,7 @@ def _load_weights(load, path):
     except FileNotFoundError:
         if path is None:
             raise
-        raise FileNotFoundError(f"--weights {path}: no such file") from None
+        raise FileNotFoundError(f"--weights {path}: no such file or save_pretrained folder") from None
     except (SafetensorError, ValueError, KeyError, RuntimeError, OSError) as err:
         if path is None:
             raise

@@ -62,6 +62,7 @@ from vision.kernels.runtime import jit
 
 from . import buffers as B
 from .flnr_config import check_config, check_weights_file
+from .flnr_hub import FLNRHubMixin, is_pretrained_folder
 from .flnr_net import (CELL, FEATURES, GUIDES, NET_IN, FLNRNet, _pointwise, _pool, _resize, cell_guides,  # noqa: F401
                        cell_inputs, frame_stats, guide_buffers, guide_stats)
 from .flnr_stages import (FINISH_BAND_PIXELS, HEAD_BAND_PIXELS, _banded, _cv2_planes, _finish_bands,  # noqa: F401
@@ -93,7 +94,7 @@ def _nhwc(t: torch.Tensor) -> torch.Tensor:
     return t.permute(0, 2, 3, 1).contiguous()
 
 
-class FLNR(nn.Module):
+class FLNR(nn.Module, FLNRHubMixin):
     """FLNR: the cell network, the guide head, a learned ridge weight per learned guide, and the regression.
 
     Args:
@@ -135,6 +136,7 @@ class FLNR(nn.Module):
     Example:
         >>> model = FLNR()   # untrained; load_flnr() gives the bundled, trained one
         >>> out = model(color, {"albedo": albedo, "normal": normal, "depth": depth, "ao": ao})
+        >>> model.save_pretrained("my-flnr")   # config.json + model.safetensors; FLNR.from_pretrained("my-flnr")
     """
 
     def __init__(self, widths=(16, 24, 32, 48), hidden: int = 16, guides: int = 4, radii=(4, 8, 16),
@@ -397,7 +399,8 @@ def _cached(path: str, mtime: float) -> FLNR:
 
 
 def load_flnr(weights=None, upsample: int = 1) -> FLNR:
-    """An :class:`FLNR` from ``weights``: None (the bundled file), a path, a state dict or an FLNR.
+    """An :class:`FLNR` from ``weights``: None (the bundled file), a weights file, a ``save_pretrained`` folder, a
+    state dict or an FLNR.
 
     With ``weights=None`` and colour at 1/``upsample`` of the guides' size, the bundled weights trained for
     that factor (:data:`BUNDLED_UPSAMPLE`) when there are such, else the full-resolution ones."""
@@ -417,8 +420,10 @@ def load_flnr(weights=None, upsample: int = 1) -> FLNR:
     if not isinstance(weights, (str, Path)):
         raise ValueError(f"FLNR weights must be None, a path, a state dict or an FLNR, got {type(weights).__name__}")
     path = Path(weights)
+    if is_pretrained_folder(path):
+        return FLNR.from_pretrained(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no FLNR weights file at {path}")
+        raise FileNotFoundError(f"no FLNR weights file or save_pretrained folder at {path}")
     return _cached(str(path.resolve()), path.stat().st_mtime)
 
 
