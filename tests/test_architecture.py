@@ -1,4 +1,5 @@
-"""The layout's promises (ARCHITECTURE.md): no import cycle, light imports, no shadowing from the checkout root."""
+"""The layout's promises (ARCHITECTURE.md): layers import downwards, no import cycle between modules or sibling
+folders, light imports, no shadowing from the checkout root, the runtime's switches, docs that cite what exists."""
 import ast
 import os
 import subprocess
@@ -9,6 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {"vision": ROOT / "vision", "vision.kernels": ROOT / "kernels", "vision.pipelines": ROOT / "pipelines"}
+RANK = {"vision.kernels": 0, "vision": 1, "vision.pipelines": 2}  # a layer imports only its own rank and lower
 
 
 def _modules() -> dict[str, Path]:
@@ -48,19 +50,62 @@ def _imports(name: str, path: Path, modules) -> set[str]:
     return out
 
 
-def test_no_import_cycle():
+def _registered(name: str, path: Path, modules) -> set[str]:
+    """Modules of ours named by the string values of a dict literal in ``name``: registries (``cli.COMMANDS``,
+    ``bench.BENCHES``) and lazy-export tables, which importlib imports on use."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Dict):
+            for v in node.values:
+                if isinstance(v, ast.Constant) and isinstance(v.value, str):
+                    for target in (v.value, f"{package}.{v.value}"):
+                        if target in modules and target != name:
+                            out.add(target)
+    return out
+
+
+def _layer(name: str) -> str:
+    return next((p for p in ("vision.kernels", "vision.pipelines") if name == p or name.startswith(p + ".")), "vision")
+
+
+def test_layers_match_setup_py():
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    setup_layers = next(ast.literal_eval(n.value) for n in tree.body
+                        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "LAYERS")
+    assert {k: ROOT / v for k, v in setup_layers.items()} == LAYERS and set(RANK) == set(LAYERS)
+
+
+def test_layers_import_downwards():
+    """kernels/ imports nothing from vision/ or pipelines/; vision/ never imports pipelines/ (imports inside
+    functions and registries of module names count)."""
     modules = _modules()
-    graph = {n: _imports(n, p, modules) for n, p in modules.items()}
-    # a package's __init__ importing its own submodules is how packages work; a cycle needs a way back
+    wrong = sorted(f"{n} -> {m}" for n, p in modules.items()
+                   for m in _imports(n, p, modules) | _registered(n, p, modules) if RANK[_layer(m)] > RANK[_layer(n)])
+    assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_import_scan_sees_function_imports_and_registries(tmp_path):
+    """The scans above would pass vacuously if they missed imports inside functions or registries."""
+    mod = tmp_path / "mod.py"
+    mod.write_text("def f():\n    from vision.pipelines.cli import main\n    import vision.restore as r\n"
+                   "REG = {'x': 'vision.pipelines.bench'}\n")
+    modules = _modules()
+    assert _imports("vision.kernels.mod", mod, modules) == {"vision.pipelines.cli", "vision.restore"}
+    assert _registered("vision.kernels.mod", mod, modules) == {"vision.pipelines.bench"}
+
+
+def _cycles(graph: dict[str, set[str]], allowed=lambda cycle: False) -> list[str]:
+    """One cycle (as "a -> b -> a") per back edge a depth-first walk of ``graph`` meets, unless ``allowed``."""
     colour, stack, cycles = {}, [], []
 
     def visit(n):
         colour[n] = 1
         stack.append(n)
-        for m in sorted(graph[n]):
+        for m in sorted(graph.get(n, ())):
             if colour.get(m) == 1:
                 cycle = stack[stack.index(m):] + [m]
-                if not all(a == b.rpartition(".")[0] or b == a.rpartition(".")[0] for a, b in zip(cycle, cycle[1:])):
+                if not allowed(cycle):
                     cycles.append(" -> ".join(cycle))
             elif m not in colour:
                 visit(m)
@@ -70,6 +115,38 @@ def test_no_import_cycle():
     for n in sorted(graph):
         if n not in colour:
             visit(n)
+    return cycles
+
+
+def test_no_cycle_between_sibling_folders():
+    """Sibling folders of pipelines/ and vision/ (pipelines/bench and pipelines/cli, vision/denoise and vision/data,
+    ...) import one way: an import from a.x.y to b.z is an edge from folder a to folder b when a and b share a
+    parent. What both sides need lives beside them (pipelines/plugins.py holds what cli and bench share). Inside
+    kernels/ the op folders and runtime/ are not checked here (the module-level test covers them)."""
+    modules = _modules()
+    packages = {n for n, p in modules.items() if p.name == "__init__.py"}
+    graph: dict[str, set[str]] = {}
+    for n, p in modules.items():
+        for m in _imports(n, p, modules) | _registered(n, p, modules):
+            a, b = n.split("."), m.split(".")
+            common = 0
+            while common < min(len(a), len(b)) and a[common] == b[common]:
+                common += 1
+            if common < len(a) and common < len(b):  # neither is inside the other
+                fa, fb = ".".join(a[:common + 1]), ".".join(b[:common + 1])
+                if fa in packages and fb in packages and not fa.startswith("vision.kernels."):
+                    graph.setdefault(fa, set()).add(fb)
+    assert "vision.pipelines.cli" in graph  # the scan sees cli's registry of commands (bench among them)
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles between sibling folders:\n" + "\n".join(cycles)
+
+
+def test_no_import_cycle():
+    modules = _modules()
+    graph = {n: _imports(n, p, modules) for n, p in modules.items()}
+    # a package's __init__ importing its own submodules is how packages work; a cycle needs a way back
+    cycles = _cycles(graph, lambda cycle: all(a == b.rpartition(".")[0] or b == a.rpartition(".")[0]
+                                              for a, b in zip(cycle, cycle[1:])))
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
 

@@ -1,6 +1,6 @@
 """``vision bench WHAT``: run ours and its peers on the same inputs in one process and print ratios.
 
-Each benchmark is a module here with the command plug-in protocol (``vision.pipelines.cli``: ``DESCRIPTION``,
+Each benchmark is a module here with the command plug-in protocol (``vision.pipelines.plugins``: ``DESCRIPTION``,
 ``add_arguments(parser)``, ``run(args)``); it is named in ``BENCHES``. Results hold on noisy machines because
 every row is timed in the same run and reported as a ratio against a peer (see ``timing.py``).
 """
@@ -30,7 +30,7 @@ EPILOG = "examples:\n  vision bench guided-filter\n  vision bench guided-filter 
 
 
 def add_arguments(p) -> None:
-    from vision.pipelines.cli import add_plugin
+    from vision.pipelines.plugins import add_plugin
 
     what = p.add_subparsers(dest="what", metavar="WHAT")
     for name, module in BENCHES.items():
@@ -53,7 +53,7 @@ def _checked_run(run, args) -> int:
     """``run(args)`` once the bench's ``--eps`` and ``--radius`` (when it has them) are finite and in range, and
     its ``--json`` file (when it has one) is known to be writable: a read-only or missing place fails in one
     line before the bench runs, not after."""
-    from vision.pipelines.cli.checks import NON_NEGATIVE, POSITIVE, check_numbers
+    from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, check_numbers
 
     check_numbers(args, dict(eps=POSITIVE, radius=NON_NEGATIVE))
     if getattr(args, "json", None):

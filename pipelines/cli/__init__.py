@@ -1,10 +1,11 @@
 """The ``vision`` command line.
 
-One plug-in protocol for commands and benches (``vision bench WHAT``): a module exposes ``DESCRIPTION``
-(and optionally a shorter ``HELP`` for the command list, and ``EPILOG`` with examples), ``add_arguments(parser)``
-and ``run(args) -> int``; it is named in ``COMMANDS`` (or ``bench.BENCHES``) and imported only when the
-command line is built, so a missing optional dependency of one command never breaks the others. ``vision COMMAND ...`` builds only that command's parser (the others
-are listed by name), so a command starts without importing what its siblings need (torch, for most).
+One plug-in protocol for commands and benches (``vision bench WHAT``), in :mod:`vision.pipelines.plugins`: a module
+exposes ``DESCRIPTION`` (and optionally a shorter ``HELP`` for the command list, and ``EPILOG`` with examples),
+``add_arguments(parser)`` and ``run(args) -> int``; it is named in ``COMMANDS`` (or ``bench.BENCHES``) and imported
+only when the command line is built, so a missing optional dependency of one command never breaks the others.
+``vision COMMAND ...`` builds only that command's parser (the others are listed by name), so a command starts
+without importing what its siblings need (torch, for most).
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import argparse
 import importlib
 import os
 import sys
+
+from vision.pipelines.plugins import add_plugin
 
 # name -> module (DESCRIPTION, add_arguments, run); later commands add their line here.
 COMMANDS = {
@@ -56,15 +59,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             q = sub.add_parser(name, help=f"(unavailable: {err})")
             q.set_defaults(func=lambda args, err=err: print(f"vision: this command is unavailable here: {err}") or 2)
     return parser
-
-
-def add_plugin(sub, name: str, mod) -> argparse.ArgumentParser:
-    """Add the command or bench ``mod`` (DESCRIPTION, optional HELP and EPILOG, add_arguments, run) as ``name``."""
-    p = sub.add_parser(name, help=getattr(mod, "HELP", mod.DESCRIPTION), description=mod.DESCRIPTION,
-                       epilog=getattr(mod, "EPILOG", None), formatter_class=argparse.RawDescriptionHelpFormatter)
-    mod.add_arguments(p)
-    p.set_defaults(func=mod.run)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -190,7 +190,7 @@ def run(args) -> int:
     args.radius = defaults[0] if args.radius is None else args.radius
     args.eps = defaults[1] if args.eps is None else args.eps
     args.scale = defaults[2] if args.scale is None else args.scale
-    from .checks import POSITIVE, check_numbers
+    from vision.pipelines.plugins import POSITIVE, check_numbers
 
     check_numbers(args, {"eps": POSITIVE})  # NaN and inf too, named by the flag (not by the first frame)
     if ((args.radius is not None and args.radius < 0) or args.scale < 1 or (args.eps is not None and args.eps <= 0)

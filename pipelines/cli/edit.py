@@ -370,7 +370,7 @@ def run(args) -> int:
     if args.source_prompt is None and (args.cross_replace_steps is not None or args.self_replace_steps is not None
                                        or args.blend_words):
         raise ValueError("--cross-replace-steps, --self-replace-steps and --blend-words need --source-prompt")
-    from vision.pipelines.cli.checks import NON_NEGATIVE, check_numbers
+    from vision.pipelines.plugins import NON_NEGATIVE, check_numbers
 
     unit = dict(low=0, high=1)
     check_numbers(args, dict(steps=dict(low=1), strength=dict(low=0, low_open=True, high=1), guidance_scale=NON_NEGATIVE,

@@ -166,7 +166,7 @@ def run(args) -> int:
 def _check_arguments(args) -> None:
     """Every numeric option in range (NaN and inf refused), the LoRA target pattern compiled: one line, before
     anything loads."""
-    from vision.pipelines.cli.checks import NON_NEGATIVE, POSITIVE, check_numbers
+    from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, check_numbers
 
     if args.epochs < 1 or args.batch_size < 1:
         raise ValueError("--epochs and --batch-size must be >= 1")

@@ -118,7 +118,7 @@ def run(args) -> int:
         raise ValueError("JPEG output is 8-bit only; drop --bits 16 or write a .png/.tif")
     if args.steps < 0:
         raise ValueError(f"--steps must be >= 0, got {args.steps}")
-    from vision.pipelines.cli.checks import NON_NEGATIVE, POSITIVE, QUALITY, check_numbers
+    from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, QUALITY, check_numbers
 
     check_numbers(args, dict(lr=POSITIVE, spl_weight=NON_NEGATIVE, color_weight=NON_NEGATIVE, eps=POSITIVE,
                              radius=NON_NEGATIVE, quality=QUALITY))

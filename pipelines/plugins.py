@@ -1,8 +1,27 @@
-"""Numeric options checked before any work: NaN, inf, and values outside an option's meaningful range are
-refused with one line naming the flag (a ValueError, which ``vision`` prints as one line with exit 2)."""
+"""What the ``vision`` commands and the ``vision bench`` benches share: the plug-in protocol and its option checks.
+
+A plug-in is a module exposing ``DESCRIPTION`` (optionally a shorter ``HELP`` for the command list and an ``EPILOG``
+with examples), ``add_arguments(parser)`` and ``run(args) -> int``; it is named in ``cli.COMMANDS`` or
+``bench.BENCHES`` and :func:`add_plugin` turns it into a subcommand. Numeric options are checked before any work:
+NaN, inf and values outside an option's meaningful range are refused with one line naming the flag (a ValueError,
+which ``vision`` prints as one line with exit 2).
+
+This module sits beside ``cli/`` and ``bench/`` so that neither folder imports the other's internals: ``cli``
+lists ``bench`` as one of its commands, and ``bench`` needs only what is here (ARCHITECTURE.md, "pipelines/").
+"""
 from __future__ import annotations
 
+import argparse
 import math
+
+
+def add_plugin(sub, name: str, mod) -> argparse.ArgumentParser:
+    """Add the command or bench ``mod`` (DESCRIPTION, optional HELP and EPILOG, add_arguments, run) as ``name``."""
+    p = sub.add_parser(name, help=getattr(mod, "HELP", mod.DESCRIPTION), description=mod.DESCRIPTION,
+                       epilog=getattr(mod, "EPILOG", None), formatter_class=argparse.RawDescriptionHelpFormatter)
+    mod.add_arguments(p)
+    p.set_defaults(func=mod.run)
+    return p
 
 
 def check_number(value, flag: str, *, low=None, high=None, low_open: bool = False, high_open: bool = False):
