@@ -27,7 +27,7 @@ def test_flr_gains_12db_over_1spp_on_bundled_scenes(frames):
     """Acceptance 1 on the bundled scenes (never used for fitting any parameter of a network)."""
     noisy, ours = [], []
     for d in frames.values():
-        out = denoise(d["color"], **_guides(d))
+        out = denoise(d["color"], **_guides(d), model="flr")
         noisy.append(M.psnr(d["color"], d["reference"]))
         ours.append(M.psnr(out, d["reference"]))
     gains = np.array(ours) - np.array(noisy)
@@ -44,8 +44,8 @@ def test_joint_upsampling_from_half_resolution(frames):
     for d in frames.values():
         h, w, _ = d["color"].shape
         half = d["color"].reshape(h // 2, 2, w // 2, 2, 3).mean((1, 3))
-        full = denoise(d["color"], **_guides(d))
-        up = denoise(half, **_guides(d))
+        full = denoise(d["color"], **_guides(d), model="flr")
+        up = denoise(half, **_guides(d), model="flr")
         assert up.shape == (h, w, 3)
         loss.append(M.psnr(full, d["reference"]) - M.psnr(up, d["reference"]))
     assert np.mean(loss) <= 1.5, loss
@@ -66,9 +66,9 @@ def test_known_phase_reproduces_noise_free_shading_from_a_quarter_of_the_pixels(
     irradiance = np.array([0.8, 0.6, 0.4]) + np.array([0.5, 0.3, -0.2]) * nx[..., None]
     color = (albedo * irradiance).astype(np.float32)
     lo = np.ascontiguousarray(color[dy::2, dx::2])
-    known = denoise(lo, albedo=albedo, normal=normal, eps=1e-7, phase=phase)
+    known = denoise(lo, albedo=albedo, normal=normal, eps=1e-7, phase=phase, model="flr")
     np.testing.assert_allclose(known, color, rtol=1e-4, atol=2e-5)  # measured: max error 3.4e-6
-    unknown = denoise(lo, albedo=albedo, normal=normal, eps=1e-7)
+    unknown = denoise(lo, albedo=albedo, normal=normal, eps=1e-7, model="flr")
     assert np.abs(unknown - color).mean() > 50 * np.abs(known - color).mean()
     # FLNR takes the same samples: phase known beats averaged guides here too
     flnr_known = denoise(lo, albedo=albedo, normal=normal, model="flnr", phase=phase)
@@ -100,7 +100,7 @@ def test_flnr_from_a_quarter_of_the_samples_is_within_1_5_db_of_full_resolution_
     weights (never trained on these scenes): measured 2026-12-04 -0.69 dB at phase (0, 0), -0.64 dB at (1, 1)."""
     loss = []
     for d in frames.values():
-        full = M.psnr(denoise(d["color"], **_guides(d)), d["reference"])
+        full = M.psnr(denoise(d["color"], **_guides(d), model="flr"), d["reference"])
         for dy, dx in ((0, 0), (1, 1)):
             lo = np.ascontiguousarray(d["color"][dy::2, dx::2])
             loss.append(full - M.psnr(denoise(lo, **_guides(d), model="flnr", phase=(dy, dx)), d["reference"]))
@@ -114,27 +114,27 @@ def test_flnr_from_one_sample_in_16_beats_flr_from_the_same_samples_by_3_db(fram
     full-resolution FLR at phases (0, 0) / (2, 1) (the full-resolution FLNR weights: -7.78 / -8.54)."""
     gain, loss = [], []
     for d in frames.values():
-        full = M.psnr(denoise(d["color"], **_guides(d)), d["reference"])
+        full = M.psnr(denoise(d["color"], **_guides(d), model="flr"), d["reference"])
         for dy, dx in ((0, 0), (2, 1)):
             lo = np.ascontiguousarray(d["color"][dy::4, dx::4])
             net = M.psnr(denoise(lo, **_guides(d), model="flnr", phase=(dy, dx)), d["reference"])
-            gain.append(net - M.psnr(denoise(lo, **_guides(d), phase=(dy, dx)), d["reference"]))
+            gain.append(net - M.psnr(denoise(lo, **_guides(d), phase=(dy, dx), model="flr"), d["reference"]))
             loss.append(full - net)
     assert np.mean(gain) >= 3.0 and np.mean(loss) <= 4.0, (gain, loss)
 
 
 def test_low_resolution_fit_scale_2_stays_close(frames):
     d = frames[(0, 0)]
-    full = M.psnr(denoise(d["color"], **_guides(d)), d["reference"])
-    fast = M.psnr(denoise(d["color"], **_guides(d), scale=2), d["reference"])
+    full = M.psnr(denoise(d["color"], **_guides(d), model="flr"), d["reference"])
+    fast = M.psnr(denoise(d["color"], **_guides(d), scale=2, model="flr"), d["reference"])
     assert fast > M.psnr(d["color"], d["reference"]) + 12 and fast > full - 1.5
 
 
 @pytest.mark.parametrize("scale", [1, 2])
 def test_tiles_match_the_whole_frame(frames, scale):
     d = frames[(2, 0)]  # the scene with a visible lamp: the emitter fill must be tiled exactly too
-    whole = denoise(d["color"], **_guides(d), scale=scale)
-    tiled = denoise(d["color"], **_guides(d), scale=scale, tile=40)
+    whole = denoise(d["color"], **_guides(d), scale=scale, model="flr")
+    tiled = denoise(d["color"], **_guides(d), scale=scale, tile=40, model="flr")
     np.testing.assert_allclose(tiled, whole, rtol=1e-5, atol=1e-5)
 
 
@@ -153,7 +153,7 @@ def test_noise_free_shading_is_reproduced_exactly(rng):
     normal[:, 20:] = [1.0, 0.0, 0.0]
     irradiance = np.array([0.7, 0.5, 0.3], np.float32)
     color = albedo * irradiance + emission
-    out = denoise(color, albedo=albedo, normal=normal, emission=emission)
+    out = denoise(color, albedo=albedo, normal=normal, emission=emission, model="flr")
     np.testing.assert_allclose(out, color, rtol=1e-4, atol=1e-5)
 
 
@@ -180,25 +180,26 @@ def test_albedo_crossing_the_demodulation_floor_keeps_its_shading(model, worst, 
 
 def test_layouts_and_kinds_round_trip(frames):
     d = frames[(1, 0)]
-    ref = denoise(d["color"], **_guides(d))
+    ref = denoise(d["color"], **_guides(d), model="flr")
     assert isinstance(ref, np.ndarray) and ref.dtype == np.float32 and ref.shape == d["color"].shape
     t = {k: torch.from_numpy(d[k]).permute(2, 0, 1)[None] for k in ("color", *GUIDES)}
-    out = denoise(t["color"], **{k: t[k] for k in GUIDES})
+    out = denoise(t["color"], **{k: t[k] for k in GUIDES}, model="flr")
     assert isinstance(out, torch.Tensor) and out.shape == t["color"].shape
     np.testing.assert_allclose(out[0].permute(1, 2, 0).numpy(), ref, atol=1e-5)
     # channels-last / non-contiguous input, and a 2-D depth buffer
     g = _guides(d)
     g["depth"] = d["depth"][..., 0]
-    np.testing.assert_allclose(denoise(np.asfortranarray(d["color"]), **g), ref, atol=1e-5)
+    np.testing.assert_allclose(denoise(np.asfortranarray(d["color"]), **g, model="flr"), ref, atol=1e-5)
 
 
 def test_batch_matches_single_frames(frames):
     ds = [frames[(0, 0)], frames[(0, 1)]]
     c = torch.stack([torch.from_numpy(d["color"]).permute(2, 0, 1) for d in ds])
     g = {k: torch.stack([torch.from_numpy(d[k]).permute(2, 0, 1) for d in ds]) for k in GUIDES}
-    out = denoise(c, **g)
+    out = denoise(c, **g, model="flr")
     for i, d in enumerate(ds):
-        np.testing.assert_allclose(out[i].permute(1, 2, 0).numpy(), denoise(d["color"], **_guides(d)), atol=1e-5)
+        np.testing.assert_allclose(out[i].permute(1, 2, 0).numpy(), denoise(d["color"], **_guides(d), model="flr"),
+                                   atol=1e-5)
 
 
 @pytest.mark.parametrize("path", ["torch", "numba"])
@@ -269,7 +270,7 @@ def test_demodulate_fills_emitter_pixels_with_the_mean_of_their_emitter_free_nei
 
 def test_emitter_pixels_keep_their_emission(frames):
     d = frames[(2, 0)]
-    out = denoise(d["color"], **_guides(d))
+    out = denoise(d["color"], **_guides(d), model="flr")
     lamp = (d["emission"].max(-1) > 0) & (d["albedo"].max(-1) < 0.02)
     assert lamp.sum() > 10
     np.testing.assert_array_equal(out[lamp], d["emission"][lamp])
@@ -281,18 +282,18 @@ def test_nan_inf_are_repaired_with_a_warning(frames):
     color[10, 10] = np.nan
     color[20, 30, 1] = np.inf
     with pytest.warns(BufferWarning, match="4 NaN/Inf"):
-        out = denoise(color, **_guides(d))
+        out = denoise(color, **_guides(d), model="flr")
     assert np.isfinite(out).all()
     assert M.psnr(out, d["reference"]) > M.psnr(d["color"], d["reference"]) + 12
     with pytest.raises(ValueError, match="4 NaN or Inf"):
-        denoise(color, **_guides(d), repair=False)
+        denoise(color, **_guides(d), repair=False, model="flr")
 
 
 def test_zero_albedo_and_no_guides_are_safe(rng):
     color = rng.exponential(0.3, (32, 32, 3)).astype(np.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        out = denoise(color, albedo=np.zeros_like(color))
+        out = denoise(color, albedo=np.zeros_like(color), model="flr")
     assert np.isfinite(out).all()
     # without guides FLR is the local linear model with no slope: the window means (valid border)
     # averaged over the windows that cover a pixel, i.e. a 17x17 box mean applied twice
@@ -304,7 +305,7 @@ def test_zero_albedo_and_no_guides_are_safe(rng):
         return out
 
     want = box(box(color.astype(np.float64)))
-    np.testing.assert_allclose(denoise(color), want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(denoise(color, model="flr"), want, rtol=1e-4, atol=1e-6)
 
 
 def _one_off(value, last):
@@ -327,7 +328,7 @@ def _one_off(value, last):
 def test_clear_errors(bad, match):
     color = np.ones((32, 32, 3), np.float32)
     with pytest.raises(ValueError, match=match):
-        denoise(color, **bad)
+        denoise(color, **{"model": "flr", **bad})
 
 
 @pytest.mark.parametrize("size, phase, match", [
@@ -338,12 +339,13 @@ def test_clear_errors(bad, match):
 ])
 def test_phase_errors(size, phase, match):
     with pytest.raises(ValueError, match=match):
-        denoise(np.ones((size, size, 3), np.float32), albedo=np.full((32, 32, 3), 0.5, np.float32), phase=phase)
+        denoise(np.ones((size, size, 3), np.float32), albedo=np.full((32, 32, 3), 0.5, np.float32), phase=phase,
+                model="flr")
 
 
 def test_upsample_factor_must_be_integer():
     with pytest.raises(ValueError, match="integer factor"):
-        denoise(np.ones((20, 20, 3), np.float32), albedo=np.ones((50, 50, 3), np.float32) * 0.5)
+        denoise(np.ones((20, 20, 3), np.float32), albedo=np.ones((50, 50, 3), np.float32) * 0.5, model="flr")
 
 
 # --------------------------------------------------------------------------- channel names
@@ -431,7 +433,7 @@ def test_temporal_halves_flicker_on_the_bundled_static_pairs(frames):
 
     for s in range(3):
         seq = [frames[(s, f)] for f in range(2)]
-        per = [denoise(d["color"], **_guides(d)) for d in seq]
+        per = [denoise(d["color"], **_guides(d), model="flr") for d in seq]
         tf = TemporalFLR()
         tem = [tf(d["color"], **_guides(d)) for d in seq]
         assert tf.rejected == 0
@@ -440,7 +442,7 @@ def test_temporal_halves_flicker_on_the_bundled_static_pairs(frames):
         assert np.mean([M.psnr(o, ref) for o in tem]) >= np.mean([M.psnr(o, ref) for o in per]) - 0.05
         # frame 1 of the temporal run is FLR of the mean of the two noisy frames
         mean = (seq[0]["color"] + seq[1]["color"]) / 2
-        np.testing.assert_allclose(tem[1], denoise(mean, **_guides(seq[1])), atol=1e-5)
+        np.testing.assert_allclose(tem[1], denoise(mean, **_guides(seq[1]), model="flr"), atol=1e-5)
 
 
 def test_temporal_with_half_resolution_colour_keeps_a_constant_phase_and_averages_mixed_ones(frames):
@@ -455,14 +457,15 @@ def test_temporal_with_half_resolution_colour_keeps_a_constant_phase_and_average
     tf(lo[0], phase=(1, 0), **_guides(a))
     got = tf(lo[1], phase=(1, 0), **_guides(b))
     mean = (lo[0] + lo[1]) / 2
-    np.testing.assert_allclose(got, denoise(mean, **_guides(b), phase=(1, 0)), atol=1e-5)
-    assert np.abs(got - denoise(mean, **_guides(b))).max() > 1e-3  # the phase matters
+    np.testing.assert_allclose(got, denoise(mean, **_guides(b), phase=(1, 0), model="flr"), atol=1e-5)
+    assert np.abs(got - denoise(mean, **_guides(b), model="flr")).max() > 1e-3  # the phase matters
     other = np.ascontiguousarray(b["color"][::2, 1::2])
     got = tf(other, phase=(0, 1), **_guides(b))
     mean3 = mean + (other - mean) / 3
-    np.testing.assert_allclose(got, denoise(mean3, **_guides(b)), atol=1e-5)
+    np.testing.assert_allclose(got, denoise(mean3, **_guides(b), model="flr"), atol=1e-5)
     tf.reset()  # a new history takes the new phase again
-    np.testing.assert_allclose(tf(other, phase=(0, 1), **_guides(b)), denoise(other, **_guides(b), phase=(0, 1)),
+    np.testing.assert_allclose(tf(other, phase=(0, 1), **_guides(b)),
+                               denoise(other, **_guides(b), phase=(0, 1), model="flr"),
                                atol=1e-5)
 
 
@@ -556,10 +559,10 @@ def test_bench_denoise_rows_and_acceptance_lines(frames, tmp_path, capsys):
     for d in (d0, d1):
         h, w, _ = d["color"].shape
         half = d["color"].reshape(h // 2, 2, w // 2, 2, 3).mean((1, 3))
-        want.append(M.psnr(denoise(half, **_guides(d), position=d.get("position")), d["reference"]))
+        want.append(M.psnr(denoise(half, **_guides(d), position=d.get("position"), model="flr"), d["reference"]))
     assert rows[("scene_00000", "flr 1/2 mean")]["psnr"] == pytest.approx(np.mean(want), abs=1e-3)
     want = [M.psnr(denoise(np.ascontiguousarray(d["color"][::2, ::2]), **_guides(d), position=d.get("position"),
-                           phase=(0, 0)), d["reference"]) for d in (d0, d1)]
+                           phase=(0, 0), model="flr"), d["reference"]) for d in (d0, d1)]
     assert rows[("scene_00000", "flr 1/2 pick+phase")]["psnr"] == pytest.approx(np.mean(want), abs=1e-3)
     want = [M.psnr(denoise(np.ascontiguousarray(d["color"][::4, ::4]), **_guides(d), model="flnr", phase=(0, 0)),
                    d["reference"]) for d in (d0, d1)]

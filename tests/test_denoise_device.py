@@ -108,9 +108,9 @@ def test_negative_samples_are_clamped_with_a_warning(frame):
     c = frame["color"].copy()
     c[10:12, 10:12] = -3.0
     with pytest.warns(BufferWarning, match="color: 12 negative value"):
-        got = denoise(c, **g)
+        got = denoise(c, **g, model="flr")
     c[10:12, 10:12] = 0.0
-    np.testing.assert_array_equal(got, denoise(c, **g))
+    np.testing.assert_array_equal(got, denoise(c, **g, model="flr"))
 
 
 def test_normal_frames_are_untouched_by_the_firefly_step():
@@ -132,7 +132,7 @@ def test_normal_frames_are_untouched_by_the_firefly_step():
 def test_bad_arguments_raise_a_clear_value_error(kw):
     name = next(iter(kw))
     with pytest.raises(ValueError, match=name):
-        denoise(np.ones((16, 16, 3), np.float32), **kw)
+        denoise(np.ones((16, 16, 3), np.float32), **kw, model="flr")
 
 
 def test_graph_plumbing_with_a_stand_in_capture(frame, monkeypatch):
@@ -156,13 +156,13 @@ def test_graph_plumbing_with_a_stand_in_capture(frame, monkeypatch):
     g = [{k: torch.from_numpy(f[k]) for k in GUIDES} for f in (a, b)]
     colors = [torch.from_numpy(f["color"]) for f in (a, b)]
     graphs.set_enabled(False)
-    want = [denoise(c, **gf) for c, gf in zip(colors, g)]
+    want = [denoise(c, **gf, model="flr") for c, gf in zip(colors, g)]
     graphs.set_enabled(None)
-    got = [denoise(c, **gf) for c, gf in zip(colors, g)]
+    got = [denoise(c, **gf, model="flr") for c, gf in zip(colors, g)]
     assert len(captures) == 1 and len(graphs._graphs) == 1
     for x, y in zip(got, want):
         np.testing.assert_array_equal(x.numpy(), y.numpy())
-    denoise(colors[0], **g[0], radius=4)  # other settings: another graph
+    denoise(colors[0], **g[0], radius=4, model="flr")  # other settings: another graph
     assert len(captures) == 2
 
     def broken(fn, inputs):
@@ -171,10 +171,10 @@ def test_graph_plumbing_with_a_stand_in_capture(frame, monkeypatch):
     monkeypatch.setattr(graphs, "_capture", broken)
     graphs.clear()
     with pytest.warns(RuntimeWarning, match="graph capture failed"):
-        first = denoise(colors[0], **g[0])
+        first = denoise(colors[0], **g[0], model="flr")
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        second = denoise(colors[1], **g[1])
+        second = denoise(colors[1], **g[1], model="flr")
     np.testing.assert_array_equal(first.numpy(), want[0].numpy())
     np.testing.assert_array_equal(second.numpy(), want[1].numpy())
     graphs.clear()

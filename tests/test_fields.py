@@ -132,7 +132,7 @@ def test_render_file_reads_motion_and_the_denoiser_passes_it_through(blender_fra
     for c in "XYZW":
         np.testing.assert_array_equal(got[f"ViewLayer.Vector.{c}"], ch[f"ViewLayer.Vector.{c}"])
     b = layer.buffers
-    want = denoise(b["color"], **{k: b[k] for k in F.GUIDES if k in b})
+    want = denoise(b["color"], **{k: b[k] for k in F.GUIDES if k in b}, model="flr")
     np.testing.assert_array_equal(np.stack([got[f"ViewLayer.Combined.{c}"] for c in "RGB"], -1), want)
 
 

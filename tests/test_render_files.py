@@ -77,7 +77,9 @@ def test_real_half_frame_with_two_view_layers(tmp_path, capsys):
     for layer, gain in (("ViewLayer", 7), ("Layer2", 1.5)):
         assert M.psnr(_layer_rgb(got, f"{layer}.Combined"), ref) >= M.psnr(_layer_rgb(noisy, f"{layer}.Combined"),
                                                                             ref) + gain, layer
-        assert got[f"{layer}.Combined.A"].dtype == np.float16
+        # the layer is written in the denoised colour's type (float32): the half alpha widened, exactly
+        assert got[f"{layer}.Combined.A"].dtype == np.float32
+        assert np.array_equal(got[f"{layer}.Combined.A"], noisy[f"{layer}.Combined.A"].astype(np.float32))
         assert np.array_equal(got[f"{layer}.Denoising Albedo.R"], noisy[f"{layer}.Denoising Albedo.R"])
     # each view layer is denoised on its own passes: ViewLayer's result is the float frame's, to half rounding
     single = read_exr(tmp_path / "o" / src.name)
@@ -175,7 +177,7 @@ def test_albedo_above_one_is_not_refused(tmp_path, capsys):
     rc, out, err = _run(capsys, tmp_path / "f.exr", "-o", tmp_path / "o", "-q")
     assert rc == 0 and "warning" not in err, err
     hand = np.minimum(np.where(lamp[..., None], alb - frame["emission"], alb), 1)
-    want = denoise(frame["color"], **{k: frame[k] for k in GUIDES if k != "albedo"}, albedo=hand)
+    want = denoise(frame["color"], **{k: frame[k] for k in GUIDES if k != "albedo"}, albedo=hand, model="flr")
     np.testing.assert_allclose(_layer_rgb(read_exr(tmp_path / "o" / "f.exr"), ""), want, rtol=1e-6, atol=1e-6)
     # the same albedo without the emission buffer: clamped, and a warning that counts what was lost
     write_frame(tmp_path / "g.exr", {k: d[k] for k in ("color", "albedo", "normal", "depth")})
@@ -206,7 +208,7 @@ def test_sky_depth_is_no_surface(frame, tmp_path, capsys, sky):
     # where the albedo holds the environment's colour, the pixel's colour is kept exactly (emission, albedo 0)
     want = denoise(frame["color"], **{k: frame[k] for k in GUIDES if k not in ("depth", "albedo", "emission")},
                    depth=depth, albedo=np.where(env[..., None], 0, albedo),
-                   emission=np.where(env[..., None], frame["color"], frame["emission"]))
+                   emission=np.where(env[..., None], frame["color"], frame["emission"]), model="flr")
     got = _layer_rgb(read_exr(tmp_path / "o" / "f.exr"), "")
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(got[env], frame["color"][env])
@@ -226,7 +228,7 @@ def test_mitsuba_aov_layout_keeps_alpha_and_aovs(frame, tmp_path, capsys):
     assert "normal <- nn.XYZ" in out and "depth <- dd.T" in out and "alpha A" in out
     got = read_exr(tmp_path / "o" / "mi.exr")
     assert set(got) == set(ch) and np.array_equal(got["A"], alpha) and np.array_equal(got["pp.Y"], ch["pp.Y"])
-    want = denoise(frame["color"], **{k: frame[k] for k in ("albedo", "normal", "depth", "position")})
+    want = denoise(frame["color"], **{k: frame[k] for k in ("albedo", "normal", "depth", "position")}, model="flr")
     np.testing.assert_allclose(_layer_rgb(got, ""), want, rtol=1e-6, atol=1e-6)
 
 
@@ -266,7 +268,7 @@ def test_a_crop_keeps_its_place_on_the_canvas(frame, tmp_path, capsys):
     got = read_exr_header(tmp_path / "o" / "crop.exr")
     assert [list(v) for v in got["dataWindow"]] == [[16, 8], [63, 39]]
     assert [list(v) for v in got["displayWindow"]] == [[0, 0], [127, 127]]
-    want = denoise(crop["color"], **{k: crop[k] for k in ("albedo", "normal", "depth", "emission")})
+    want = denoise(crop["color"], **{k: crop[k] for k in ("albedo", "normal", "depth", "emission")}, model="flr")
     np.testing.assert_allclose(_layer_rgb(read_exr(tmp_path / "o" / "crop.exr"), ""), want, rtol=1e-6, atol=1e-6)
 
 
@@ -307,7 +309,7 @@ def test_oidn_style_pfm_buffers(frame, tmp_path, capsys):
     rc, out, err = _run(capsys, *args)
     assert rc == 0, err
     assert "albedo <- " in out and "albedo.0003.pfm:RGB" in out and "depth.0003.pfm:Y" in out
-    want = denoise(frame["color"], **{k: frame[k] for k in ("albedo", "normal", "depth")})
+    want = denoise(frame["color"], **{k: frame[k] for k in ("albedo", "normal", "depth")}, model="flr")
     np.testing.assert_allclose(_layer_rgb(read_exr(tmp_path / "o" / "color.0003.exr"), ""), want,
                                rtol=1e-6, atol=1e-6)
 
@@ -448,5 +450,5 @@ def test_multi_part_exr_is_read_whole(frame, tmp_path, capsys):
     assert rc == 0 and "normal <- normal.XYZ" in out and "depth <- depth.Z" in out, out + err
     got = read_exr(tmp_path / "o" / "mp.exr")
     assert set(got) == set(rgba) | set(aov) | set(deep)
-    want = denoise(frame["color"], **{k: frame[k] for k in ("albedo", "normal", "depth", "emission")})
+    want = denoise(frame["color"], **{k: frame[k] for k in ("albedo", "normal", "depth", "emission")}, model="flr")
     np.testing.assert_allclose(_layer_rgb(got, ""), want, rtol=1e-6, atol=1e-6)

@@ -134,7 +134,7 @@ def methods(args, upsample: bool = False, quarter: bool = False) -> dict:
         return lambda d: denoise(color(d), **{k: d[k] for k in GUIDES if k in d}, **kw)
 
     def flr(scale=1, color=full, **kw):
-        return run_on(color, radius=args.radius, eps=args.eps, scale=scale, **kw)
+        return run_on(color, model="flr", radius=args.radius, eps=args.eps, scale=scale, **kw)
 
     m = {"noisy": full, "box": lambda d: box_denoise(d, args.radius), "flr": flr(1),
          "flr s=2": flr(2)}
@@ -286,8 +286,9 @@ def time_device(args, frames, device) -> dict:
     t = {k: torch.from_numpy(v).permute(2, 0, 1)[None].contiguous().to(device) for k, v in d.items()
          if k != "reference"}
     guides = {k: t[k] for k in GUIDES if k in t}
-    calls = {("flr" if s == 1 else f"flr s={s}"): functools.partial(denoise, t["color"], **guides, radius=args.radius,
-                                                                     eps=args.eps, scale=s) for s in (1, 2, 4)}
+    calls = {("flr" if s == 1 else f"flr s={s}"): functools.partial(denoise, t["color"], **guides, model="flr",
+                                                                     radius=args.radius, eps=args.eps, scale=s)
+             for s in (1, 2, 4)}
     if not args.no_flnr:
         calls["flnr"] = functools.partial(denoise, t["color"], **guides, model="flnr",
                                           weights=load_flnr(getattr(args, "weights", None)))

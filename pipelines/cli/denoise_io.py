@@ -257,10 +257,17 @@ def _load_weights(load, path):
 def write_output(target: Path, rf, results: list[np.ndarray], header: dict, only_rgb: bool, half: bool
                  ) -> list[str]:
     """The compositor's file: denoised RGB in each layer's beauty, alpha and (unless ``only_rgb``) every
-    other channel of the input, the input's header attributes plus the run's. Returns notes on losses."""
+    other channel of the input, the input's header attributes plus the run's. Returns notes on losses.
+
+    Each layer holding denoised colour is written in the colour's type (float32, or half with ``half``): a half
+    input's alpha beside float32 RGB would make readers that gather a layer's channels
+    (``OpenEXR.File(out)``) refuse the file (:func:`vision.data.exr.one_type_per_layer`)."""
+    from vision.data.exr import one_type_per_layer
     from vision.data.render_layers import output_channels
 
     channels, notes = output_channels(rf, results, only_rgb=only_rgb, half=half)
+    colour = [n for layer in rf.layers for names in (layer.beauty, *layer.copies) for n in names]
+    channels = one_type_per_layer(channels, colour)
     same_size = all(a.shape == results[0].shape[:2] for a in rf.channels.values())
     write_atomic(target, channels, {**rf.header, **(rf.windows if same_size else {}), **header})
     return notes

@@ -43,7 +43,7 @@ def run(out_dir: Path, device: str) -> list[Path]:
         d = read_frame(asset_path("scenes", scene, "frame_00.exr"))
         t = {k: torch.from_numpy(d[k]).to(device) for k in ("color", *GUIDES)}
         with torch.no_grad():
-            flr = denoise(t["color"], **{k: t[k] for k in GUIDES}).cpu().numpy()
+            flr = denoise(t["color"], **{k: t[k] for k in GUIDES}, model="flr").cpu().numpy()
             flnr = denoise(t["color"], **{k: t[k] for k in GUIDES}, model="flnr").cpu().numpy()
         panels = [("1 spp", d["color"]), ("FLR", flr), ("FLNR", flnr)]
         try:

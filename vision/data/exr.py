@@ -92,6 +92,39 @@ def write_exr(path, channels: Mapping[str, np.ndarray], header: Mapping | None =
     return path
 
 
+# the channels EXR readers gather into one array per layer (OpenEXR's File: "layer.RGBA"), which therefore must
+# share one pixel type: a float32 R G B beside a half A raises "cannot coalesce channels"
+COALESCED = frozenset("RGBA")
+
+
+def layer_of(name: str) -> str:
+    """The layer of a channel name: everything before its last dot (``""`` for ``R``)."""
+    return name.rpartition(".")[0]
+
+
+def one_type_per_layer(channels: Mapping[str, np.ndarray], colour: Iterable[str]) -> dict[str, np.ndarray]:
+    """``channels`` with each layer that holds a ``colour`` channel (a result written in its own type, e.g. the
+    denoised RGB) in that colour's float type: its ``R G B A`` always (readers gather them into one array, so a
+    half alpha beside float32 RGB makes the file unreadable for them), its other float channels where that
+    widens them (half -> float32 is exact; narrowing a passed-through channel would lose what it holds, and
+    readers do not gather those). Integer channels (ids) keep their type. Nothing else changes."""
+    out = dict(channels)
+    types: dict[str, np.dtype] = {}
+    for name in colour:
+        dtype = np.asarray(channels[name]).dtype
+        if types.setdefault(layer_of(name), dtype) != dtype:
+            raise ValueError(f"colour channels of layer {layer_of(name)!r} differ in type: "
+                             f"{types[layer_of(name)]} and {dtype} ({name})")
+    for name, arr in channels.items():
+        want = types.get(layer_of(name))
+        arr = np.asarray(arr)
+        if want is None or arr.dtype == want or arr.dtype.kind != "f":
+            continue
+        if name.rpartition(".")[2] in COALESCED or arr.dtype.itemsize < want.itemsize:
+            out[name] = arr.astype(want)
+    return out
+
+
 def read_exr(path, channels: Iterable[str] | None = None) -> dict[str, np.ndarray]:
     """Read named channels (all when ``channels`` is None) as 2-D arrays in their stored type.
 

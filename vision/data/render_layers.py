@@ -345,7 +345,7 @@ def output_channels(rf: RenderFile, results: list[np.ndarray], only_rgb: bool = 
         dropped = len([n for n in rf.channels if n not in out and n not in written])
         if dropped:
             notes.append(f"{dropped} channel(s) at the colour's resolution were not passed through: the output "
-                         f"has the guides' size {size[1]}x{size[0]}")
+                         f"has the guides' size {size[0]}x{size[1]} (HxW)")
     clamped = 0
     for layer, rgb in zip(rf.layers, results):
         if layer.alpha:

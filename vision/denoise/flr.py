@@ -141,8 +141,8 @@ def flr(color: torch.Tensor, guides: dict[str, torch.Tensor | None], radius: int
 def full_size(color, guides) -> tuple[int, int]:
     sizes = {tuple(t.shape[-2:]) for t in guides.values() if t is not None}
     if len(sizes) > 1:
-        names = {k: f"{t.shape[-1]}x{t.shape[-2]}" for k, t in guides.items() if t is not None}
-        raise ValueError(f"guide buffers must all have the same size (WxH), got {names}")
+        names = {k: f"{t.shape[-2]}x{t.shape[-1]}" for k, t in guides.items() if t is not None}
+        raise ValueError(f"guide buffers must all have the same size (HxW), got {names}")
     return sizes.pop() if sizes else tuple(color.shape[-2:])
 
 
@@ -152,7 +152,7 @@ def upsample_factor(small: tuple[int, int], full: tuple[int, int]) -> int:
     for u in range(2, 17):
         if -(-full[0] // u) == small[0] and -(-full[1] // u) == small[1]:
             return u
-    raise ValueError(f"color is {small[1]}x{small[0]} (WxH) but the guides are {full[1]}x{full[0]}: for joint "
+    raise ValueError(f"color is {small[0]}x{small[1]} (HxW) but the guides are {full[0]}x{full[1]}: for joint "
                      "upsampling the colour must be the guides' size divided by an integer factor (2, 4, ...)")
 
 

@@ -19,16 +19,19 @@ __all__ = ["denoise", "MODELS"]
 MODELS = ("flr", "flnr")
 
 
-def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None, position=None, model: str = "flr",
+def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None, position=None, model: str = "flnr",
             radius: int | None = None, eps: float | None = None, scale: int | None = None, weights=None,
-            tile: int | None = None, repair: bool = True, phase=None):
+            tile: int | None = None, repair: bool = True, phase=None, hdr: bool = True):
     r"""Denoise a path-traced frame (or a batch) with a local linear model of its radiance on guide buffers.
 
     Args:
-        color: noisy linear HDR radiance, ``(H, W, 3)`` or ``(B, 3, H, W)``, NumPy or torch. For joint
-            denoising and upsampling it may be smaller than the guides by an integer factor (colour
-            rendered at 1/2 or 1/4 resolution, guides at full resolution); the result then has the
-            guides' size.
+        color: noisy linear radiance, RGB, ``(H, W, 3)`` or ``(B, 3, H, W)``, a float NumPy array or torch
+            tensor. For joint denoising and upsampling it may be smaller than the guides by an integer factor
+            (colour rendered at 1/2 or 1/4 resolution, guides at full resolution); the result then has the
+            guides' size. Refused with one line each: integer arrays (uint8 images are display values, not
+            radiance: convert with ``x / 255``, linearised from sRGB where they are sRGB, and pass
+            ``hdr=False``) and 4-channel colour (RGBA: denoise ``color[..., :3]`` and keep the alpha as it is,
+            as OIDN takes RGB only).
         albedo: diffuse reflectance in [0, 1] (3 channels): divided out before the fit, multiplied back after.
         normal: shading normal, components in [-1, 1] (world or camera space).
         depth: z-depth (1 channel; 0 or less = no surface); used as log-depth.
@@ -36,8 +39,9 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
         emission: directly visible emitted radiance (3 channels): subtracted before the fit, added after.
         position: world-space position (3 channels); used only while the 8 feature channels allow
             (guides are taken in the order normal, depth, ao, albedo, position).
-        model: ``"flr"`` (Fast Local Regression) or ``"flnr"`` (Fast Local Neural Regression: a trained
-            network enhances the guides normal, depth, AO and albedo; position is not used).
+        model: ``"flnr"`` (the default, as for ``vision denoise``: Fast Local Neural Regression, a trained
+            network enhances the guides normal, depth, AO and albedo, with the bundled weights; position is not
+            used) or ``"flr"`` (Fast Local Regression: the guides as they are, no weights).
         radius: window radius in full-resolution pixels (default: 8 for FLR, the trained one for FLNR).
         eps: ridge weight on the slopes, in units of each standardised guide's variance (default: 1e-2
             for FLR; FLNR uses its learned per-channel weights unless a value is given).
@@ -55,6 +59,9 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
             pixel of every block, e.g. ``(0, 0)``, or with a known per-frame jitter). The fit then reads
             the albedo, emission and guides at exactly those pixels; None (default): the sample may lie
             anywhere in its block and they are averaged over it.
+        hdr: as OIDN's ``hdr``: True (default) for linear HDR radiance in [0, inf); False for linear LDR colour
+            in [0, 1] (sRGB-encoded values linearised first): samples above 1 are taken as 1, and the result is
+            clamped into [0, 1].
 
     Returns:
         The denoised radiance, same kind (NumPy / torch) and layout (HWC / BCHW) as ``color``.
@@ -62,7 +69,8 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
     Raises:
         ValueError: mis-sized buffers, albedo outside [0, 1], normals outside [-1, 1] (checked where the
             buffers may be read on the host: on CPU, or with ``VISION_CHECKS=on``), unknown model, a
-            ``radius``, ``scale`` or ``tile`` that is not a positive int, an ``eps`` that is not positive.
+            ``radius``, ``scale`` or ``tile`` that is not a positive int, an ``eps`` that is not positive,
+            integer or 4-channel ``color``, integer guide buffers, an ``hdr`` or ``repair`` that is not a bool.
 
     Colour samples that are negative are clamped to 0, and extreme ones (a broken sample, e.g. 1e30) are replaced
     by the mean of their neighbours (:func:`.buffers.suppress_fireflies`; with a :class:`BufferWarning` on CPU).
@@ -79,12 +87,19 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
             ok = False
         if not ok:
             raise ValueError(f"eps must be a positive finite float or None, got {eps!r}")
-    if not isinstance(repair, (bool, np.bool_)):
-        raise ValueError(f"repair must be True or False, got {repair!r}")
+    for flag, value in (("repair", repair), ("hdr", hdr)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"{flag} must be True or False, got {value!r}")
+    hdr = bool(hdr)
+    _check_color(color)
     c = buffers.to_bchw(color, "color", 3)
     device = c.device
     named = {"albedo": albedo, "normal": normal, "depth": depth, "ao": ao, "emission": emission,
              "position": position}
+    for k, v in named.items():
+        if v is not None and _integer_dtype(v):
+            raise ValueError(f"{k} is {_dtype_name(v)}: pass a float buffer in the renderer's units"
+                             + (" (x/255 for 8-bit values in [0, 1])" if k in ("albedo", "ao") else ""))
     guides = {k: (None if v is None else buffers.to_bchw(v, k, buffers.CHANNELS[k]).to(device))
               for k, v in named.items()}
     work = torch.float64 if c.dtype == torch.float64 else torch.float32
@@ -112,21 +127,28 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
     inputs = [c, *(guides[k] for k in names)]
     needs_grad = torch.is_grad_enabled() and (c.requires_grad or (net is not None and net.training))
     frame = functools.partial(_frame, names=names, model=model, net=net, radius=radius, eps=eps, scale=scale,
-                              tile=tile, phase=phase, repair=repair, needs_grad=needs_grad)
+                              tile=tile, phase=phase, repair=repair, needs_grad=needs_grad, hdr=hdr)
     # a frame that reads no tensor on the host (repair on, data checks off) can be a CUDA graph
     if (graphs.wanted(inputs, needs_grad) and repair and not buffers.host_reads(c)
             and not isinstance(eps, torch.Tensor)):
         # the graph reads the network's weights where they lie: moved (nn.Module.to replaces them), a new graph
         weights_at = () if net is None else tuple(t.data_ptr() for t in (*net.parameters(), *net.buffers()))
-        key = (model, id(net), weights_at, radius, eps, scale, tile, phase, names, forced_backend())
+        key = (model, id(net), weights_at, radius, eps, scale, tile, phase, names, hdr, forced_backend())
         out = graphs.run(key, frame, inputs)
     else:
         out = frame(*inputs)
     return buffers.like(out, color)
 
 
-def _frame(c, *present, names, model, net, radius, eps, scale, tile, phase, repair, needs_grad):
-    """One frame of :func:`denoise` on validated (B, C, H, W) buffers: repairs, checks, the model."""
+def _frame(c, *present, names, model, net, radius, eps, scale, tile, phase, repair, needs_grad, hdr=True):
+    """One frame of :func:`denoise` on validated (B, C, H, W) buffers: repairs, checks, the model; LDR colour
+    (``hdr=False``) is taken at most 1 and the result clamped into [0, 1] (branch-free: no host reads)."""
+    out = _model(c, *present, names=names, model=model, net=net, radius=radius, eps=eps, scale=scale, tile=tile,
+                 phase=phase, repair=repair, needs_grad=needs_grad, hdr=hdr)
+    return out if hdr else out.clamp(0.0, 1.0)
+
+
+def _model(c, *present, names, model, net, radius, eps, scale, tile, phase, repair, needs_grad, hdr):
     guides = dict.fromkeys(GUIDES)
     guides.update(zip(names, present))
     u = upsample_factor(tuple(c.shape[-2:]), full_size(c, guides))
@@ -145,6 +167,8 @@ def _frame(c, *present, names, model, net, radius, eps, scale, tile, phase, repa
                 guides[name] = fixed
         if buffers.host_reads(c):  # range checks read the buffers: on the GPU only with VISION_CHECKS=on
             buffers.check_ranges(guides["albedo"], guides["normal"])
+        if not hdr:
+            c = c.clamp(max=1.0)
         c = buffers.suppress_fireflies(c, sample_down(guides["emission"], u, phase))
         if model == "flnr":
             from .flnr import flnr as run_flnr, flnr_tiled
@@ -155,6 +179,33 @@ def _frame(c, *present, names, model, net, radius, eps, scale, tile, phase, repa
         if tile is not None:
             return flr_tiled(c, guides, radius, eps, scale, tile, phase=phase)
         return flr(c, guides, radius, eps, scale, phase=phase)
+
+
+def _dtype_name(x) -> str:
+    return str(x.dtype).removeprefix("torch.")
+
+
+def _integer_dtype(x) -> bool:
+    """Whether ``x`` (NumPy or torch) holds integers or bools: pixel codes, not the float values a buffer means."""
+    if isinstance(x, np.ndarray):
+        return x.dtype.kind in "biu"
+    return isinstance(x, torch.Tensor) and not (x.dtype.is_floating_point or x.dtype.is_complex)
+
+
+def _check_color(color) -> None:
+    """One-line refusals of the colour a denoiser is easily handed by mistake: 8/16-bit image codes (display values,
+    not radiance) and RGBA (whose alpha is no radiance: OIDN too takes RGB only)."""
+    if _integer_dtype(color):
+        name = _dtype_name(color)
+        full = {"uint8": "x/255", "uint16": "x/65535"}.get(name)
+        raise ValueError(f"color is {name}: pass linear float radiance"
+                         + (f", or convert with {full} and hdr=False" if full else ""))
+    shape = tuple(getattr(color, "shape", ()))
+    channels = shape[-1] if len(shape) == 3 else shape[1] if len(shape) == 4 else None
+    if channels == 4:
+        rgb = "color[..., :3]" if len(shape) == 3 else "color[:, :3]"
+        raise ValueError(f"color has 4 channels (shape {shape}): denoise takes RGB; pass {rgb} and keep the alpha "
+                         f"as it is")
 
 
 def _positive_int(value, name: str) -> int | None:

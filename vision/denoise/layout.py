@@ -87,6 +87,6 @@ def check_sizes(buffers: dict[str, torch.Tensor], size: tuple[int, int], batch: 
         if t is None:
             continue
         if tuple(t.shape[-2:]) != tuple(size):
-            raise ValueError(f"{name} is {t.shape[-1]}x{t.shape[-2]} (WxH) but the guides are {size[1]}x{size[0]}")
+            raise ValueError(f"{name} is {t.shape[-2]}x{t.shape[-1]} (HxW) but the guides are {size[0]}x{size[1]}")
         if t.shape[0] not in (1, batch):
             raise ValueError(f"{name} has batch {t.shape[0]}, color has {batch}")

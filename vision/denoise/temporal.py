@@ -104,7 +104,7 @@ class TemporalFLR:
         mixes samples from several pixels of its block, so the fit averages the guides over the block
         (``phase=None``) until the history restarts."""
         acc = self.accumulate(color, phase=phase, **guides)
-        out = denoise(acc, **{k: guides.get(k) for k in self.GUIDES if guides.get(k) is not None},
+        out = denoise(acc, **{k: guides.get(k) for k in self.GUIDES if guides.get(k) is not None}, model="flr",
                       radius=self.radius, eps=self.eps, scale=self.scale, tile=self.tile,
                       phase=None if self._mixed else self.phase)
         return B.like(out, color)
