@@ -10,7 +10,8 @@ Combined, Depth, Normal, Emit, Vector, Position, IndexOB and the Denoising Data 
 (colour only, single-layer RGBA float), OUTDIR/SEQ/cameras.json (per frame, 0..N+1: the camera's world matrix,
 lens, sensor and resolution, and every object's world matrix and pass index: what a reprojection from the
 definition needs) and merges OUTDIR/manifest.json. Motion blur is off (Cycles writes Vector only without it).
-Seeds: noisy ``100000 (sequence + 1) + 10 frame + spp % 10``, reference the same with 9; no seed repeats.
+``--sequences kitchen,courtyard`` renders the held-out sequences of ``blender_seq_heldout.py`` (never by
+default). Seeds: noisy ``100000 (sequence + 1) + 10 frame + spp % 10``, reference the same with 9; no seed repeats.
 """
 import json
 import os
@@ -21,7 +22,11 @@ import bpy
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # Blender does not add the script's folder
 from blender_eval import fresh_scene, write_settings  # noqa: E402
-from blender_seq_scenes import SEQUENCES  # noqa: E402
+from blender_seq_heldout import HELDOUT  # noqa: E402
+from blender_seq_scenes import SEQUENCES as TUNING  # noqa: E402
+
+# the held-out sequences (blender_seq_heldout.py) come after the tuning ones, so their seeds differ from them
+SEQUENCES = {**TUNING, **HELDOUT}
 
 
 def parse(argv):
@@ -29,7 +34,7 @@ def parse(argv):
 
     p = argparse.ArgumentParser(prog="blender -b ... --python blender_seq.py --")
     p.add_argument("out", metavar="OUTDIR")
-    p.add_argument("--sequences", type=lambda t: t.split(","), default=list(SEQUENCES))
+    p.add_argument("--sequences", type=lambda t: t.split(","), default=list(TUNING))
     p.add_argument("--frames", type=int, default=16)
     p.add_argument("--only", type=lambda t: tuple(int(v) for v in t.split("-")), default=None, metavar="A-B")
     p.add_argument("--what", type=lambda t: t.split(","), default=["noisy", "reference"])
