@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from test_finetune import Crop, tiny_cfg
 from vision.pipelines.training.dense_model import DenseConfig, build_model, load_run, predict_raw
@@ -49,7 +49,12 @@ def test_vit_lora_finetune_predicts_at_other_sizes_and_adapters_are_peft_native(
     data = tmp_path / "data"
     _write_data(data)
     run = tmp_path / "run"
+    weights = tmp_path / "vit.safetensors"  # LoRA needs pretrained weights: a local file stands in for them
+    save_file({k: v.contiguous() for k, v in timm.create_model(
+        "vit_small_patch16_224", img_size=32, **{k: v for k, v in VIT.items() if k != "out_indices"}).state_dict().items()},
+        str(weights))
     assert main(["finetune", "--task", "depth", "--data", str(data), "-o", str(run), "--epochs", "1",
+                 "--pretrained", str(weights),
                  "--batch-size", "4", "--img-size", "32", "--backbone", "vit_small_patch16_224", "--lora-rank", "4",
                  "--lora-alpha", "8", "--lora-targets", "qkv,proj,fc1,fc2", "--merge", "--threads", "1", "--quiet",
                  "--backbone-kwargs", json.dumps(VIT)]) == 0
@@ -75,10 +80,7 @@ def test_vit_lora_finetune_predicts_at_other_sizes_and_adapters_are_peft_native(
     model, cfg = load_run(run)
     assert isinstance(model.backbone, PeftModel)
     fresh = timm.create_model("vit_small_patch16_224", features_only=True, img_size=32, dynamic_img_size=True, **VIT)
-    base = load_file(str(run / "base.safetensors"))
-    prefix = "backbone.base_model.model."
-    plain = {k[len(prefix):].replace(".base_layer.", "."): v for k, v in base.items() if k.startswith(prefix)}
-    fresh.load_state_dict(plain)  # the frozen weights (a --pretrained file in real use)
+    fresh.load_state_dict(load_file(str(run / "base.safetensors")))  # the frozen weights, under timm's names
     loaded = PeftModel.from_pretrained(fresh, str(run / "adapter")).eval()
     x = torch.rand(2, 3, 48, 64)
     with torch.no_grad():
@@ -127,8 +129,13 @@ def test_cli_one_plus_one_epochs_with_resume_equals_two(tmp_path):
 
     data = tmp_path / "data"
     _write_data(data)
+    import timm
+
+    weights = tmp_path / "vig.safetensors"  # LoRA needs pretrained weights: a local file stands in for them
+    save_file({k: v.contiguous() for k, v in timm.create_model(
+        "vig_tiny_patch16_224", img_size=32, **tiny_cfg().extra).state_dict().items()}, str(weights))
     args = ["finetune", "--task", "depth", "--data", str(data), "--epochs", "2", "--batch-size", "4",
-            "--img-size", "32", "--lora-rank", "4", "--threads", "1", "--quiet", "--last",
+            "--img-size", "32", "--lora-rank", "4", "--pretrained", str(weights), "--threads", "1", "--quiet", "--last",
             "--backbone-kwargs", json.dumps(tiny_cfg().extra)]
     assert main(args + ["-o", str(tmp_path / "once")]) == 0
     assert main(args + ["-o", str(tmp_path / "split"), "--stop-after", "1"]) == 0

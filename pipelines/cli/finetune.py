@@ -8,8 +8,11 @@ EPILOG = """\
 examples:
   vision render-scenes --out data/scenes --count 240 --size 128 --spp-ref 64 --noisy-seeds 1
   vision finetune --task depth --backbone vig_tiny_patch16_224 --data data/scenes -o runs/depth
-  vision finetune --task normals --head local-linear --lora-rank 0 --epochs 20 --data data/scenes -o runs/normals
-  vision finetune --task depth --pretrained vig_t.pth --lora-rank 16 --data my_data -o runs/d   # official weights
+      (no --pretrained: the whole backbone is trained from random weights)
+  vision finetune --task normals --head local-linear --epochs 20 --data data/scenes -o runs/normals
+  vision finetune --task depth --pretrained vig_t.pth --data my_data -o runs/d    # official weights, LoRA r=16
+  vision finetune --task depth --backbone resnet18 --pretrained resnet18.safetensors --data d -o runs/r
+      (a CNN: LoRA on its convolutions)
   vision finetune ... -o runs/depth --resume                                                  # continue a run
   vision finetune ... --epochs 20 --stop-after 10 -o runs/d; vision finetune ... --epochs 20 -o runs/d --resume
       (10 + 10 epochs: the same weights, bit for bit, as 20 in one go: schedule, RNG and data order restored)
@@ -29,15 +32,18 @@ Heads: token-local (one linear map per token to its 16 x 16 x K patch), local-li
 predict per-patch affine maps of the image's pixels, blended across patches: edges at full
 resolution) and dpt (a DPT-style convolutional decoder, the baseline).
 
---lora-rank R > 0 freezes the backbone and trains rank-R LoRA adapters on its linear projections
-(peft LoraConfig; --lora-alpha, --lora-dropout, --lora-targets); they are saved with peft's
-save_pretrained in RUN/adapter and load with peft.PeftModel.from_pretrained onto
-timm.create_model(BACKBONE, features_only=True, ...) (see RUN/README.md); --merge also writes RUN/merged,
-the adapters folded into the backbone. --lora-rank 0 trains the whole backbone.
-ViT-style backbones are built with dynamic_img_size=True, so predict / evaluate take any image size. Without --pretrained the backbone starts from random
-weights: then use --lora-rank 0 (adapters on a random backbone learn little).
+With --pretrained the backbone is frozen and rank-16 LoRA adapters are trained (--lora-rank R) on its
+linear projections, or on its convolutions when it has none (ResNet; peft LoraConfig; --lora-alpha,
+--lora-dropout, --lora-targets); they are saved with peft's save_pretrained in RUN/adapter and load with
+peft.PeftModel.from_pretrained onto timm.create_model(BACKBONE, features_only=True, ...) given the base
+weights of RUN/base.safetensors (see RUN/README.md); --merge also writes RUN/merged, the adapters folded
+into the backbone. --lora-rank 0 trains the whole backbone. Without --pretrained the backbone starts
+from random weights, so the whole backbone is trained (the default there; --lora-rank R > 0 is refused:
+adapters on random features learn little). ViT-style backbones are built with dynamic_img_size=True, so
+predict / evaluate take any image size.
 
-The run folder holds config.json, base.safetensors (the frozen backbone, once), model.safetensors
+The run folder is self-contained: it loads after the --pretrained file and the hub cache are gone.
+It holds config.json, base.safetensors (the frozen backbone, once), model.safetensors
 (trainable tensors only; EMA weights of the best validation epoch), README.md (model card),
 state/ (accelerator.save_state: model, optimiser, schedule, RNG, loaded with weights_only=True; and
 state/resume.safetensors: EMA, epoch, history, never a pickle; each epoch's state/ is staged, fsynced and renamed into
@@ -73,13 +79,15 @@ def add_arguments(p) -> None:
     p.add_argument("--task-kwargs", default=None, metavar="JSON",
                    help='task loss settings, e.g. \'{"gradient_weight": 0.5}\' (multi-scale gradient matching of '
                         'the depth / normal residual; default 0)')
-    p.add_argument("--lora-rank", type=int, default=d.lora_rank, help=f"LoRA rank; 0 = full fine-tuning "
-                                                                      f"(default {d.lora_rank})")
+    p.add_argument("--lora-rank", type=int, default=None,
+                   help=f"LoRA rank; 0 = full fine-tuning (default {d.lora_rank} with --pretrained, else 0: "
+                        "LoRA needs pretrained weights)")
     p.add_argument("--lora-alpha", type=float, default=None, help="LoRA alpha (scale alpha / rank; default rank)")
     p.add_argument("--lora-dropout", type=float, default=0.0, help="dropout on the LoRA input (default 0)")
     p.add_argument("--lora-targets", default=None, metavar="NAMES|REGEX",
                    help="modules that get adapters: comma-separated name suffixes (qkv,proj) or one regular "
-                        "expression matching whole module names (default: every nn.Linear)")
+                        "expression matching whole module names (default: every nn.Linear; every nn.Conv2d "
+                        "in a backbone without one)")
     p.add_argument("--merge", action="store_true", help="after training, also write RUN/merged: the adapters "
                                                         "folded into the backbone (predicts without peft)")
     p.add_argument("--mixed-precision", choices=("no", "fp16", "bf16", "fp8"), default=None,
@@ -112,8 +120,29 @@ def add_arguments(p) -> None:
     p.set_defaults(finetune_parser=p)
 
 
+def lora_rank(args) -> int:
+    """``--lora-rank``, or its default: LoRA (rank 16) on pretrained weights, full fine-tuning without them.
+    Adapters asked for on a random backbone are refused in one line."""
+    from vision.pipelines.training.dense_model import DenseConfig
+
+    if args.lora_rank is None:
+        if args.resume and (args.out / "config.json").is_file():  # continue a run as it was started
+            try:
+                return int(DenseConfig.from_json((args.out / "config.json").read_text()).lora_rank)
+            except (OSError, ValueError, TypeError):
+                pass  # an unreadable config is refused by the resume itself
+        return DenseConfig().lora_rank if args.pretrained else 0
+    if args.lora_rank > 0 and not args.pretrained:
+        raise ValueError(f"--lora-rank {args.lora_rank} without --pretrained would train adapters on a randomly "
+                         "initialised backbone; give --pretrained FILE|NAME, or --lora-rank 0 (full fine-tuning)")
+    return args.lora_rank
+
+
 def run(args) -> int:
     _check_arguments(args)  # before torch loads: a bad option is one line at once
+    rank = lora_rank(args)
+    if args.merge and rank == 0:
+        raise ValueError("--merge needs LoRA adapters (--lora-rank > 0, with --pretrained)")
     import torch
 
     from vision.pipelines.training.dense_model import DenseConfig
@@ -135,7 +164,7 @@ def run(args) -> int:
     if args.out.exists() and not args.out.is_dir():
         raise ValueError(f"-o {args.out} is a file, not a folder; give a run folder (it is created if missing)")
     cfg = DenseConfig(task=args.task, backbone=args.backbone, head=args.head, img_size=args.img_size,
-                      lora_rank=args.lora_rank, pretrained=args.pretrained, epochs=args.epochs,
+                      lora_rank=rank, pretrained=args.pretrained, epochs=args.epochs,
                       batch_size=args.batch_size, lr=args.lr, backbone_lr=args.backbone_lr,
                       weight_decay=args.weight_decay, ema=args.ema, clip=args.clip, tta=not args.no_tta,
                       select_best=not args.last, seed=args.seed, limit=args.limit, max_minutes=args.max_minutes,
@@ -146,10 +175,13 @@ def run(args) -> int:
                       extra=extra, head_kwargs=head_kwargs, task_kwargs=task_kwargs)
     if args.out.exists() and any(args.out.iterdir()) and not args.resume:
         raise FileExistsError(f"{args.out} is not empty; pass --resume to continue it or choose another folder")
-    prepare_folder(args.out, "-o")  # writable before any training, not after the first epoch
-    if args.merge and args.lora_rank == 0:
-        raise ValueError("--merge needs LoRA adapters (--lora-rank > 0)")
-    history = train(cfg, args.out, resume=args.resume, progress=not args.quiet, command=_command(args))
+    if args.lora_rank is None and not args.pretrained and not args.resume:
+        print("no --pretrained: training the whole backbone from random weights (LoRA needs pretrained weights)")
+    from vision.pipelines.training.finetune import removed_on_failure
+
+    with removed_on_failure(args.out):  # a start that fails (unknown backbone, empty data) leaves no folder
+        prepare_folder(args.out, "-o")  # writable before any training, not after the first epoch
+        history = train(cfg, args.out, resume=args.resume, progress=not args.quiet, command=_command(args))
     if history:
         last = history[-1]
         print(f"done: {last['epoch']} epochs in {last['seconds']:.0f} s; run in {args.out}")

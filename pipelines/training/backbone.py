@@ -4,9 +4,11 @@ pretrained weights found locally (never downloaded), and peft LoRA adapters on i
     >>> backbone = create_backbone(cfg)                       # timm.create_model(..., features_only=True)
     >>> backbone = add_lora(backbone, lora_config(cfg, backbone))  # a peft.PeftModel; save_pretrained() works on it
 
-An adapter folder written by ``save_pretrained`` loads onto a fresh backbone made the same way::
+An adapter folder written by ``save_pretrained`` loads onto a fresh backbone made the same way, given the
+run's base weights (RUN/base.safetensors, :func:`plain_state`; no ``--pretrained`` file or hub cache needed)::
 
     fresh = timm.create_model(cfg.backbone, features_only=True, **backbone.create_kwargs)
+    fresh.load_state_dict(safetensors.torch.load_file("RUN/base.safetensors"))
     model = peft.PeftModel.from_pretrained(fresh, "RUN/adapter")
 """
 from __future__ import annotations
@@ -130,23 +132,38 @@ def kwargs_text(kwargs: dict) -> str:
 
 
 def lora_targets(backbone: nn.Module) -> list[str]:
-    """Names of the attention / MLP projections (every ``nn.Linear``) that receive LoRA adapters by default."""
-    return [n for n, m in backbone.named_modules() if isinstance(m, nn.Linear)]
+    """Names of the modules that receive LoRA adapters by default: every ``nn.Linear`` (the attention / MLP
+    projections of transformers and ViG); a convolutional network without one (ResNet, ...) gets them on
+    every ungrouped ``nn.Conv2d`` instead, which peft adapts as well (grouped / depthwise convolutions are
+    left frozen)."""
+    linear = [n for n, m in backbone.named_modules() if isinstance(m, nn.Linear)]
+    if linear:
+        return linear
+    return [n for n, m in backbone.named_modules() if isinstance(m, nn.Conv2d) and m.groups == 1]
 
 
 def lora_config(cfg, backbone: nn.Module):
     """peft's ``LoraConfig`` of a run: rank, alpha (default = rank), dropout, and targets: every linear
-    projection, or ``cfg.lora_targets`` (a list of module-name suffixes as peft matches them, or one
-    regular expression that must match whole module names)."""
+    projection (every convolution where there is none), or ``cfg.lora_targets`` (a list of module-name
+    suffixes as peft matches them, or one regular expression that must match whole module names)."""
     from peft import LoraConfig
 
     targets = cfg.lora_targets if cfg.lora_targets else lora_targets(backbone)
     if not targets:
-        raise ValueError("the backbone has no nn.Linear projections to adapt; use --lora-rank 0 (full fine-tuning)")
+        raise ValueError("the backbone has no nn.Linear or nn.Conv2d layers to adapt; use --lora-rank 0 "
+                         "(full fine-tuning)")
     if not 0 <= cfg.lora_dropout < 1:
         raise ValueError(f"--lora-dropout must be in [0, 1), got {cfg.lora_dropout}")
     return LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha or cfg.lora_rank, target_modules=targets,
                       lora_dropout=cfg.lora_dropout, bias="none")
+
+
+def plain_state(backbone: nn.Module) -> dict:
+    """The base weights of a (peft-wrapped) backbone under the plain timm names, without adapters: what
+    ``timm.create_model(NAME, features_only=True, ...).load_state_dict`` takes."""
+    inner = backbone.get_base_model() if hasattr(backbone, "get_base_model") else backbone
+    return {k.replace(".base_layer.", "."): v.detach().contiguous().cpu() for k, v in inner.state_dict().items()
+            if ".lora_" not in k}
 
 
 def add_lora(backbone: nn.Module, config) -> nn.Module:

@@ -8,12 +8,19 @@ and the run folder that stores it (config, frozen base weights once, trainable t
 Run folder (written by ``vision finetune``, read by ``vision predict`` and :func:`load_run`)::
 
     RUN/config.json            DenseConfig: task, backbone, head, LoRA rank, image size, ...
-    RUN/base.safetensors       the frozen backbone tensors, written once (with ``--pretrained FILE`` it
-                               may be deleted: the file config.json names is then read again)
+    RUN/base.safetensors       the frozen backbone tensors, written once. LoRA runs: the whole base
+                               backbone under timm's own names (``timm.create_model(BACKBONE,
+                               features_only=True, ...).load_state_dict`` takes it; format
+                               vision-finetune-base/2); full fine-tuning: the frozen tensors (buffers)
+                               under the model's names. With it the run loads without the ``--pretrained``
+                               file or the hub cache (config.json's ``pretrained`` is a record only; a run
+                               without base.safetensors reads that file again)
     RUN/model.safetensors      trainable tensors only (LoRA adapters and head; EMA weights when on) of
                                the best validation epoch (or the last one, select_best=False)
     RUN/adapter/               LoRA runs: the adapters as peft's save_pretrained writes them
-                               (adapter_config.json, adapter_model.safetensors), same epoch as model.safetensors
+                               (adapter_config.json, adapter_model.safetensors), same epoch as model.safetensors;
+                               ``base_model_name_or_path`` is ``../base.safetensors``: the base weights,
+                               relative to the adapter folder (peft records the string; timm builds the model)
     RUN/merged/                ``--merge``: a complete run with the adapters folded into the backbone (no peft)
     RUN/state/                 ``accelerator.save_state`` of the last epoch (+ EMA, epoch, history), for ``--resume``
     RUN/README.md              the model card: task, backbone, head, data, metrics, the command
@@ -31,6 +38,8 @@ from torch import nn
 
 CONFIG = "config.json"
 BASE = "base.safetensors"
+BASE_FORMAT = "vision-finetune-base/2"  # base.safetensors holding the plain timm backbone (LoRA runs)
+BASE_REFERENCE = "../" + BASE  # adapter_config.json's base_model_name_or_path: the base weights, from RUN/adapter
 WEIGHTS = "model.safetensors"
 
 
@@ -94,6 +103,16 @@ class DenseModel(nn.Module):
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1), persistent=False)
 
+    def train(self, mode: bool = True) -> "DenseModel":
+        """``nn.Module.train``; a frozen backbone (LoRA runs: ``frozen_norms``) keeps its batch-norm layers in
+        eval mode, so their running statistics stay those of the base weights that base.safetensors holds."""
+        super().train(mode)
+        if mode and getattr(self, "frozen_norms", False):
+            for m in self.backbone.modules():
+                if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                    m.eval()
+        return self
+
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         if image.dim() != 4 or image.shape[1] != 3:
             raise ValueError(f"image must be (B, 3, H, W), got {tuple(image.shape)}")
@@ -109,11 +128,12 @@ class DenseModel(nn.Module):
         return self.head(f)
 
 
-from .backbone import add_lora, create_backbone, lora_config, lora_targets  # noqa: E402,F401  (re-exported)
+from .backbone import add_lora, create_backbone, lora_config, lora_targets, plain_state  # noqa: E402,F401
 
 
-def build_model(cfg: DenseConfig) -> DenseModel:
-    """The model a config describes, with freshly initialised head (and adapters); base weights as built."""
+def build_model(cfg: DenseConfig, base: dict | None = None) -> DenseModel:
+    """The model a config describes, with freshly initialised head (and adapters); base weights as built, or
+    ``base`` (a backbone state dict under timm's names, loaded before the adapters are added)."""
     from vision.dense import TASKS
     from vision.heads import HEADS
 
@@ -125,6 +145,11 @@ def build_model(cfg: DenseConfig) -> DenseModel:
         raise ValueError(f"--lora-rank must be >= 0, got {cfg.lora_rank}")
     task = TASKS[cfg.task]
     backbone = create_backbone(cfg)
+    if base is not None:
+        try:
+            backbone.load_state_dict(base)
+        except RuntimeError as err:
+            raise ValueError(f"{BASE} does not fit {cfg.backbone} ({str(err).strip().splitlines()[0]})") from None
     info = backbone.feature_info
     channels, reductions = info.channels(), info.reduction()
     stride16 = [i for i, r in enumerate(reductions) if r == 16]
@@ -154,6 +179,7 @@ def build_model(cfg: DenseConfig) -> DenseModel:
     # inputs are padded to a multiple of every feature stride, so stride-32 stages see whole cells
     model.pad_to = math.lcm(16, *[int(r) for r in reductions])
     model.create_kwargs = create_kwargs
+    model.frozen_norms = cfg.lora_rank > 0
     if "img_size" in create_kwargs and not create_kwargs.get("dynamic_img_size"):
         model.train_size = cfg.img_size  # maybe fixed to it: predict_raw finds out on another size
     return model
@@ -184,23 +210,29 @@ def save_run_files(run: Path, cfg: DenseConfig, model: nn.Module, weights: dict[
 
     run.mkdir(parents=True, exist_ok=True)
     (run / CONFIG).write_text(cfg.to_json())
+    backbone = getattr(model, "backbone", None)
+    lora = hasattr(backbone, "save_pretrained")
     if not (run / BASE).exists():
-        base = base_state(model)
+        base = plain_state(backbone) if lora else base_state(model)
+        meta = {"backbone": cfg.backbone, "pretrained": str(cfg.pretrained or "random init")}
+        if lora:
+            meta["format"] = BASE_FORMAT
         if base:
-            save_file(base, str(run / (BASE + ".tmp")), metadata={"backbone": cfg.backbone})
+            save_file(base, str(run / (BASE + ".tmp")), metadata=meta)
             (run / (BASE + ".tmp")).replace(run / BASE)
     weights = trainable_state(model) if weights is None else weights
     save_file(weights, str(run / (WEIGHTS + ".tmp")), metadata={"task": cfg.task, "head": cfg.head,
                                                                  "backbone": cfg.backbone})
     (run / (WEIGHTS + ".tmp")).replace(run / WEIGHTS)
-    backbone = getattr(model, "backbone", None)
-    if hasattr(backbone, "save_pretrained"):
+    if lora:
         live = trainable_state(model)
         model.load_state_dict(weights, strict=False)
         tmp = run / f".{ADAPTER}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            backbone.save_pretrained(str(tmp))
+        for config in backbone.peft_config.values():  # timm models have no name_or_path for peft to record
+            config.base_model_name_or_path = BASE_REFERENCE
+        try:  # no embedding layers are adapted: peft need not look the base up on the Hub
+            backbone.save_pretrained(str(tmp), save_embedding_layers=False)
         finally:
             model.load_state_dict(live, strict=False)
         shutil.rmtree(run / ADAPTER, ignore_errors=True)
@@ -227,24 +259,41 @@ def merge_run(run, out=None) -> Path:
 
 
 def load_run(run, device="cpu") -> tuple[DenseModel, DenseConfig]:
-    """Rebuild the model of a run folder and load its weights (EMA ones when the run used EMA)."""
+    """Rebuild the model of a run folder and load its weights (EMA ones when the run used EMA). The base
+    weights come from RUN/base.safetensors: the backbone is built without its ``pretrained`` weights, so the
+    run loads after the original file and the hub cache are gone; only a run without base.safetensors (or
+    one whose base misses tensors) reads ``pretrained`` again."""
+    from safetensors import safe_open
     from safetensors.torch import load_file
 
     run = Path(run)
     if not (run / CONFIG).is_file() or not (run / WEIGHTS).is_file():
         raise FileNotFoundError(f"{run} is not a finished `vision finetune` run (needs {CONFIG} and {WEIGHTS})")
     cfg = DenseConfig.from_json((run / CONFIG).read_text())
-    model = build_model(cfg)
-    state = {}
+    state, plain = {}, None
     if (run / BASE).is_file():
-        state.update(load_file(str(run / BASE)))
+        with safe_open(str(run / BASE), framework="pt") as fh:
+            meta = fh.metadata() or {}
+        if meta.get("format") == BASE_FORMAT:
+            plain = load_file(str(run / BASE))
+        else:
+            state.update(load_file(str(run / BASE)))
     state.update(load_file(str(run / WEIGHTS)))
     if cfg.lora_rank > 0 and not any(k.startswith("backbone.base_model.model.") for k in state):
         # runs of earlier versions injected the adapters without peft's PeftModel wrapper
         state = {("backbone.base_model.model." + k[len("backbone."):] if k.startswith("backbone.") else k): v
                  for k, v in state.items()}
+    model = build_model(dataclasses.replace(cfg, pretrained=None), base=plain)
     missing, unexpected = model.load_state_dict(state, strict=False)
-    if unexpected or (missing and not cfg.pretrained):
+    if plain is not None:  # the base tensors were loaded into the backbone before the adapters were added
+        covered = {n for n, p in model.named_parameters() if not p.requires_grad}
+        covered |= {n for n, _ in model.named_buffers()}
+        missing = [k for k in missing if k not in covered]
+    if missing and cfg.pretrained and not unexpected:  # an earlier version's run without base.safetensors
+        model = build_model(cfg)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        missing = []  # the rest is the --pretrained file's
+    if unexpected or missing:
         raise ValueError(f"{run}: weights do not match the model ({len(missing)} missing, {len(unexpected)} unexpected, "
                          f"e.g. {(missing + unexpected)[:3]})")
     return model.to(device).eval(), cfg

@@ -307,15 +307,48 @@ def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bo
 
     run = Path(run_dir)
     task = task_of(cfg)
+    if cfg.lora_rank > 0 and not cfg.pretrained:
+        import warnings
+
+        warnings.warn(f"LoRA (rank {cfg.lora_rank}) on a {cfg.backbone} without pretrained weights: the adapters "
+                      "adapt random features; give pretrained= or train the whole backbone (lora_rank=0)",
+                      UserWarning, stacklevel=2)
     guard_run(run)
     where = _find_checkpoint(run, log) if resume else None
     saved = _read_resume(where) if where is not None else None  # before any work: a bad state fails at once
     acc = _accelerator(cfg, run)
-    with contextlib.ExitStack() as held:
+    with removed_on_failure(run, acc.is_main_process), contextlib.ExitStack() as held:
         if acc.is_main_process:  # one run per folder (the system releases the lock even on SIGKILL)
             run.mkdir(parents=True, exist_ok=True)
             held.enter_context(run_lock(run, command="vision finetune"))
         return _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log, command)
+
+
+@contextlib.contextmanager
+def removed_on_failure(run: Path, main_process: bool = True):
+    """Undo a failed start: when what runs inside fails before the first checkpoint is published, ``run`` is
+    removed if it did not exist before, and what the run wrote into it (names of :data:`RUN_NAMES` only) is
+    removed if it did; a folder that holds a checkpoint is kept as it is."""
+    import os
+    import shutil
+
+    created = main_process and not run.exists() and not run.is_symlink()
+    before = set(os.listdir(run)) if main_process and run.is_dir() and not run.is_symlink() else None
+    try:
+        yield
+    except BaseException:
+        if (created or before is not None) and run.is_dir() and not run.is_symlink() and not (run / STATE).exists():
+            if created:
+                shutil.rmtree(run, ignore_errors=True)  # made in this call; rmtree follows no links
+            else:
+                for name in set(os.listdir(run)) - before:
+                    if name in RUN_NAMES:
+                        path = run / name
+                        if path.is_dir() and not path.is_symlink():
+                            shutil.rmtree(path, ignore_errors=True)
+                        else:
+                            path.unlink(missing_ok=True)
+        raise
 
 
 def _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log, command) -> list[dict]:

@@ -31,6 +31,40 @@ def edge_metrics(task, samples, pred, width: int = 4) -> dict | None:
     return dict(task.metrics(pred, target, valid))
 
 
+def features_snippet(run: Path, cfg, create_kwargs: dict | None) -> list[str]:
+    """The card's Python example: the run's backbone features with timm (+ peft) and safetensors only, from
+    the files of this folder; executed as it stands, it gives the features the run's model computes."""
+    from .dense_model import ADAPTER, BASE, WEIGHTS
+
+    args = ", ".join(["features_only=True", "pretrained=False"]
+                     + [f"{k}={v!r}" for k, v in (create_kwargs or {}).items()])
+    lines = ["The backbone's features with timm" + (" and peft" if cfg.lora_rank else "") + ", from this folder "
+             "alone (the base weights are in `" + BASE + "`):", "", "```python",
+             "import timm, torch" + (", peft" if cfg.lora_rank else ""),
+             "from safetensors.torch import load_file",
+             "import vision  # registers the ViG backbones into timm", "",
+             f"run = {str(run)!r}  # this folder",
+             f"backbone = timm.create_model({cfg.backbone!r}, {args})",
+             "mean = torch.tensor(backbone.pretrained_cfg.get('mean', (0.485, 0.456, 0.406))).view(1, 3, 1, 1)",
+             "std = torch.tensor(backbone.pretrained_cfg.get('std', (0.229, 0.224, 0.225))).view(1, 3, 1, 1)"]
+    if cfg.lora_rank:
+        lines += [f"backbone.load_state_dict(load_file(f'{{run}}/{BASE}'))  # the frozen base weights",
+                  f"backbone = peft.PeftModel.from_pretrained(backbone, f'{{run}}/{ADAPTER}')"]
+    else:
+        base = f"**load_file(f'{{run}}/{BASE}'), " if (run / BASE).is_file() else ""
+        lines += [f"state = {{{base}**load_file(f'{{run}}/{WEIGHTS}')}}",
+                  "backbone.load_state_dict({k[len('backbone.'):]: v for k, v in state.items() "
+                  "if k.startswith('backbone.')})"]
+    lines += ["backbone.eval()",
+              "image = torch.rand(1, 3, 64, 64)  # (B, 3, H, W) in [0, 1], H and W multiples of 16",
+              "with torch.no_grad():",
+              "    features = backbone((image - mean) / std)  # one map per feature stage",
+              "```", "",
+              "The whole model, head included: `model, cfg = "
+              "vision.pipelines.training.dense_model.load_run(run)`.", ""]
+    return lines
+
+
 def _table(metrics: dict) -> str:
     return " | ".join(f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, (int, float)))
 
@@ -41,12 +75,13 @@ def write_card(run: Path, cfg, record: dict, edge: dict | None, mixed_precision:
     ``timm.create_model`` arguments the backbone was built with (for the peft loading example)."""
     from vision.outputs import write_text_atomic
 
-    from .dense_model import ADAPTER
+    from .dense_model import ADAPTER, BASE
 
     metrics = {k: v for k, v in record.items() if k not in ("epoch", "loss", "steps", "seconds", "cpu_seconds",
                                                             "baseline", "saved")}
     adapter = (f"LoRA rank {cfg.lora_rank}, alpha {cfg.lora_alpha or cfg.lora_rank}, dropout {cfg.lora_dropout}, "
-               f"targets {cfg.lora_targets or 'every nn.Linear'}; the adapters are in `{ADAPTER}/` (peft)"
+               f"targets {cfg.lora_targets or 'every nn.Linear (every nn.Conv2d where there is none)'}; the adapters are "
+               f"in `{ADAPTER}/` (peft)"
                if cfg.lora_rank else "the whole backbone fine-tuned")
     kwargs = dict(cfg.extra, img_size=cfg.img_size)
     lines = [
@@ -55,7 +90,8 @@ def write_card(run: Path, cfg, record: dict, edge: dict | None, mixed_precision:
         "Written by `vision finetune` (locallinear-vision).",
         "",
         f"- **task**: {cfg.task}" + (f" ({json.dumps(cfg.task_kwargs)})" if cfg.task_kwargs else ""),
-        f"- **backbone**: `{cfg.backbone}` ({json.dumps(kwargs)}), weights: {cfg.pretrained or 'random init'}; "
+        f"- **backbone**: `{cfg.backbone}` ({json.dumps(kwargs)}), weights: {cfg.pretrained or 'random init'} "
+        f"(kept in `{BASE}`: this folder needs neither that file nor the hub cache); "
         + adapter,
         f"- **head**: {cfg.head}" + (f" ({json.dumps(cfg.head_kwargs)})" if cfg.head_kwargs else ""),
         f"- **data**: {cfg.data or 'given in code'}, {cfg.img_size} px training size",
@@ -75,16 +111,7 @@ def write_card(run: Path, cfg, record: dict, edge: dict | None, mixed_precision:
         f"vision predict {run} IMAGES... -o OUT",
         "```",
         "",
-        *([] if not cfg.lora_rank else [
-            "The adapters alone, with peft, on the backbone timm builds (load the same base weights into it first):",
-            "",
-            "```python",
-            "import timm, peft",
-            f"backbone = timm.create_model({cfg.backbone!r}, features_only=True, "
-            + ", ".join(f"{k}={v!r}" for k, v in (create_kwargs or {}).items()) + ")",
-            f"backbone = peft.PeftModel.from_pretrained(backbone, {str(run / ADAPTER)!r})",
-            "```",
-            ""]),
+        *features_snippet(run, cfg, create_kwargs),
         "## Command",
         "",
         "```",
