@@ -42,6 +42,46 @@ def test_static_history_is_the_exact_mean_of_the_frames_and_counts_them():
     assert np.var(acc[0].numpy()) < 1.3 * 0.01 / 6
 
 
+def test_history_variance_and_the_shrinkage_towards_it_follow_their_definitions():
+    """A still camera: the history's variance of the mean equals the float64 sample variance of the frames over n;
+    ``towards_history`` equals the James-Stein formula written out in float64 with box sums over the window; and
+    noise-free frames give s = 1 (the result is the history itself) once a pixel has MIN_FRAMES frames."""
+    from vision.denoise.accumulate import MIN_FRAMES, towards_history
+
+    g = np.random.default_rng(3)
+    h, w = 20, 24
+    albedo = g.uniform(0.2, 0.9, (h, w, 3)).astype(np.float32)
+    normal = np.zeros((h, w, 3), np.float32)
+    normal[..., 2] = 1
+    depth = np.full((h, w, 1), 3.0, np.float32)
+    light = g.uniform(0.5, 2.0, (h, w, 3))
+    frames = [(albedo * light * g.exponential(1.0, (h, w, 3))).astype(np.float32) for _ in range(5)]
+    den = TemporalDenoiser(model="flr")
+    for f in frames:
+        acc = den.accumulate(f, albedo=albedo, normal=normal, depth=depth)
+    hist = den._history
+    demod = np.stack(frames).astype(np.float64) / np.maximum(albedo, 1e-2)  # the history holds demodulated light
+    np.testing.assert_allclose(hist.variance_of_mean()[0].permute(1, 2, 0).numpy(), demod.var(0, ddof=1) / 5,
+                               rtol=2e-4, atol=1e-6)
+    floor = torch.from_numpy(np.maximum(albedo, 1e-2)).permute(2, 0, 1)[None]
+    out = torch.from_numpy(0.4 * albedo * light).float().permute(2, 0, 1)[None]  # a "fit" 60 % too dark
+    got = towards_history(out, acc, hist, floor, radius=2)[0].permute(1, 2, 0).numpy()
+    a, o = acc[0].permute(1, 2, 0).numpy().astype(np.float64), out[0].permute(1, 2, 0).numpy().astype(np.float64)
+    v = (demod.var(0, ddof=1) / 5 * np.maximum(albedo, 1e-2).astype(np.float64) ** 2).sum(-1)
+    d2 = ((a - o) ** 2).sum(-1)
+    box = lambda x: np.array([[x[max(i - 2, 0):i + 3, max(j - 2, 0):j + 3].mean() for j in range(w)]  # noqa: E731
+                              for i in range(h)])
+    s = np.clip(1 - box(v) / box(d2), 0, 1)[..., None]
+    np.testing.assert_allclose(got, o + s * (a - o), rtol=1e-4, atol=1e-5)
+    assert 0 < s.mean() < 1
+    clean = TemporalDenoiser(model="flr")
+    still = (albedo * light).astype(np.float32)
+    for k in range(MIN_FRAMES):
+        acc = clean.accumulate(still, albedo=albedo, normal=normal, depth=depth)
+    res = towards_history(acc * 0.5, acc, clean._history, floor, radius=2)
+    np.testing.assert_allclose(res.numpy(), acc.numpy(), rtol=1e-6)
+
+
 def test_change_test_fires_on_a_light_switched_on_and_rarely_on_noise():
     """The window test against the samples' own noise: a frame 50 % brighter restarts (nearly) every pixel's
     history; a frame of the same light, with heavy-tailed 1-spp-like noise, almost none."""

@@ -12,7 +12,9 @@ little) and the number ``n`` of frames in it. Each frame:
    samples' own spread in the window, over their count, plus the history's) only by chance once in ~15000
    windows for ``sigmas = 4``; there the history restarts;
 3. ``n <- min(n + 1, max_history)``, ``h <- h + (L - h) / n``: the exact mean of the last n frames while ``n``
-   grows, an exponential average with weight ``1 / max_history`` after.
+   grows, an exponential average with weight ``1 / max_history`` after. The mean of ``L^2`` is kept the same way
+   (SVGF's second moment), so each pixel knows its samples' variance and :func:`towards_history` can weigh the
+   history against a fit.
 
 Tensor ops on the buffers' device only, no host synchronisation.
 """
@@ -26,6 +28,7 @@ from .reproject import Tolerances, reproject
 
 CELL = 4  # the change test works on the means of 4 x 4 pixel cells
 CHANGE_RADII = (1, 3)  # its windows, in cells (12 and 28 pixels): small ones find a moved shadow, large ones a dim light
+MIN_FRAMES = 4  # towards_history trusts a pixel's sample variance from this many frames on
 
 
 @dataclass
@@ -33,6 +36,13 @@ class History:
     mean: torch.Tensor       # (B, 3, H, W) running mean of the demodulated signal
     count: torch.Tensor      # (B, 1, H, W) frames in the history (float)
     keys: dict               # the frame's depth / normal / index, to test the next frame's taps against
+    square: torch.Tensor | None = None  # (B, 3, H, W) running mean of the signal's square (None: not kept)
+
+    def variance_of_mean(self) -> torch.Tensor:
+        """(B, 3, H, W): the variance of :attr:`mean` as an estimate, ``s^2 / n`` with ``s^2`` the unbiased sample
+        variance of the pixel's ``n`` frames (0 where ``n < 2``: see :func:`towards_history`)."""
+        n = self.count
+        return (self.square - self.mean.square()).clamp_min(0) / (n - 1).clamp_min(1)
 
 
 def luminance(x: torch.Tensor) -> torch.Tensor:
@@ -87,20 +97,45 @@ def changed(signal: torch.Tensor, previous: torch.Tensor, valid: torch.Tensor, c
 
 
 def start(signal: torch.Tensor, keys: dict) -> History:
-    return History(signal.clone(), torch.ones_like(signal[:, :1]), keys)
+    return History(signal.clone(), torch.ones_like(signal[:, :1]), keys, signal.square())
 
 
 def update(hist: History, signal: torch.Tensor, offset: torch.Tensor, keys: dict, tol: Tolerances,
            max_history: int, sigmas: float) -> tuple[History, torch.Tensor]:
     """The history after blending in this frame's demodulated ``signal``; also the reprojection weight map."""
-    vals, weight = reproject(torch.cat([hist.mean, hist.count], 1), offset, hist.keys, keys, tol)
-    mean, count = vals[:, :3], vals[:, 3:4]
+    vals, weight = reproject(torch.cat([hist.mean, hist.count, hist.square], 1), offset, hist.keys, keys, tol)
+    mean, count, square = vals[:, :3], vals[:, 3:4], vals[:, 4:7]
     valid = weight > 0
     if sigmas > 0:
         valid = valid & ~changed(signal, mean, valid, count, sigmas)
     count = torch.where(valid, count, torch.zeros_like(count))
     count = (count + 1).clamp_max(float(max_history))
     a = 1 / count
+    sq = signal.square()
     mean = torch.where(valid, mean, signal)
+    square = torch.where(valid, square, sq)
     mean = mean + a * (signal - mean)
-    return History(mean, count, keys), weight
+    square = square + a * (sq - square)
+    return History(mean, count, keys, square), weight
+
+
+def towards_history(out: torch.Tensor, acc: torch.Tensor, hist: History, floor: torch.Tensor, radius: int = 2,
+                    min_frames: int = MIN_FRAMES) -> torch.Tensor:
+    """The denoised frame ``out`` moved towards the accumulated colour ``acc`` as far as the history's own noise
+    allows: ``out + s (acc - out)`` with the positive-part James-Stein factor, per window of ``(2 radius + 1)^2``
+    pixels x 3 channels,
+
+        ``s = max(0, 1 - sum V / sum (acc - out)^2)``,  ``V = floor^2 hist.variance_of_mean()``
+
+    (``floor`` the remodulation factor, so ``V`` is the variance of ``acc``). ``(acc - out)^2`` estimates the fit's
+    squared bias plus ``V``: where the history has averaged its noise down below the fit's bias (long histories,
+    detail the fit smooths away: glossy highlights, fine shading, thin shadows) the history wins; where it is still
+    noisy, the fit. A sample variance from fewer than ``min_frames`` frames is too rough to trust: there ``s = 0``.
+    The same shrinkage as FLNR's detail blend (:func:`~.flnr_stages.detail_blend`), with the pixel's own frames
+    for samples instead of its 3 x 3 neighbours. All (B, C, H, W); tensor ops, no host synchronisation."""
+    d = acc - out
+    v = (hist.variance_of_mean() * floor.square()).sum(1, keepdim=True)
+    sums = _box(torch.cat([d.square().sum(1, keepdim=True), v], 1), radius)
+    s = (1 - sums[:, 1:2] / sums[:, :1]).clamp(0, 1)
+    s = torch.where((hist.count >= min_frames) & torch.isfinite(s), s, torch.zeros_like(s))
+    return out + s * d

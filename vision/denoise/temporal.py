@@ -122,7 +122,9 @@ class TemporalDenoiser:
     the frame blended in with weight ``1 / n`` (n frames of history, at most ``max_history``). FLNR (or FLR)
     then denoises the accumulated signal, remodulated by this frame's albedo: it has about n times less noise
     variance than one frame, and the network and the regression adapt to that as they do to more samples
-    per pixel. Last, at object edges, where a 1-spp sample names one surface of a pixel the reference averages
+    per pixel. Where the history has averaged its noise below the fit's bias, the result moves towards it
+    (:func:`.accumulate.towards_history`: James-Stein shrinkage by the pixel's own sample variance over its
+    frames; it keeps detail the fit smooths away once a pixel has a few frames). Last, at object edges, where a 1-spp sample names one surface of a pixel the reference averages
     over several, the result is averaged with its own reprojected history (:mod:`.edge_history`).
 
     Args:
@@ -134,6 +136,7 @@ class TemporalDenoiser:
         change_sigmas: the light-change test's threshold in standard errors (0 = off).
         convention: the motion vectors' convention (:func:`~vision.denoise.reproject.previous_offset`).
         edge_frames: frames the edge pixels' output history counts (1 = off; :mod:`.edge_history`).
+        shrink_radius: the window radius of :func:`.accumulate.towards_history` (0 = off).
 
     Call it once per frame, in order: ``den(color, motion=..., index=..., albedo=..., normal=..., depth=...,
     ao=..., emission=..., position=...)``, buffers as for :func:`~vision.denoise.denoise` but all at the
@@ -155,7 +158,7 @@ class TemporalDenoiser:
     def __init__(self, model: str = "flnr", weights=None, radius: int | None = None, eps: float | None = None,
                  scale: int | None = None, tile: int | None = None, max_history: int = 32,
                  tolerances: Tolerances = Tolerances(), change_sigmas: float = 4.0, convention: str = "cycles",
-                 edge_frames: int = EDGE_CAP):
+                 edge_frames: int = EDGE_CAP, shrink_radius: int = 2):
         from .frame import MODELS
 
         if model not in MODELS:
@@ -169,7 +172,9 @@ class TemporalDenoiser:
             raise ValueError(f"convention must be one of {', '.join(CONVENTIONS)}, got {convention!r}")
         if isinstance(edge_frames, bool) or not isinstance(edge_frames, int) or edge_frames < 1:
             raise ValueError(f"edge_frames must be an int >= 1 (1 = off), got {edge_frames!r}")
-        self.edge_frames = edge_frames
+        if isinstance(shrink_radius, bool) or not isinstance(shrink_radius, int) or shrink_radius < 0:
+            raise ValueError(f"shrink_radius must be an int >= 0 (0 = off), got {shrink_radius!r}")
+        self.edge_frames, self.shrink_radius = edge_frames, shrink_radius
         self.model, self.radius, self.eps, self.scale, self.tile = model, radius, eps, scale, tile
         self.max_history, self.tolerances, self.change_sigmas = max_history, tolerances, float(change_sigmas)
         self.convention = convention
@@ -216,8 +221,11 @@ class TemporalDenoiser:
                 raise ValueError(f"denoised is {out.shape[-2]}x{out.shape[-1]} (HxW) but color is "
                                  f"{signal.shape[-2]}x{signal.shape[-1]}")
         else:
-            out = denoise(self._history.mean * floor + add, **g, model=self.model, weights=self.net,
+            acc = self._history.mean * floor + add
+            out = denoise(acc, **g, model=self.model, weights=self.net,
                           radius=self.radius, eps=self.eps, scale=self.scale, tile=self.tile)
+            if self.shrink_radius > 0:
+                out = accumulate.towards_history(out, acc, self._history, floor, self.shrink_radius)
         if self.edge_frames > 1:
             result, self._edges = edge_history(out, self._edges, offset, prev_keys, keys, self.tolerances,
                                                self.edge_frames)
