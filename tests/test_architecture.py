@@ -232,3 +232,140 @@ def test_runtime_switches(monkeypatch, env, reader, setter, manager, value):
     off = {"VISION_BACKEND": "torch", "VISION_CHECKS": "off"}.get(env, "0")
     monkeypatch.setenv(env, off)
     assert read() == expected
+
+
+OPS_IN_THE_REGISTRY = ("box", "guided", "local_linear", "spl")  # gla dispatches itself (fla or chunked PyTorch)
+
+
+def _calls(folder: Path) -> set[str]:
+    """Names called or used as decorators anywhere in the modules of ``folder`` (``torch.library.custom_op`` as such)."""
+    names = set()
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call):
+                names.add(ast.unparse(node.func))
+    return names
+
+
+@pytest.mark.parametrize("op", OPS_IN_THE_REGISTRY)
+def test_ops_declare_paths_and_run_as_custom_ops(op):
+    """ARCHITECTURE.md, kernels/: an op folder holds a float64 reference, declares its paths (register_path), asks
+    runtime.choose per call and runs inside torch.library custom ops."""
+    folder = ROOT / "kernels" / op
+    assert (folder / "op.py").is_file() and (folder / "reference.py").is_file()
+    calls = _calls(folder)
+    assert {"register_path", "choose", "torch.library.custom_op"} <= calls, sorted(calls)
+
+
+def test_op_folders_are_the_documented_ones():
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    ops = sorted(p.parent.name for p in (ROOT / "kernels").glob("*/op.py"))
+    assert ops == sorted((*OPS_IN_THE_REGISTRY, "gla"))
+    assert all(f"`{op}/`" in text for op in ops)
+
+
+def _plugins(registry_module: Path, name: str) -> dict[str, str]:
+    tree = ast.parse(registry_module.read_text())
+    return next(ast.literal_eval(n.value) for n in tree.body
+                if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == name)
+
+
+def _defines(path: Path) -> set[str]:
+    out = set()
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.Assign):
+            out |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return out
+
+
+def test_commands_and_benches_follow_the_plugin_protocol():
+    """Every module in cli.COMMANDS and bench.BENCHES exposes DESCRIPTION, add_arguments and run; every demo
+    section TITLE and run (read from the source: nothing is imported)."""
+    modules = _modules()
+    named = list(_plugins(ROOT / "pipelines" / "cli" / "__init__.py", "COMMANDS").values())
+    named += _plugins(ROOT / "pipelines" / "bench" / "__init__.py", "BENCHES").values()
+    missing = [f"{m}: {need}" for m in named for need in ("DESCRIPTION", "add_arguments", "run")
+               if need not in _defines(modules[m])]
+    demos = [p for p in (ROOT / "pipelines" / "demos").glob("*.py") if p.name != "__init__.py"]
+    missing += [f"{p.name}: {need}" for p in demos for need in ("TITLE", "run") if need not in _defines(p)]
+    assert len(named) > 10 and demos and not missing, missing
+
+
+@pytest.mark.parametrize("module", ["vision", "vision.kernels", "vision.kernels.spl.defaults"])
+def test_light_modules_load_without_torch(module):
+    res = _run(f"import sys, {module} as m\nprint('torch' in sys.modules, set(getattr(m, '__all__', ())) <= set(dir(m)))")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split() == ["False", "True"], f"import {module}: torch loaded, names listed: {res.stdout}"
+
+
+def _headings(doc: Path) -> list[str]:
+    return [line.lstrip("#").strip() for line in doc.read_text().splitlines() if line.startswith("#")]
+
+
+def test_docs_cited_by_the_code_exist():
+    """A comment citing a document names one in the repository and, when it names a section, a heading there."""
+    import re
+
+    wrong = []
+    for path in [ROOT / "setup.py", *(p for folder in LAYERS.values() for p in folder.rglob("*.py"))]:
+        text = path.read_text()
+        for doc, section in re.findall(r'(?<![\w/])([A-Z]+\.md)(?:, "([^"]+)")?', text):
+            where = ROOT / doc
+            if not where.is_file():
+                wrong.append(f"{path.relative_to(ROOT)}: {doc}")
+            elif section and not any(h.startswith(section) for h in _headings(where)):
+                wrong.append(f'{path.relative_to(ROOT)}: {doc}, "{section}"')
+    assert not wrong, wrong
+
+
+def test_architecture_names_files_and_tests_that_exist():
+    """Paths in backquotes in ARCHITECTURE.md (from the root, a layer folder, or by file name; NEW and RUN are
+    placeholders) and the tests it cites exist."""
+    import re
+
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    bases = [ROOT, *LAYERS.values()]
+    names = {p.name for p in ROOT.rglob("*") if ".git" not in p.parts}
+    missing = []
+    for span in re.findall(r"`([^`\s]+)`", text):
+        placeholder = any(part.isupper() for part in span.split("/"))  # kernels/NEW/..., RUN/...
+        if re.fullmatch(r"\.?[a-z_][\w./-]*(\.py|\.md|/)", span) and not placeholder:
+            found = any((b / span).exists() for b in bases) or ("/" not in span and span in names)
+            if not found:
+                missing.append(span)
+    tests = "\n".join(p.read_text() for p in (ROOT / "tests").glob("test_*.py"))
+    missing += [t for t in set(re.findall(r"`(test_\w+)`", text)) if f"def {t}(" not in tests]
+    assert not missing, missing
+
+
+def test_markers_are_declared_once():
+    """Markers (slow, cuda) are declared in pyproject.toml alone, each once, and --strict-markers refuses others."""
+    import tomllib
+
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    declared = [m.split(":")[0].strip() for m in options["markers"]]
+    assert len(declared) == len(set(declared)) and "--strict-markers" in options["addopts"].split()
+    assert not [p.name for p in ROOT.rglob("conftest.py") if "addinivalue_line" in p.read_text()]
+    import re
+
+    used = set(re.findall(r"pytest\.mark\.(\w+)", "\n".join(p.read_text() for p in (ROOT / "tests").glob("*.py"))))
+    builtin = {"parametrize", "skip", "skipif", "xfail", "usefixtures", "filterwarnings"}
+    assert used - builtin <= set(declared), used - builtin - set(declared)
+
+
+def test_registries_import_only_the_command_asked_for(monkeypatch, capsys):
+    """`vision COMMAND` imports that command's module alone, and a command whose import fails (a missing optional
+    dependency) is reported as unavailable while the others still build."""
+    from vision.pipelines import cli
+
+    imported = []
+    real = cli.importlib.import_module
+    monkeypatch.setattr(cli.importlib, "import_module", lambda name: imported.append(name) or real(name))
+    monkeypatch.setitem(cli.COMMANDS, "broken", "vision.pipelines.no_such_module")
+    cli.build_parser("restore-structure")
+    assert imported == [cli.COMMANDS["restore-structure"]]
+    parser = cli.build_parser()
+    assert parser.parse_args(["broken"]).func(None) == 2
+    assert "unavailable" in capsys.readouterr().out
