@@ -283,8 +283,11 @@ def test_runs_of_earlier_versions_with_unwrapped_adapters_still_load(tmp_path):
             if "lora_B" in n:
                 p.normal_()  # non-zero adapters, so a missed adapter would show
     save_run_files(tmp_path, cfg, model)
+    from vision.pipelines.training.dense_model import base_state
+
     for name in ("model.safetensors", "base.safetensors"):  # the key names peft's bare injection gave
-        state = load_file(str(tmp_path / name))
+        # (base.safetensors then held the frozen tensors under the model's names, with no format tag)
+        state = load_file(str(tmp_path / name)) if name == "model.safetensors" else base_state(model)
         save_file({k.replace("backbone.base_model.model.", "backbone."): v for k, v in state.items()},
                   str(tmp_path / name))
     again, _ = load_run(tmp_path)

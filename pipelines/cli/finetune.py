@@ -177,9 +177,12 @@ def run(args) -> int:
         raise FileExistsError(f"{args.out} is not empty; pass --resume to continue it or choose another folder")
     if args.lora_rank is None and not args.pretrained and not args.resume:
         print("no --pretrained: training the whole backbone from random weights (LoRA needs pretrained weights)")
+    import os
+
     from vision.pipelines.training.finetune import removed_on_failure
 
-    with removed_on_failure(args.out):  # a start that fails (unknown backbone, empty data) leaves no folder
+    # a start that fails (unknown backbone, empty data) leaves no folder; under `accelerate launch` rank 0 cleans
+    with removed_on_failure(args.out, os.environ.get("RANK", "0") == "0"):
         prepare_folder(args.out, "-o")  # writable before any training, not after the first epoch
         history = train(cfg, args.out, resume=args.resume, progress=not args.quiet, command=_command(args))
     if history:
