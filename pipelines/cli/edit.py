@@ -15,7 +15,7 @@ import os
 import warnings
 from pathlib import Path
 
-from vision.kernels.spl.defaults import SPL_DEFAULTS
+from vision.pipelines.editing.config import DEFAULT_CONFIG, StructurePreservationConfig
 
 DEFAULT_MODEL = "SimianLuo/LCM_Dreamshaper_v7"  # the SD1.5-based LCM the paper uses
 
@@ -80,10 +80,12 @@ def add_arguments(p) -> None:
     p.add_argument("--blend-words", nargs="+", default=None,
                    help="with --source-prompt: words of either prompt; only their region changes (LocalBlend)")
     p.add_argument("--guidance-scale", type=float, default=None, help="classifier-free guidance (pipeline default)")
-    p.add_argument("--start", type=float, default=0.8, help="guide the last (1 - START) of the steps (default 0.8)")
-    p.add_argument("--spl-steps", type=int, default=100, help="optimisation steps per guided step (default 100)")
-    p.add_argument("--spl-weight", type=float, default=SPL_DEFAULTS.spl_weight)
-    p.add_argument("--color-weight", type=float, default=SPL_DEFAULTS.color_weight)
+    p.add_argument("--start", type=float, default=DEFAULT_CONFIG.start,
+                   help=f"guide the last (1 - START) of the steps (default {DEFAULT_CONFIG.start})")
+    p.add_argument("--spl-steps", type=int, default=DEFAULT_CONFIG.steps_per_guidance,
+                   help=f"optimisation steps per guided step (default {DEFAULT_CONFIG.steps_per_guidance})")
+    p.add_argument("--spl-weight", type=float, default=DEFAULT_CONFIG.spl_weight)
+    p.add_argument("--color-weight", type=float, default=DEFAULT_CONFIG.color_weight)
     p.add_argument("--no-post-process", action="store_true", help="skip the final SPL restoration")
     p.add_argument("--working-size", type=int, default=1024,
                    help="longest side the model sees (default 1024); larger inputs are edited at this size")
@@ -227,9 +229,9 @@ def _multiple(pipe) -> int:
 
 
 def edit(pipe, image, prompt: str, *, source_prompt=None, mask=None, mask_words=None, mask_threshold=0.5,
-         invert_mask=False,
-         negative_prompt=None, steps=None, strength=None, guidance_scale=None, start=0.8, spl_steps=100,
-         spl_weight=SPL_DEFAULTS.spl_weight, color_weight=SPL_DEFAULTS.color_weight, post_process=True, working_size=1024, seed=0,
+         config: StructurePreservationConfig | None = None, invert_mask=None,
+         negative_prompt=None, steps=None, strength=None, guidance_scale=None, start=None, spl_steps=None,
+         spl_weight=None, color_weight=None, post_process=None, working_size=1024, seed=0,
          cross_replace_steps=None, self_replace_steps=None, blend_words=None):
     """Edit ``image`` (anything :func:`vision.pipelines.editing.masks.to_image_tensor` takes) with SPL guidance.
 
@@ -239,7 +241,10 @@ def edit(pipe, image, prompt: str, *, source_prompt=None, mask=None, mask_words=
     go to its attention control, None = its defaults). Returns a (1, 3, H, W) float32 tensor in
     [0, 1] at the input's size. The image is resized so its longest side is at most ``working_size``,
     padded (reflect) to the model's latent multiple, edited, cropped back and, when it was shrunk,
-    upsampled and post-processed at full size.
+    upsampled and post-processed at full size. ``config`` holds the SPL settings (a
+    :class:`~vision.pipelines.editing.config.StructurePreservationConfig`; its ``invert_mask`` applies to
+    ``mask`` and ``mask_words``); ``start``, ``spl_steps`` (its ``steps_per_guidance``), ``spl_weight``,
+    ``color_weight``, ``post_process`` and ``invert_mask`` change single fields (None: keep them).
 
         >>> out = edit(load_edit_pipeline("./sd15"), photo, "a dog on grass", source_prompt="a cat on grass")
     """
@@ -251,6 +256,10 @@ def edit(pipe, image, prompt: str, *, source_prompt=None, mask=None, mask_words=
     from vision.pipelines.editing.masks import load_mask, to_image_tensor
     from vision.pipelines.editing.spl_guidance import disable_structure_preservation, enable_structure_preservation
 
+    cfg = StructurePreservationConfig.from_options(
+        config, start=start, steps_per_guidance=spl_steps, spl_weight=spl_weight, color_weight=color_weight,
+        post_process=post_process, invert_mask=invert_mask)
+    invert_mask = cfg.invert_mask
     editing = source_prompt is not None
     if not editing and (cross_replace_steps is not None or self_replace_steps is not None or blend_words):
         raise ValueError("--cross-replace-steps, --self-replace-steps and --blend-words need --source-prompt")
@@ -313,14 +322,13 @@ def edit(pipe, image, prompt: str, *, source_prompt=None, mask=None, mask_words=
         kwargs["negative_prompt"] = negative_prompt
     if guidance_scale is not None:
         kwargs["guidance_scale"] = guidance_scale
+    # the mask is inverted above; at the working size the pipeline post-processes only if nothing is resized
+    call_cfg = cfg.replace(invert_mask=False, post_process=cfg.post_process and not shrunk)
     if editing:
-        out = pipe(source_prompt=source_prompt, start=start, steps_per_guidance=spl_steps, spl_weight=spl_weight,
-                   color_weight=color_weight, mask=work_mask, post_process=post_process and not shrunk,
+        out = pipe(source_prompt=source_prompt, structure_config=call_cfg, mask=work_mask,
                    **control, **kwargs).images[:1].float().cpu()
     else:
-        enable_structure_preservation(pipe, padded, start=start, steps_per_guidance=spl_steps,
-                                      spl_weight=spl_weight, color_weight=color_weight, mask=work_mask,
-                                      post_process=post_process and not shrunk)
+        enable_structure_preservation(pipe, padded, config=call_cfg, mask=work_mask)
         try:
             out = pipe(**kwargs).images[:1].float().cpu()
         finally:
@@ -328,9 +336,10 @@ def edit(pipe, image, prompt: str, *, source_prompt=None, mask=None, mask_words=
     out = out[..., :h, :w].clamp(0, 1)
     if shrunk:
         out = F.interpolate(out, size=(H, W), mode="bicubic", align_corners=False).clamp(0, 1)
-        if post_process:  # the post-processing step at full size, against the full-size source
-            out = restore_structure(src, out, mask=full_mask, steps=spl_steps, spl_weight=spl_weight,
-                                    color_weight=color_weight, value_range=(0.0, 1.0))
+        if cfg.post_process:  # the post-processing step at full size, against the full-size source
+            out = restore_structure(src, out, mask=full_mask, steps=cfg.post_steps, spl_weight=cfg.spl_weight,
+                                    color_weight=cfg.color_weight, radius=cfg.radius, eps=cfg.eps,
+                                    bidirectional=cfg.bidirectional, value_range=(0.0, 1.0))
     return out
 
 
@@ -376,6 +385,9 @@ def run(args) -> int:
     check_numbers(args, dict(steps=dict(low=1), strength=dict(low=0, low_open=True, high=1), guidance_scale=NON_NEGATIVE,
                              cross_replace_steps=unit, self_replace_steps=unit, start=unit, spl_steps=NON_NEGATIVE,
                              spl_weight=NON_NEGATIVE, color_weight=NON_NEGATIVE, working_size=dict(low=16)))
+    config = StructurePreservationConfig(start=args.start, steps_per_guidance=args.spl_steps,
+                                         spl_weight=args.spl_weight, color_weight=args.color_weight,
+                                         post_process=not args.no_post_process, invert_mask=args.invert_mask)
     images = _expand(args.images)
     from vision.io import read_image, write_image
     from vision.outputs import refuse_inputs
@@ -407,11 +419,10 @@ def run(args) -> int:
         out = edit(pipe, image, args.prompt, source_prompt=args.source_prompt,
                    cross_replace_steps=args.cross_replace_steps, self_replace_steps=args.self_replace_steps,
                    blend_words=args.blend_words, mask=None if args.mask is None else str(args.mask),
-                   mask_words=args.mask_words, mask_threshold=args.mask_threshold, invert_mask=args.invert_mask,
-                   negative_prompt=args.negative_prompt, steps=args.steps, strength=args.strength,
-                   guidance_scale=args.guidance_scale, start=args.start, spl_steps=args.spl_steps,
-                   spl_weight=args.spl_weight, color_weight=args.color_weight,
-                   post_process=not args.no_post_process, working_size=args.working_size, seed=args.seed)
+                   mask_words=args.mask_words, mask_threshold=args.mask_threshold,
+                   config=config, negative_prompt=args.negative_prompt, steps=args.steps,
+                   strength=args.strength, guidance_scale=args.guidance_scale, working_size=args.working_size,
+                   seed=args.seed)
         written = write_image(target, out[0].permute(1, 2, 0).numpy())
         print(f"wrote {written} ({out.shape[-1]} x {out.shape[-2]})")
     return 0

@@ -1,4 +1,5 @@
-"""The diffusers integration: SPL guidance for stock pipelines (``spl_guidance``), masks (``masks``), the
+"""The diffusers integration: the SPL settings as one config object (``config``), SPL guidance for stock
+pipelines (``spl_guidance``), masks (``masks``), the
 structure-preserving edit pipeline (``pipeline``, also loadable with ``custom_pipeline=`` this folder's path) and
 its attention control.
 
@@ -7,6 +8,7 @@ Names resolve on first access, so importing a submodule such as ``masks`` does n
 from vision.kernels._lazy import lazy_exports
 
 _LAZY = {"StructurePreservingEditPipeline": "pipeline", "enable_structure_preservation": "spl_guidance",
-         "disable_structure_preservation": "spl_guidance", "SPLGuidanceCallback": "spl_callback"}
+         "disable_structure_preservation": "spl_guidance", "SPLGuidanceCallback": "spl_callback",
+         "StructurePreservationConfig": "config", "StructurePreservationReport": "config"}
 __all__ = sorted(_LAZY)
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

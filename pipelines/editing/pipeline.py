@@ -34,7 +34,7 @@ from diffusers import AutoencoderKL, DiffusionPipeline, ImagePipelineOutput, LCM
 from diffusers.image_processor import VaeImageProcessor
 from diffusers.utils.torch_utils import randn_tensor
 
-from vision.kernels.spl.defaults import SPL_DEFAULTS
+from vision.pipelines.editing.config import StructurePreservationConfig, StructurePreservationReport
 from vision.pipelines.editing.restorer import LatentRestorer
 
 try:  # a package import, or this folder loaded by diffusers as custom_pipeline=<folder>
@@ -56,6 +56,7 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
     model_cpu_offload_seq = "text_encoder->unet->vae"
     _shim_name = "pipeline"  # the module file save_pretrained writes; model_index names it with the class
     _callback_tensor_inputs = ["latents", "denoised", "source_latents", "prompt_embeds"]
+    _spl_built_in = True  # enable_structure_preservation refuses it: the SPL settings are call arguments
 
     def __init__(self, vae: AutoencoderKL, text_encoder, tokenizer, unet: UNet2DConditionModel,
                  scheduler: LCMScheduler):
@@ -120,9 +121,10 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
     def __call__(self, prompt: str | list[str], image, source_prompt: str | list[str] = "", *,
                  negative_prompt: str | list[str] = "", num_inference_steps: int = 15, strength: float = 1.0,
                  guidance_scale: float = 2.0, source_guidance_scale: float = 1.0,
-                 structure_preservation: bool = True, start: float = 0.8, steps_per_guidance: int = 100,
-                 spl_weight: float = SPL_DEFAULTS.spl_weight, color_weight: float = SPL_DEFAULTS.color_weight, mask=None, invert_mask: bool = False,
-                 post_process: bool = True, cross_replace_steps: float = 0.7, self_replace_steps: float = 0.3,
+                 structure_preservation: bool = True, structure_config: StructurePreservationConfig | None = None,
+                 start: float | None = None, steps_per_guidance: int | None = None, spl_weight: float | None = None,
+                 color_weight: float | None = None, mask=None, invert_mask: bool | None = None,
+                 post_process: bool | None = None, cross_replace_steps: float = 0.7, self_replace_steps: float = 0.3,
                  cross_attention_mode: str = "auto", equalizer: dict | None = None,
                  local_blend_words: str | list[str] | None = None, local_blend_threshold: float = 0.3,
                  local_blend_start: float = 0.2, mutual_self_attention: float = 0.0, num_images_per_prompt: int = 1,
@@ -133,11 +135,14 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
         """Edit ``image`` (PIL, array or (B, 3, H, W) tensor in [-1, 1] / [0, 1]; H and W are snapped to
         the latent grid) from ``source_prompt`` to ``prompt``.
 
-        Args follow diffusers; ``source_prompt`` describes ``image``, ``prompt`` the edit. SPL settings
-        (``structure_preservation``, ``start``, ``steps_per_guidance``, ``spl_weight``, ``color_weight``,
-        ``mask`` (1 = preserve), ``invert_mask``, ``post_process``) as in
-        :func:`vision.pipelines.enable_structure_preservation`; ``source_guidance_scale`` is the CFG
-        scale of the source branch (1 = its conditional prediction alone, as published).
+        Args follow diffusers; ``source_prompt`` describes ``image``, ``prompt`` the edit. SPL guidance:
+        ``structure_preservation`` (False: none), ``structure_config`` (a
+        :class:`~vision.pipelines.editing.config.StructurePreservationConfig`, default the published settings),
+        ``mask`` (1 = preserve); ``start``, ``steps_per_guidance``, ``spl_weight``, ``color_weight``,
+        ``invert_mask`` and ``post_process`` change single fields of the config (None: keep it).
+        ``source_guidance_scale`` is the CFG scale of the source branch (1 = its conditional prediction
+        alone, as published). The guided SGD steps run under the pipeline's progress bar; the output's
+        ``structure_preservation`` (and ``pipe.structure_preservation_report``) tells which steps were guided.
 
         Unified attention control (InfEdit; Prompt-to-Prompt), see :mod:`.attention_control`; the
         defaults are InfEdit's demo settings, and 0 / None switches each part off:
@@ -191,8 +196,10 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
         source = (pixels + 1) / 2
         if source.shape[0] > 1:  # in the order of the prompt embeddings: each prompt's images together
             source = source.repeat_interleave(num_images_per_prompt, 0)
-        restorer = LatentRestorer(source, steps=steps_per_guidance, spl_weight=spl_weight, color_weight=color_weight,
-                                  mask=mask, invert_mask=invert_mask)
+        cfg = StructurePreservationConfig.from_options(
+            structure_config, start=start, steps_per_guidance=steps_per_guidance, spl_weight=spl_weight,
+            color_weight=color_weight, invert_mask=invert_mask, post_process=post_process)
+        restorer = LatentRestorer(source, cfg, mask=mask)
         restorer.vae, restorer.decode_fn = self.vae, self.vae.decode
         z_src = restorer.encode(source).to(device)
         z_src = z_src.expand(n, -1, -1, -1) if z_src.shape[0] == 1 else z_src
@@ -213,6 +220,10 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
                                    equalizer=equalizer, local_blend_words=local_blend_words,
                                    local_blend_threshold=local_blend_threshold, local_blend_start=local_blend_start,
                                    mutual_self_attention=mutual_self_attention)
+        guided = [i for i in range(len(timesteps))
+                  if structure_preservation and cfg.steps_per_guidance > 0 and i / len(timesteps) >= cfg.start - 1e-9]
+        post = structure_preservation and cfg.post_process and output_type != "latent"
+        spl_bar = self._spl_progress(len(guided) * cfg.steps_per_guidance + (cfg.post_steps if post else 0))
         with self.progress_bar(total=len(timesteps)) as bar, attention_control(self.unet, control):
             for i, t in enumerate(timesteps):
                 control.step = i
@@ -226,8 +237,9 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
                 ab = abar[int(t)]
                 denoised = z_src + ((x_t - x_s) - (1 - ab).sqrt() * (eps_t - eps_s)) / ab.sqrt()
                 denoised = control.apply_blend(z_src, denoised)  # LocalBlend: the source outside the words
-                if structure_preservation and steps_per_guidance > 0 and i / len(timesteps) >= start - 1e-9:
+                if i in guided:
                     denoised = control.apply_blend(z_src, restorer.optimise_latent(denoised))
+                    spl_bar.update(cfg.steps_per_guidance)
                 if i < len(timesteps) - 1:
                     ap = abar[int(timesteps[i + 1])]
                     fresh = randn_tensor(z_src.shape, generator=generator, device=device, dtype=torch.float32)
@@ -246,13 +258,39 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
             images = denoised
         else:
             decoded = restorer.decode_fn(restorer._to_vae(denoised).to(self.vae.dtype), return_dict=False)[0]
-            if structure_preservation and post_process:
+            if post:
                 decoded = restorer.post_process(decoded)
+                spl_bar.update(cfg.post_steps)
             images = self.image_processor.postprocess(decoded.float().clamp(-1, 1), output_type=output_type)
+        spl_bar.close()
         self.maybe_free_model_hooks()
+        self.structure_preservation_report = StructurePreservationReport(
+            guided=bool(structure_preservation), guided_steps=tuple(guided),
+            guided_timesteps=tuple(float(timesteps[i]) for i in guided), num_steps=len(timesteps),
+            sgd_steps=cfg.steps_per_guidance if structure_preservation else 0, post_processed=post,
+            source="image" if structure_preservation else None, config=cfg)
         if not return_dict:
             return (images,)
-        return ImagePipelineOutput(images=images)
+        out = ImagePipelineOutput(images=images)
+        out.structure_preservation = self.structure_preservation_report
+        return out
+
+    def _spl_progress(self, total: int):
+        """A bar over the SPL SGD steps from the pipeline's own ``progress_bar`` (its config applies)."""
+        if total <= 0:
+            return _NoBar()
+        bar = self.progress_bar(total=total)
+        if "desc" not in (getattr(self, "_progress_bar_config", None) or {}):
+            bar.set_description("SPL guidance", refresh=False)
+        return bar
+
+
+class _NoBar:
+    def update(self, n=1):
+        pass
+
+    def close(self):
+        pass
 
 
 _SHIM = ('"""Written by StructurePreservingEditPipeline.save_pretrained: the class comes from the installed '

@@ -15,11 +15,10 @@ import torch
 import torch.nn.functional as F
 
 from vision.restore import restore_structure
-from vision.kernels.spl.defaults import SPL_DEFAULTS
 
+from .config import LATENT_UPDATES, StructurePreservationConfig  # noqa: F401 (LATENT_UPDATES re-exported)
 from .masks import load_mask, to_image_tensor
 
-LATENT_UPDATES = ("replace", "delta")
 ASPECT_TOLERANCE = 0.02  # relative; larger differences between source and output aspect are an error
 
 
@@ -76,18 +75,20 @@ class LatentRestorer:
     ratio raises ValueError when ``check_aspect`` (the default).
     """
 
-    def __init__(self, source_image, *, steps: int = 100, spl_weight: float = SPL_DEFAULTS.spl_weight, color_weight: float = SPL_DEFAULTS.color_weight,
-                 mask=None, invert_mask: bool = False, latent_update: str = "replace", radius: int = SPL_DEFAULTS.radius,
-                 eps: float = SPL_DEFAULTS.eps, post_process_steps: int | None = None, check_aspect: bool = True):
-        if latent_update not in LATENT_UPDATES:
-            raise ValueError(f"latent_update must be one of {LATENT_UPDATES}, got {latent_update!r}")
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ValueError(f"steps_per_guidance must be a non-negative integer, got {steps!r}")
+    def __init__(self, source_image, config: StructurePreservationConfig | None = None, *, mask=None,
+                 check_aspect: bool = True, steps: int | None = None, spl_weight: float | None = None,
+                 color_weight: float | None = None, invert_mask: bool | None = None, latent_update: str | None = None,
+                 radius: int | None = None, eps: float | None = None, post_process_steps: int | None = None):
+        # the keyword arguments (the older signature; ``steps`` is ``steps_per_guidance``) change the config
+        self.config = cfg = StructurePreservationConfig.from_options(
+            config, steps_per_guidance=steps, spl_weight=spl_weight, color_weight=color_weight,
+            invert_mask=invert_mask, latent_update=latent_update, radius=radius, eps=eps,
+            post_process_steps=post_process_steps)
         self.source = source_tensor(source_image)
-        self.mask = None if mask is None else load_mask(mask, self.source.shape[-2:], invert=invert_mask)
-        self.steps, self.spl_weight, self.color_weight = steps, float(spl_weight), float(color_weight)
-        self.post_steps = steps if post_process_steps is None else int(post_process_steps)
-        self.latent_update, self.radius, self.eps = latent_update, radius, eps
+        self.mask = None if mask is None else load_mask(mask, self.source.shape[-2:], invert=cfg.invert_mask)
+        self.steps, self.spl_weight, self.color_weight = cfg.steps_per_guidance, float(cfg.spl_weight), float(cfg.color_weight)
+        self.post_steps = cfg.post_steps
+        self.latent_update, self.radius, self.eps = cfg.latent_update, cfg.radius, cfg.eps
         self.check_aspect = check_aspect
         self._references: dict = {}
         self.vae = None
@@ -167,7 +168,8 @@ class LatentRestorer:
             target = target.repeat(b // s, 1, 1, 1)
         return restore_structure(target, image, mask=self._mask_at(image.shape, image.device),
                                  steps=steps, spl_weight=self.spl_weight, color_weight=self.color_weight,
-                                 radius=self.radius, eps=self.eps, value_range=(0.0, 1.0))
+                                 radius=self.radius, eps=self.eps, bidirectional=self.config.bidirectional,
+                                 value_range=(0.0, 1.0))
 
     @torch.no_grad()
     def optimise_latent(self, x0: torch.Tensor) -> torch.Tensor:

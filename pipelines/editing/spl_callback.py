@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vision.kernels.spl.defaults import SPL_DEFAULTS
-
+from .config import StructurePreservationConfig
 from .restorer import LatentRestorer
 
 
@@ -26,7 +25,7 @@ class SPLGuidanceCallback:
     of a callback (the pipeline decodes after the last callback); use :func:`enable_structure_preservation`
     or ``vision.restore_structure`` on the output for it.
 
-        >>> cb = SPLGuidanceCallback(source_image, start=0.8)
+        >>> cb = SPLGuidanceCallback(source_image, config=StructurePreservationConfig(start=0.8))
         >>> out = lcm_img2img(prompt, image=source_image, callback_on_step_end=cb,
         ...                   callback_on_step_end_tensor_inputs=cb.tensor_inputs)  # LCM img2img does not read it
     """
@@ -51,20 +50,25 @@ def _callback_class():
     class _SPLGuidanceCallback(SPLGuidanceCallback, base):
         tensor_inputs = ["latents", "denoised"]
 
-        def __init__(self, source_image, *, start: float = 0.8, steps_per_guidance: int = 100,
-                     spl_weight: float = SPL_DEFAULTS.spl_weight, color_weight: float = SPL_DEFAULTS.color_weight, mask=None, invert_mask: bool = False,
-                     latent_update: str = "replace", radius: int = SPL_DEFAULTS.radius, eps: float = SPL_DEFAULTS.eps):
+        def __init__(self, source_image, *, config: StructurePreservationConfig | None = None, mask=None,
+                     start: float | None = None, steps_per_guidance: int | None = None,
+                     spl_weight: float | None = None, color_weight: float | None = None,
+                     invert_mask: bool | None = None, latent_update: str | None = None, radius: int | None = None,
+                     eps: float | None = None, bidirectional: bool | None = None):
             base.__init__(self, cutoff_step_ratio=1.0)
-            if not 0.0 <= float(start) <= 1.0:
-                raise ValueError(f"start must be in [0, 1], got {start!r}")
-            self.start = float(start)
-            self.restorer = LatentRestorer(source_image, steps=steps_per_guidance, spl_weight=spl_weight,
-                                           color_weight=color_weight, mask=mask, invert_mask=invert_mask,
-                                           latent_update=latent_update, radius=radius, eps=eps)
+            self.spl_config = StructurePreservationConfig.from_options(
+                config, start=start, steps_per_guidance=steps_per_guidance, spl_weight=spl_weight,
+                color_weight=color_weight, invert_mask=invert_mask, latent_update=latent_update, radius=radius,
+                eps=eps, bidirectional=bidirectional)
+            self.start = float(self.spl_config.start)
+            self.restorer = LatentRestorer(source_image, self.spl_config, mask=mask)
+            self.guided_steps: list[int] = []  # step indices guided in the last call
 
         def callback_fn(self, pipeline, step_index, timestep, callback_kwargs) -> dict[str, Any]:
             sched = pipeline.scheduler
             n = int(getattr(pipeline, "num_timesteps", None) or len(sched.timesteps))
+            if step_index == 0:
+                self.guided_steps = []
             if step_index / max(n, 1) < self.start - 1e-9 or self.restorer.steps == 0:
                 return callback_kwargs
             if "denoised" not in callback_kwargs:
@@ -79,6 +83,7 @@ def _callback_class():
             else:
                 scale = float(sched.alphas_cumprod[int(sched.timesteps[nxt])]) ** 0.5
             shift = new - denoised.float()
+            self.guided_steps.append(int(step_index))
             callback_kwargs["denoised"] = new.to(denoised.dtype)
             callback_kwargs["latents"] = (latents.float() + scale * shift).to(latents.dtype)
             return callback_kwargs

@@ -12,26 +12,41 @@ function ``x0 = a * sample + b * model_output`` of the model output. The guided 
 scheduler's own formula yields exactly ``x0'``; so the re-noising is the scheduler's own update rule
 (DDIM's direction, Euler's ODE step, DPM-Solver++'s history, LCM's fresh noise, flow matching).
 
-How it attaches, per pipeline instance and per call: ``enable_structure_preservation(pipe)`` records the
-settings on ``pipe`` and gives *that instance* a subclass of its own class (same name) whose
-``__call__`` does, for each call:
+How it attaches. ``enable_structure_preservation(pipe, config=...)`` stores the settings on ``pipe`` (a
+:class:`StructurePreservationConfig`, the source and the mask) and mixes :class:`StructurePreservationMixin`
+into *that instance's* class (a subclass of its class with the same name, built once per class and cached).
+The mixin is needed because Python looks ``__call__`` up on the type, never on the instance, and the per-call
+options below must be taken off the call before the stock ``__call__`` sees them (SD3 and Flux pipelines have
+no ``**kwargs``; the others would swallow a misspelt option silently). Its ``__call__``, for each call:
 
+- takes the per-call options ``structure_preservation=False`` (this call runs the stock pipeline),
+  ``structure_source=`` (the source for this call) and ``structure_config=`` (a config, or a dict of its
+  fields, for this call); any other ``structure_*`` keyword, or one close to these names, is a TypeError that
+  names it and the closest valid name.
 - the source is the call's ``structure_source=`` if given, else the one fixed at enable time, else
   the call's own ``image`` (img2img, inpaint, SDXL / SD3 img2img), prepared by the pipeline's image
   processor exactly as the pipeline prepares ``image``. An explicit source of another size is resized
   to the output; one of another aspect ratio (beyond 2 %) raises ValueError.
 - the pipeline's current ``scheduler`` and ``vae`` are checked (an unsupported scheduler, e.g. after
   ``pipe.scheduler = PNDMScheduler.from_config(...)``, raises ValueError naming the ones that work) and,
-  for the duration of the call only, ``pipe``'s own attributes point at *views* of them: objects of a
-  one-off subclass that share the originals' state (same ``__dict__``) and differ only in ``step`` (the
-  guided step) and ``decode`` (post-processing of the final decode). The scheduler and VAE objects
-  themselves are never modified, so pipelines sharing them (``from_pipe``) are unaffected, and a swapped
-  scheduler is picked up at the next call.
+  for the duration of the call only, their ``step`` and ``decode`` are hooked on the instance (as diffusers'
+  ``HookRegistry`` hooks a module's ``forward``: an instance attribute, removed when the call ends). Between
+  calls the scheduler and VAE carry nothing, so pipelines sharing them (``from_pipe``) are unaffected, and a
+  swapped scheduler is picked up at the next call.
+- the guided SGD runs under the pipeline's own progress bar (``pipe.progress_bar``, so
+  ``pipe.set_progress_bar_config(disable=True)`` silences it), and the call's
+  :class:`StructurePreservationReport` (which schedule steps were guided) is kept as
+  ``pipe.structure_preservation_report`` and set as ``structure_preservation`` on the returned output.
+
+An enabled pipeline pickles (it unpickles enabled), saves with ``save_pretrained`` as its stock class, and
+``pipe.disable_structure_preservation()`` is the method form of :func:`disable_structure_preservation`.
 
     >>> pipe = StableDiffusionImg2ImgPipeline.from_pretrained(..., dtype=torch.float16)
     >>> enable_structure_preservation(pipe, start=0.8)           # guides towards each call's `image`
-    >>> edited = pipe("a watercolour painting", image=image, strength=0.6).images[0]
-    >>> disable_structure_preservation(pipe)
+    >>> out = pipe("a watercolour painting", image=image, strength=0.6)
+    >>> out.images[0], out.structure_preservation.guided_steps   # e.g. (<PIL image>, (10, 11))
+    >>> plain = pipe("a watercolour painting", image=image, structure_preservation=False)  # one call unguided
+    >>> pipe.disable_structure_preservation()
 
 Cost per guided step: one VAE decode, ``steps_per_guidance`` SGD steps in pixels, one VAE encode; per
 call one source round trip (cached). With ``enable_model_cpu_offload`` the VAE stays on the device next
@@ -39,44 +54,74 @@ to the denoiser during the guided steps instead of swapping it out (see :mod:`.r
 """
 from __future__ import annotations
 
+import contextlib
+import difflib
 import functools
 import inspect
-
+import types
 import torch
 
-from vision.kernels.spl.defaults import SPL_DEFAULTS
-
+from .config import StructurePreservationConfig, StructurePreservationReport
 from .restorer import LATENT_UPDATES, LatentRestorer, aspect_check, source_tensor  # noqa: F401 (LATENT_UPDATES re-exported)
 from .schedulers import _schedule_index, scheduler_family, x0_coefficients
 from .spl_callback import SPLGuidanceCallback
 
 _ATTR = "_spl_guidance"
+PER_CALL_OPTIONS = ("structure_preservation", "structure_source", "structure_config")
 _GUIDED_CLASSES: dict = {}
 
 
 # ----------------------------------------------------------------------------- one call's guidance
 class CallGuide:
-    """State of one guided call: the restorer, which steps it guided, whether the next decode is final."""
+    """State of one guided call: the restorer, which steps it guided, whether the next decode is final.
 
-    def __init__(self, restorer: LatentRestorer, start: float, post_process: bool):
+    ``progress``: a function ``total -> tqdm bar`` (the pipeline's ``progress_bar``); the bar is opened at the
+    first guided step, counts SGD steps (guided stages and post-processing) and is closed by :meth:`close`."""
+
+    def __init__(self, restorer: LatentRestorer, start: float, post_process: bool, progress=None):
         self.restorer, self.start, self.post_process = restorer, float(start), bool(post_process)
         self.first = self.last = None
         self.post_pending = False
+        self.post_processed = False
         self.guided_steps: list[int] = []  # schedule indices guided, for inspection
+        self.guided_timesteps: list[float] = []
+        self.num_steps = 0
+        self.progress, self.bar = progress, None
+
+    def _open_bar(self, n_run: int):
+        if self.progress is None or self.bar is not None:
+            return
+        stages = sum(1 for k in range(n_run) if k / n_run >= self.start - 1e-9)
+        total = stages * self.restorer.steps + (self.restorer.post_steps if self.post_process else 0)
+        if total > 0:
+            self.bar = self.progress(total)
+
+    def _advance(self, n: int):
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
     def step(self, base_step, sched, model_output, timestep, sample, *args, **kwargs):
         idx = _schedule_index(sched, timestep)
         if self.first is None or (self.last is not None and idx <= self.last):
-            self.first, self.post_pending, self.guided_steps = idx, False, []
+            self.first, self.post_pending, self.guided_steps, self.guided_timesteps = idx, False, [], []
         self.last = idx
+        self.num_steps = len(sched.timesteps) - self.first
         n_run = max(len(sched.timesteps) - self.first, 1)
         if (idx - self.first) / n_run >= self.start - 1e-9 and self.restorer.steps > 0:
+            self._open_bar(n_run)
             a, b = x0_coefficients(sched, timestep, sample)
             m, s = model_output.float(), sample.float()
             x0 = a * s + b * m
             x0_new = self.restorer.optimise_latent(x0)
             model_output = (m + (x0_new - x0) / b).to(model_output.dtype)
             self.guided_steps.append(idx)
+            self.guided_timesteps.append(float(timestep))
+            self._advance(self.restorer.steps)
         out = base_step(sched, model_output, timestep, sample, *args, **kwargs)
         if idx >= len(sched.timesteps) - 1:
             self.post_pending = self.post_process
@@ -87,51 +132,54 @@ class CallGuide:
         if not self.post_pending:
             return out
         self.post_pending = False
+        self.post_processed = True
         if isinstance(out, tuple):
-            return (self.restorer.post_process(out[0]),) + tuple(out[1:])
-        out.sample = self.restorer.post_process(out.sample)
+            out = (self.restorer.post_process(out[0]),) + tuple(out[1:])
+        else:
+            out.sample = self.restorer.post_process(out.sample)
+        self._advance(self.restorer.post_steps)
         return out
 
 
-def _view(obj, name: str, method):
-    """An object of a one-off subclass of ``type(obj)`` that shares ``obj``'s instance ``__dict__``: every
-    attribute read and write lands on ``obj``; only the method ``name`` differs. ``method(base, self, *a)``
-    receives the class's own function; the override keeps its signature (pipelines inspect ``step``)."""
-    base = type(obj)
-    original = getattr(base, name)
+@contextlib.contextmanager
+def instance_hook(obj, name: str, method):
+    """Within the block, ``obj.<name>(*a, **k)`` runs ``method(original, obj, *a, **k)``, where ``original`` is
+    the class's function: an attribute of ``obj`` itself (diffusers' ``HookRegistry`` hooks a module's
+    ``forward`` the same way), removed on exit. The hook keeps the method's signature (pipelines inspect
+    ``scheduler.step`` for ``generator`` and ``eta``)."""
+    if name in vars(obj):
+        raise RuntimeError(f"{type(obj).__name__}.{name} is already hooked on this instance")
+    original = getattr(type(obj), name)
 
     @functools.wraps(original)
-    def override(self, *args, **kwargs):
+    def hooked(self, *args, **kwargs):
         return method(original, self, *args, **kwargs)
 
-    cls = type(base.__name__, (base,), {name: override, "__module__": base.__module__,
-                                        "__qualname__": base.__qualname__})
-    view = object.__new__(cls)
-    object.__setattr__(view, "__dict__", obj.__dict__)
-    return view
+    obj.__dict__[name] = types.MethodType(hooked, obj)  # past nn.Module / ConfigMixin attribute handling
+    try:
+        yield obj
+    finally:
+        obj.__dict__.pop(name, None)
 
 
-def guided_scheduler(scheduler, guide: CallGuide):
-    """A view of ``scheduler`` whose ``step`` is guided by ``guide`` (``scheduler`` itself is unchanged)."""
+def guided_step(scheduler, guide: CallGuide):
+    """Context manager: within it ``scheduler.step`` is guided by ``guide`` (raises ValueError first if the
+    scheduler's x0 is not affine in the model output)."""
     scheduler_family(scheduler)
-    return _view(scheduler, "step", guide.step)
-
-
-def guided_vae(vae, guide: CallGuide):
-    """A view of ``vae`` whose ``decode`` post-processes the decode after the last step."""
-    return _view(vae, "decode", guide.decode)
+    return instance_hook(scheduler, "step", guide.step)
 
 
 # ----------------------------------------------------------------------------- attach to a pipeline
 class _Settings:
-    def __init__(self, source, kwargs, start, post_process):
-        self.source, self.kwargs, self.start, self.post_process = source, kwargs, float(start), bool(post_process)
-        self.last_call: CallGuide | None = None
+    """What enable_structure_preservation stores on the pipeline: plain data, so the pipeline pickles."""
+
+    def __init__(self, source, config: StructurePreservationConfig, mask=None):
+        self.source, self.config, self.mask = source, config, mask
+        self.report: StructurePreservationReport | None = None
 
     @property
     def guided_steps(self) -> list[int]:
-        return [] if self.last_call is None else self.last_call.guided_steps
-
+        return [] if self.report is None else list(self.report.guided_steps)
 
 def _prepared_source(pipe, image, height=None, width=None) -> torch.Tensor:
     """``image`` as the pipeline prepares its own ``image`` (size snapped to the latent grid, or the call's
@@ -159,9 +207,60 @@ def _call_arguments(base_call, pipe, args, kwargs) -> dict:
         return dict(kwargs)
 
 
-def _run_guided(base_call, pipe, args, kwargs):
+def _take_options(pipe, base_call, kwargs: dict) -> dict:
+    """Remove the per-call SPL options from ``kwargs``; a ``structure_*`` keyword that is not one of them (or
+    a keyword close to one that the pipeline does not take) is a TypeError naming it and the closest one."""
+    options = {name: kwargs.pop(name) for name in PER_CALL_OPTIONS if name in kwargs}
+    params = inspect.signature(base_call).parameters
+    for key in kwargs:
+        if key in params and params[key].kind is not inspect.Parameter.VAR_KEYWORD:
+            continue
+        close = difflib.get_close_matches(key, PER_CALL_OPTIONS, n=1, cutoff=0.75)
+        if key.startswith("structure") or close:
+            best = close or difflib.get_close_matches(key, PER_CALL_OPTIONS, n=1, cutoff=0.0)
+            raise TypeError(f"{type(pipe).__name__}.__call__() got an unexpected keyword argument {key!r}; did you "
+                            f"mean {best[0]!r}? (SPL guidance takes {', '.join(PER_CALL_OPTIONS)})")
+    on = options.get("structure_preservation", True)
+    if not isinstance(on, bool):
+        raise TypeError(f"structure_preservation must be True or False, got {on!r}")
+    return options
+
+
+def _call_config(config: StructurePreservationConfig, override) -> StructurePreservationConfig:
+    if override is None:
+        return config
+    if isinstance(override, StructurePreservationConfig):
+        return override
+    if isinstance(override, dict):
+        return config.replace(**override)
+    raise TypeError(f"structure_config must be a StructurePreservationConfig or a dict of its fields, got "
+                    f"{type(override).__name__}")
+
+
+def _progress(pipe, total: int):
+    """The pipeline's own progress bar (``pipe.set_progress_bar_config`` applies) over the call's SGD steps."""
+    bar = pipe.progress_bar(total=total)
+    if "desc" not in (getattr(pipe, "_progress_bar_config", None) or {}):
+        bar.set_description("SPL guidance", refresh=False)
+    return bar
+
+
+def _with_report(out, report: StructurePreservationReport):
+    if not isinstance(out, tuple):
+        try:
+            setattr(out, "structure_preservation", report)
+        except AttributeError:  # pragma: no cover - an output type without instance attributes
+            pass
+    return out
+
+
+def _run_guided(base_call, pipe, args, kwargs, options):
     settings: _Settings = pipe.__dict__[_ATTR]
-    per_call = kwargs.pop("structure_source", None)
+    cfg = _call_config(settings.config, options.get("structure_config"))
+    if not options.get("structure_preservation", True):
+        settings.report = StructurePreservationReport(guided=False, config=cfg)
+        return _with_report(base_call(pipe, *args, **kwargs), settings.report)
+    per_call = options.get("structure_source")
     sched, vae = getattr(pipe, "scheduler", None), getattr(pipe, "vae", None)
     if sched is None or vae is None:
         raise ValueError("the pipeline has no scheduler or no VAE; SPL guidance needs both")
@@ -185,23 +284,57 @@ def _run_guided(base_call, pipe, args, kwargs):
                              "guidance: pass structure_source=... to the call or a source to "
                              "enable_structure_preservation")
         prepared = _prepared_source(pipe, call["image"], call.get("height"), call.get("width"))
-    restorer = LatentRestorer(prepared, check_aspect=explicit, **settings.kwargs)
-    restorer.vae, restorer.decode_fn = vae, vae.decode
-    guide = CallGuide(restorer, settings.start, settings.post_process)
-    settings.last_call = guide
-    # only this instance's attributes change, and only for this call; DiffusionPipeline.__setattr__
-    # would also rewrite the pipeline config, hence the direct dict writes
-    pipe.__dict__["scheduler"], pipe.__dict__["vae"] = guided_scheduler(sched, guide), guided_vae(vae, guide)
+    restorer = LatentRestorer(prepared, cfg, mask=settings.mask, check_aspect=explicit)
+    restorer.vae, restorer.decode_fn = vae, vae.decode  # the VAE's own decode, bound before the hook
+    guide = CallGuide(restorer, cfg.start, cfg.post_process, progress=functools.partial(_progress, pipe))
     try:
-        return base_call(pipe, *args, **kwargs)
+        # the hooks live on the scheduler and VAE objects for this call only
+        with guided_step(sched, guide), instance_hook(vae, "decode", guide.decode):
+            out = base_call(pipe, *args, **kwargs)
     finally:
-        views = (pipe.__dict__["scheduler"], pipe.__dict__["vae"])
-        pipe.__dict__["scheduler"], pipe.__dict__["vae"] = sched, vae
-        # maybe_free_model_hooks re-creates offload hooks from the pipeline's components, the views
-        # among them: point those hooks back at the real modules
-        for hook in getattr(pipe, "_all_hooks", None) or []:
-            if getattr(hook, "model", None) is views[1]:
-                hook.model = vae
+        guide.close()
+        settings.report = StructurePreservationReport(
+            guided=True, guided_steps=tuple(guide.guided_steps), guided_timesteps=tuple(guide.guided_timesteps),
+            num_steps=guide.num_steps, sgd_steps=restorer.steps, post_processed=guide.post_processed,
+            source="image" if not explicit else ("structure_source" if per_call is not None else "enable"),
+            config=cfg)
+    return _with_report(out, settings.report)
+
+
+def _guided_call(base_call, pipe, args, kwargs):
+    if _ATTR not in pipe.__dict__:
+        return base_call(pipe, *args, **kwargs)
+    options = _take_options(pipe, base_call, kwargs)
+    return _run_guided(base_call, pipe, args, kwargs, options)
+
+
+class StructurePreservationMixin:
+    """What :func:`enable_structure_preservation` adds to a pipeline's class: the ``__call__`` that takes the
+    per-call options, :meth:`disable_structure_preservation`, the report, and pickling as the stock class."""
+
+    _spl_stock_class: type
+
+    def disable_structure_preservation(self):
+        """Remove SPL guidance from this pipeline (the method form of :func:`disable_structure_preservation`)."""
+        return disable_structure_preservation(self)
+
+    @property
+    def structure_preservation_config(self) -> StructurePreservationConfig:
+        """The settings given to :func:`enable_structure_preservation`."""
+        return self.__dict__[_ATTR].config
+
+    @property
+    def structure_preservation_report(self) -> StructurePreservationReport | None:
+        """What the last call guided (:class:`StructurePreservationReport`); None before the first call."""
+        return self.__dict__[_ATTR].report
+
+    def __reduce_ex__(self, protocol):
+        # pickled by reference to the stock class (which pickle can find by name); unpickles enabled
+        return _new_enabled, (self._spl_stock_class,), self.__dict__
+
+
+def _new_enabled(stock: type):
+    return object.__new__(_guided_class(stock))
 
 
 def _guided_class(base):
@@ -211,21 +344,23 @@ def _guided_class(base):
 
     @functools.wraps(original)
     def __call__(self, *args, **kwargs):
-        if _ATTR not in self.__dict__:
-            return original(self, *args, **kwargs)
-        return _run_guided(original, self, args, kwargs)
+        return _guided_call(original, self, args, kwargs)
 
-    cls = type(base.__name__, (base,), {"__call__": __call__, "__module__": base.__module__,
-                                        "__qualname__": base.__qualname__, "_spl_stock_class": base})
+    # same name and module as the stock class: save_pretrained and AutoPipeline see the stock class
+    cls = type(base.__name__, (StructurePreservationMixin, base),
+               {"__call__": __call__, "__module__": base.__module__, "__qualname__": base.__qualname__,
+                "_spl_stock_class": base})
     _GUIDED_CLASSES[base] = cls
     return cls
 
 
-def enable_structure_preservation(pipe, source_image=None, *, start: float = 0.8, steps_per_guidance: int = 100,
-                                  spl_weight: float = SPL_DEFAULTS.spl_weight, color_weight: float = SPL_DEFAULTS.color_weight, mask=None,
-                                  invert_mask: bool = False, post_process: bool = True,
-                                  post_process_steps: int | None = None, latent_update: str = "replace",
-                                  radius: int = SPL_DEFAULTS.radius, eps: float = SPL_DEFAULTS.eps):
+def enable_structure_preservation(pipe, source_image=None, *, config: StructurePreservationConfig | None = None,
+                                  mask=None, start: float | None = None, steps_per_guidance: int | None = None,
+                                  spl_weight: float | None = None, color_weight: float | None = None,
+                                  invert_mask: bool | None = None, post_process: bool | None = None,
+                                  post_process_steps: int | None = None, latent_update: str | None = None,
+                                  radius: int | None = None, eps: float | None = None,
+                                  bidirectional: bool | None = None):
     """Attach SPL guidance (Gong et al., WACV 2026) to this diffusers pipeline instance.
 
     Args:
@@ -237,43 +372,44 @@ def enable_structure_preservation(pipe, source_image=None, *, start: float = 0.8
             or float in [0, 1]) or tensor ((1,) 3, H, W) in [0, 1] (or [-1, 1] if it has negative values).
             Default None: each call's own ``image``. A call may also pass ``structure_source=``. An explicit
             source is resized to the output; a different aspect ratio raises ValueError.
-        start: guide the steps whose position in this run's schedule is >= ``start`` (default 0.8: the
-            last 20 %, as published; 0 guides every step).
-        steps_per_guidance: SGD steps per guided sampling step (default 100).
-        spl_weight, color_weight: loss weights (defaults 1e4 and 1e3, the published code's).
+        config: the settings, a :class:`StructurePreservationConfig` (default: the published ones).
         mask: optional image or array (H, W) in [0, 1] or [0, 255]: 1 where structure must be kept.
-            ``invert_mask`` flips it.
-        post_process: after the last step, restore the decoded output against the source itself.
-        post_process_steps: SGD steps of post-processing (default ``steps_per_guidance``).
-        latent_update: ``"replace"`` (default, the published code: x0 = encode(optimised); with a mask
-            only inside it, the mask area-downsampled to the latent grid) or ``"delta"``
-            (x0 += encode(optimised) - encode(decoded)).
-        radius, eps: SPL window radius and ridge term.
+        start, steps_per_guidance, spl_weight, color_weight, invert_mask, post_process, post_process_steps,
+            latent_update, radius, eps, bidirectional: the fields of :class:`StructurePreservationConfig`;
+            given here, they change ``config`` (None: keep it). ``start`` 0.8 guides the last 20 % of the
+            steps, ``steps_per_guidance`` 100 SGD steps per guided step, weights 1e4 and 1e3.
+
+    Each call then takes ``structure_preservation=False`` (unguided), ``structure_source=`` and
+    ``structure_config=``; other ``structure_*`` keywords raise TypeError. ``pipe.structure_preservation_report``
+    and the output's ``structure_preservation`` tell which steps were guided.
 
     Returns:
         ``pipe`` (for chaining). Raises ValueError for schedulers whose x0 is not affine in the model
         output (thresholding, PNDM, DPM-Solver in noise mode, ...).
     """
-    if not 0.0 <= float(start) <= 1.0:
-        raise ValueError(f"start must be in [0, 1], got {start!r}")
+    cfg = StructurePreservationConfig.from_options(
+        config, start=start, steps_per_guidance=steps_per_guidance, spl_weight=spl_weight, color_weight=color_weight,
+        invert_mask=invert_mask, post_process=post_process, post_process_steps=post_process_steps,
+        latent_update=latent_update, radius=radius, eps=eps, bidirectional=bidirectional)
+    if getattr(type(pipe), "_spl_built_in", False):
+        raise ValueError(f"{type(pipe).__name__} has SPL guidance built in: pass structure_preservation, "
+                         "structure_config (or its SPL arguments) to its call instead")
     for name in ("scheduler", "vae"):
         if getattr(pipe, name, None) is None:
             raise ValueError(f"the pipeline has no {name}; SPL guidance needs both a scheduler and a VAE")
     scheduler_family(pipe.scheduler)  # fail now, not mid-sampling
-    kwargs = dict(steps=steps_per_guidance, spl_weight=spl_weight, color_weight=color_weight, mask=mask,
-                  invert_mask=invert_mask, latent_update=latent_update, radius=radius, eps=eps,
-                  post_process_steps=post_process_steps)
-    # validates the settings (and the source) now rather than at the first call
-    LatentRestorer(source_image if source_image is not None else torch.zeros(1, 3, 8, 8), **kwargs)
+    # validates the source and mask now rather than at the first call
+    LatentRestorer(source_image if source_image is not None else torch.zeros(1, 3, 8, 8), cfg, mask=mask)
     disable_structure_preservation(pipe)
-    pipe.__dict__[_ATTR] = _Settings(source_image, kwargs, start, post_process)
+    pipe.__dict__[_ATTR] = _Settings(source_image, cfg, mask)
     if any("__call__" in vars(k) for k in type(pipe).__mro__[:-1]):
         pipe.__class__ = _guided_class(type(pipe))
     return pipe
 
 
 def disable_structure_preservation(pipe):
-    """Remove what :func:`enable_structure_preservation` attached; a no-op if nothing is attached."""
+    """Remove what :func:`enable_structure_preservation` attached; a no-op if nothing is attached.
+    ``pipe.disable_structure_preservation()`` does the same."""
     pipe.__dict__.pop(_ATTR, None)
     stock = type(pipe).__dict__.get("_spl_stock_class")
     if stock is not None:
@@ -282,4 +418,6 @@ def disable_structure_preservation(pipe):
 
 
 __all__ = ["enable_structure_preservation", "disable_structure_preservation", "SPLGuidanceCallback",
-           "LatentRestorer", "x0_coefficients", "scheduler_family", "guided_scheduler", "CallGuide"]
+           "StructurePreservationConfig", "StructurePreservationReport", "StructurePreservationMixin",
+           "LatentRestorer", "x0_coefficients", "scheduler_family", "guided_step", "instance_hook", "CallGuide",
+           "PER_CALL_OPTIONS"]
