@@ -113,3 +113,23 @@ def test_a_checkpoint_that_cannot_be_written_stops_the_run_and_keeps_the_best_we
     from vision.denoise.flnr import read_metadata
 
     assert read_metadata(out)["vision.train.epochs"] == "1"
+
+
+# --------------------------------------------------------------------------- the corpus (issue 38, acceptance 2)
+
+@pytest.mark.slow  # ~60 subprocesses, two at a time: about 2-3 minutes on 2 idle cores
+def test_the_hostile_corpus_has_no_traceback_timeout_or_stray_write(tmp_path):
+    from hostile.corpus import CASES, run_corpus, table
+
+    assert len(CASES) >= 40
+    commands = {c.argv[0] for c in CASES}
+    from vision.pipelines.cli import COMMANDS
+
+    assert commands == set(COMMANDS), set(COMMANDS) - commands  # every subcommand has cases
+    report = run_corpus(tmp_path)
+    print("\n" + table(report))
+    counts, checks = report["counts"], report["checks"]
+    assert counts["traceback"] == counts["crash"] == counts["timeout"] == 0, table(report)
+    assert checks["writes outside -o"] == checks["inputs changed"] == checks["over the memory bound"] == 0, \
+        table(report)
+    assert not (tmp_path / "inputs" / "pwned").exists() and not list(tmp_path.glob("case*/pwned"))  # no unpickling
