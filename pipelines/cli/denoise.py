@@ -268,8 +268,8 @@ def run(args) -> int:
                         if temporal is not None:
                             size = sizes.setdefault(layer.name, t["color"].shape)
                             if t["color"].shape != size:
-                                raise ValueError(f"colour is {t['color'].shape[1]}x{t['color'].shape[0]} (WxH) but "
-                                                 f"the frames before it are {size[1]}x{size[0]}: a --temporal "
+                                raise ValueError(f"colour is {t['color'].shape[0]}x{t['color'].shape[1]} (HxW) but "
+                                                 f"the frames before it are {size[0]}x{size[1]}: a --temporal "
                                                  "sequence has one size")
                             history = temporal.get(layer.name)
                             if history is None:

@@ -13,12 +13,12 @@ returns a copy of the static output (the next replay overwrites it). When captur
 synchronises, an op that cannot be captured) the key is remembered as failed and its frames run eagerly:
 the result is the same, only slower.
 
-Switch: ``VISION_CUDA_GRAPHS=off`` (environment, read at every call) or :func:`set_enabled` turns capture
+Switch: the runtime's CUDA-graph switch (``VISION_CUDA_GRAPHS=off``, ``set_cuda_graphs(False)`` or a
+``with use_cuda_graphs(False):`` block, :mod:`vision.kernels.runtime`), or :func:`set_enabled` here, turns capture
 off; the default is on.
 """
 from __future__ import annotations
 
-import os
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -32,10 +32,14 @@ _forced: list[bool] = []
 
 
 def enabled() -> bool:
-    """Whether frames on CUDA are captured: :func:`set_enabled`, else ``VISION_CUDA_GRAPHS`` (default on)."""
+    """Whether frames on CUDA are captured: :func:`set_enabled`, else the runtime switch
+    (:func:`vision.kernels.runtime.cuda_graphs_enabled`: ``use_cuda_graphs`` blocks, ``set_cuda_graphs``,
+    ``VISION_CUDA_GRAPHS``; default on)."""
     if _forced:
         return _forced[-1]
-    return os.environ.get("VISION_CUDA_GRAPHS", "on").strip().lower() not in ("0", "off", "false", "no")
+    from vision.kernels.runtime import cuda_graphs_enabled
+
+    return cuda_graphs_enabled()
 
 
 def set_enabled(on: bool | None) -> None:
