@@ -79,7 +79,6 @@ def test_predict_and_evaluate_after_the_pretrained_file_is_gone(lora_run, capsys
     scores = root / "scores.json"
     assert main(["evaluate", str(run), "--data", str(lora_run["data"]), "--split", "all", "--json", str(scores)]) == 0
     assert "abs_rel" in json.loads(scores.read_text())[1]
-    # the hub cache being gone is the same case: config.json's pretrained is a record, never read again
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["pretrained"].endswith("w.safetensors")
     # the base weights are stored once, under timm's own names, and the adapters name them
@@ -97,6 +96,9 @@ def test_predict_and_evaluate_after_the_pretrained_file_is_gone(lora_run, capsys
     assert isinstance(PeftModel.from_pretrained(fresh, str(run / "adapter")), PeftModel)
     moved = root / "moved" / "run"  # and the folder itself moves
     shutil.copytree(run, moved)
+    # a timm tag or hf-hub: name whose cache is gone is the same case: config.json's pretrained is never read again
+    cfg["pretrained"] = "hf-hub:nobody/not-in-any-cache"
+    (moved / "config.json").write_text(json.dumps(cfg))
     assert main(["predict", str(moved), str(lora_run["image"]), "-o", str(root / "moved_out"), "--format", "npy"]) == 0
     assert np.array_equal(before, np.load(root / "moved_out" / "img.npy"))
 
@@ -126,7 +128,8 @@ def test_card_snippet_gives_the_runs_own_features(lora_run):
         torch.testing.assert_close(g, e, rtol=0, atol=0)
     # and the features are those of the pretrained base, not of a random one (the off-by-2.5 of the issue)
     card = (lora_run["run"] / "README.md").read_text()
-    assert "load_file(f'{run}/base.safetensors')" in card and "w.safetensors" in card and "neither that file nor the hub cache" in card
+    assert "load_file(f'{run}/base.safetensors')" in card and "w.safetensors" in card
+    assert "neither that file nor the hub cache" in card
 
 
 def test_card_snippet_of_a_full_finetuning_run(tmp_path):

@@ -90,8 +90,9 @@ def write_card(run: Path, cfg, record: dict, edge: dict | None, mixed_precision:
         "Written by `vision finetune` (locallinear-vision).",
         "",
         f"- **task**: {cfg.task}" + (f" ({json.dumps(cfg.task_kwargs)})" if cfg.task_kwargs else ""),
-        f"- **backbone**: `{cfg.backbone}` ({json.dumps(kwargs)}), weights: {cfg.pretrained or 'random init'} "
-        f"(kept in `{BASE}`: this folder needs neither that file nor the hub cache); "
+        f"- **backbone**: `{cfg.backbone}` ({json.dumps(kwargs)}), weights: {cfg.pretrained or 'random init'}"
+        + (f" (kept in `{BASE}`: this folder needs neither that file nor the hub cache)"
+           if cfg.pretrained and cfg.lora_rank else f" (kept in `{BASE}`)" if cfg.lora_rank else "") + "; "
         + adapter,
         f"- **head**: {cfg.head}" + (f" ({json.dumps(cfg.head_kwargs)})" if cfg.head_kwargs else ""),
         f"- **data**: {cfg.data or 'given in code'}, {cfg.img_size} px training size",
