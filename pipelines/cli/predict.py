@@ -16,6 +16,8 @@ units, unit normals, alpha / albedo in [0, 1], label ids for segmentation) and O
 (float32), npy (float32, (H, W, C)). Images of any size are padded to the backbone's 16-pixel patch
 and cropped back. Existing outputs are replaced, inputs never: an output that is, or links to,
 an input image or a RUN file is refused, as are two IMAGES with the same name (minus extension).
+RUN needs only its own files: RUN/base.safetensors holds the backbone's base weights, so neither the
+--pretrained file it was trained from nor the hub cache is read (the folder may be moved or copied).
 """
 
 
