@@ -16,7 +16,7 @@ examples:
   vision finetune ... -o runs/depth --resume                                                  # continue a run
   vision finetune ... --epochs 20 --stop-after 10 -o runs/d; vision finetune ... --epochs 20 -o runs/d --resume
       (10 + 10 epochs: the same weights, bit for bit, as 20 in one go: schedule, RNG and data order restored)
-  vision finetune --task depth --backbone vit_small_patch16_224 --pretrained vit_small_patch16_224.augreg_in21k \
+  vision finetune --task depth --backbone vit_small_patch16_224 --pretrained vit_small_patch16_224.augreg_in21k \\
       --lora-rank 8 --lora-targets qkv,proj --merge --mixed-precision bf16 --grad-accum 4 --data d -o runs/vit
   accelerate launch --multi_gpu --num_processes 4 -m vision.pipelines.cli finetune --task depth --data data/scenes -o runs/d
       (data-parallel: DDP over NCCL on GPUs, over gloo on a CPU-only machine; only rank 0 writes the run)
