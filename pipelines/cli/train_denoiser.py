@@ -180,7 +180,7 @@ def _lost_write(args, res) -> str:
         return (f"checkpoint not written ({res.save_failed}): stopped after epoch {res.epochs}; best weights so far "
                 f"(epoch {res.best_epoch}, {res.best:.2f} dB) in {res.path}; {saved}: {again} to continue")
     lost = f"-o {args.out} not written ({res.write_failed})"
-    if not res.save_failed and not res.interrupted and res.checkpoint is not None:
+    if res.kept and res.checkpoint is not None:
         return (f"{lost}; the trained weights (epoch {res.best_epoch}, {res.best:.2f} dB) are kept in the checkpoint "
                 f"{res.checkpoint}: {again} to write them without training again")
     if res.rescued is not None:

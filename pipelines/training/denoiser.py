@@ -232,8 +232,8 @@ def train(cfg: DenoiserTraining, build, train_frames: list, val_frames: list, *,
     A write that fails (a full disk, lost permission) loses no training: a checkpoint that cannot be written
     stops the run (``save_failed``: why; the last complete checkpoint stays) and the best weights so far still go
     to ``out``; when ``out`` cannot be written (``write_failed``) the weights stay in the last checkpoint
-    (``checkpoint``, after epoch ``checkpoint_epoch``: ``--resume`` writes them) or, when that is older than
-    them, in ``rescued`` beside it (None when that failed too)."""
+    (``kept``: it is the end of the run, ``checkpoint``; ``--resume`` writes them without training) or else go
+    to ``rescued`` beside it (None when that failed too; ``checkpoint_epoch``: where a resume starts)."""
     from accelerate import DistributedDataParallelKwargs
     from timm.utils import ModelEmaV3
     from tqdm import tqdm
@@ -280,7 +280,8 @@ def train(cfg: DenoiserTraining, build, train_frames: list, val_frames: list, *,
     gen = torch.Generator().manual_seed(cfg.seed + 1000003 * acc.process_index)  # each rank its own crops
     run = SimpleNamespace(best=0.0, best_epoch=0, epochs=0, history=[], signum=0, interrupted=False, path=None,
                           seconds=0.0, processes=acc.num_processes, same_weights=True, folder=folder, main=main,
-                          save_failed="", write_failed="", checkpoint=None, checkpoint_epoch=None, rescued=None)
+                          save_failed="", write_failed="", kept=False, checkpoint=None, checkpoint_epoch=None,
+                          rescued=None)
     first, step0, loss_sum, spent = 1, 0, 0.0, 0.0
     if saved is not None:
         from safetensors.torch import load_file
@@ -394,19 +395,21 @@ def train(cfg: DenoiserTraining, build, train_frames: list, val_frames: list, *,
             run.path = Path(out)
         except _write_errors() as err:  # a full disk at the end: the trained weights must survive
             run.write_failed = err.strerror if isinstance(err, OSError) and err.strerror else _reason(err)
-            _keep_weights(run, final, meta, out)
         run.checkpoint, saved_now = find_checkpoint(folder)
         run.checkpoint_epoch = None if saved_now is None else saved_now["epoch"]
+        if run.write_failed:
+            run.kept = (not run.save_failed and not run.interrupted and not run.signum  # the run's last state
+                        and saved_now is not None and saved_now["epoch"] == cfg.epochs == run.epochs)
+            if not run.kept:
+                _rescue(run, final, meta, out)
     acc.wait_for_everyone()
     return run
 
 
-def _keep_weights(run, final, meta: dict, out) -> None:
-    """``out`` could not be written. The last checkpoint holds these weights when it was saved after the last
-    epoch run (``--resume`` then writes them without training); otherwise write them beside the checkpoint
-    folder (``run.rescued``), where a failed checkpoint's staging folder has just given its space back."""
-    if not run.save_failed and not run.interrupted:
-        return  # the checkpoint written after the last step holds the best weights and the rest of the run
+def _rescue(run, final, meta: dict, out) -> None:
+    """``out`` could not be written and the last checkpoint is not the end of the run (a failed save, a signal,
+    ``--minutes``: ``--resume`` would train on): write the weights beside the checkpoint folder instead
+    (``run.rescued``), where a failed checkpoint's staging folder has just given its space back."""
     from vision.outputs import atomic_path
 
     rescued = run.folder.parent / f"{Path(out).stem}.rescued.safetensors"
