@@ -126,11 +126,15 @@ def lora_rank(args) -> int:
     from vision.pipelines.training.dense_model import DenseConfig
 
     if args.lora_rank is None:
-        if args.resume and (args.out / "config.json").is_file():  # continue a run as it was started
-            try:
-                return int(DenseConfig.from_json((args.out / "config.json").read_text()).lora_rank)
-            except (OSError, ValueError, TypeError):
-                pass  # an unreadable config is refused by the resume itself
+        if args.resume and args.out.is_dir():  # continue a run as it was started
+            from vision.outputs import in_run
+
+            config = in_run(args.out, "config.json")  # a link there is refused, never read through
+            if config.is_file() and config.stat().st_size < 1 << 20:
+                try:
+                    return int(DenseConfig.from_json(config.read_text()).lora_rank)
+                except (OSError, ValueError, TypeError, AttributeError):
+                    pass  # an unreadable config: the resume itself says what is wrong
         return DenseConfig().lora_rank if args.pretrained else 0
     if args.lora_rank > 0 and not args.pretrained:
         raise ValueError(f"--lora-rank {args.lora_rank} without --pretrained would train adapters on a randomly "
