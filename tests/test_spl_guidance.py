@@ -32,7 +32,7 @@ from vision.pipelines import (  # noqa: E402
     SPLGuidanceCallback, disable_structure_preservation, enable_structure_preservation,
 )
 from vision.pipelines.editing.masks import load_mask  # noqa: E402
-from vision.pipelines.editing.spl_guidance import CallGuide, guided_scheduler, x0_coefficients  # noqa: E402
+from vision.pipelines.editing.spl_guidance import CallGuide, guided_step, x0_coefficients  # noqa: E402
 
 diffusers.utils.logging.set_verbosity_error()
 GUIDE = dict(start=0.3, steps_per_guidance=30)  # the last 2 of the 3 steps run
@@ -133,8 +133,13 @@ def test_scheduler_update_uses_the_optimised_x0(name):
     ref = SCHEDULERS[name]()
     ref.set_timesteps(5)
     restorer = SimpleNamespace(steps=1)
-    guided = guided_scheduler(sched, CallGuide(restorer, start=0.0, post_process=False))
-    assert isinstance(guided, type(sched)) and "step" not in vars(sched)
+    with guided_step(sched, CallGuide(restorer, start=0.0, post_process=False)):
+        _check_guided_steps(name, sched, ref, restorer, g)
+    assert "step" not in vars(sched), "the hook must be gone after the block"
+
+
+def _check_guided_steps(name, guided, ref, restorer, g):
+    sched = guided
     sample = torch.randn(1, 4, 8, 8, generator=g)
     for t in sched.timesteps[:3]:
         m = torch.randn(1, 4, 8, 8, generator=g)
