@@ -213,5 +213,6 @@ def test_sigterm_during_denoise_exits_143_and_leaves_no_temporary_file(tmp_path)
     res = subprocess.run([sys.executable, "-c", code, "denoise", str(frames / "frame_00.exr"), "-o", str(out),
                           "--model", "flr", "-q"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 128 + signal.SIGTERM, res.stderr
-    assert res.stderr.strip().splitlines() == ["vision denoise: terminated (SIGTERM); unfinished outputs removed"]
+    lines = [ln for ln in res.stderr.strip().splitlines() if "compiling the CPU kernels" not in ln]  # a cold cache
+    assert lines == ["vision denoise: terminated (SIGTERM); unfinished outputs removed"]
     assert not out.exists() or not list(out.iterdir())

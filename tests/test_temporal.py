@@ -82,6 +82,28 @@ def test_history_variance_and_the_shrinkage_towards_it_follow_their_definitions(
     np.testing.assert_allclose(res.numpy(), acc.numpy(), rtol=1e-6)
 
 
+@pytest.mark.parametrize("scale", [1e20, 1e30])
+def test_extreme_radiance_gives_finite_frames_of_the_right_level(scale):
+    """Radiance whose squares overflow float32 (the history's second moment, the change test's window sums): the
+    windows involved fall back to the fit, nothing raises, and the result keeps the frames' level, over the whole
+    frame and where only half of it is that bright."""
+    g = np.random.default_rng(4)
+    h, w = 24, 32
+    albedo = np.full((h, w, 3), 0.5, np.float32)
+    normal = np.zeros((h, w, 3), np.float32)
+    normal[..., 2] = 1
+    depth = np.full((h, w, 1), 2.0, np.float32)
+    for half in (False, True):
+        den = TemporalDenoiser()
+        for _ in range(5):
+            c = g.exponential(0.5, (h, w, 3)).astype(np.float32)
+            c[:, : w // 2 if half else w] *= np.float32(scale)
+            out = np.asarray(den(c, albedo=albedo, normal=normal, depth=depth))
+        assert np.isfinite(out).all() and (out >= 0).all()
+        if not half:
+            assert 0.35 < out.mean() / scale < 0.65  # colour 0.5 on average
+
+
 def test_change_test_fires_on_a_light_switched_on_and_rarely_on_noise():
     """The window test against the samples' own noise: a frame 50 % brighter restarts (nearly) every pixel's
     history; a frame of the same light, with heavy-tailed 1-spp-like noise, almost none."""

@@ -29,6 +29,7 @@ from .reproject import Tolerances, reproject
 CELL = 4  # the change test works on the means of 4 x 4 pixel cells
 CHANGE_RADII = (1, 3)  # its windows, in cells (12 and 28 pixels): small ones find a moved shadow, large ones a dim light
 MIN_FRAMES = 4  # towards_history trusts a pixel's sample variance from this many frames on
+BIG = 1e30  # the stand-in for a square that overflowed (:func:`finite`; window sums of it stay finite)
 
 
 @dataclass
@@ -56,6 +57,12 @@ def _box(x: torch.Tensor, r: int) -> torch.Tensor:
     return box_filter(x.contiguous(), r)
 
 
+def finite(x: torch.Tensor) -> torch.Tensor:
+    """``x`` with NaN and values past +-:data:`BIG` (squares of radiance near 1e19 and up overflow float32) at +-BIG,
+    so window sums stay finite: the tests and factors built on them come out decided (or 0), not as an error."""
+    return torch.nan_to_num(x, nan=BIG, posinf=BIG, neginf=-BIG).clamp(-BIG, BIG)
+
+
 def _window_cells(x: torch.Tensor, r: int) -> torch.Tensor:
     """(H, W): how many cells of ``x``'s grid lie in the (2 r + 1)^2 window around each (fewer at the borders,
     where the box filter's default border averages the cells inside the image only)."""
@@ -78,7 +85,7 @@ def changed(signal: torch.Tensor, previous: torch.Tensor, valid: torch.Tensor, c
 
     v = valid.to(signal.dtype)
     lum, old = luminance(signal), luminance(previous)
-    cells = area_down(torch.cat([v, lum * v, old * v, lum.square() * v, count * v], 1), cell)
+    cells = finite(area_down(torch.cat([v, lum * v, old * v, lum.square() * v, count * v], 1), cell))
     out = None
     for r in radii:
         s = _box(cells, r)
@@ -135,7 +142,9 @@ def towards_history(out: torch.Tensor, acc: torch.Tensor, hist: History, floor: 
     for samples instead of its 3 x 3 neighbours. All (B, C, H, W); tensor ops, no host synchronisation."""
     d = acc - out
     v = (hist.variance_of_mean() * floor.square()).sum(1, keepdim=True)
-    sums = _box(torch.cat([d.square().sum(1, keepdim=True), v], 1), radius)
+    # squares past the float range become BIG: the window's factor is then about 0 or NaN (the fit is kept)
+    e = torch.cat([d.square().sum(1, keepdim=True), v], 1)
+    sums = _box(finite(e), radius)
     s = (1 - sums[:, 1:2] / sums[:, :1]).clamp(0, 1)
     s = torch.where((hist.count >= min_frames) & torch.isfinite(s), s, torch.zeros_like(s))
     return out + s * d
