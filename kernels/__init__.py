@@ -12,7 +12,16 @@ if __name__ == "kernels":
 
     hand_over(__file__)
 else:
+    from typing import TYPE_CHECKING
+
     from ._lazy import lazy_exports
+
+    if TYPE_CHECKING:  # what mypy and pyright read: the names of _LAZY below (tests/test_typing.py holds them equal)
+        from .box import BoxFilter, box_filter
+        from .gla import gla, gla_bidirectional
+        from .guided import GuidedFilter, guided_filter
+        from .local_linear import LocalLinearApply, LocalLinearFit, local_linear_apply, local_linear_fit
+        from .spl.op import structure_loss
 
     _LAZY = {"BoxFilter": "box", "box_filter": "box", "GuidedFilter": "guided", "guided_filter": "guided",
              "gla": "gla", "gla_bidirectional": "gla", "structure_loss": "spl", "local_linear_fit": "local_linear",

@@ -8,6 +8,38 @@ import torch
 from .runtime.switches import data_checks
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def is_symbolic(value) -> bool:
+    """Whether ``value`` may be a number that torch.compile (``dynamic=True``) or torch.export keeps symbolic while
+    it builds a graph, e.g. a compiled module's float ``eps`` (Dynamo passes it as a 0-d tensor that passes for a
+    float, so every plain number is suspect while tracing). Python cannot read such a value (``math.isfinite`` of
+    it breaks the graph), so its checks are declared with ``torch._check`` instead: guards of the compiled graph,
+    whose failure stops the call. Eager calls never take this branch and keep the one-line ``ValueError``."""
+    return isinstance(value, SYMBOLIC) or (not isinstance(value, torch.Tensor) and torch.compiler.is_compiling())
+
+
+def reads_data() -> bool:
+    """False while torch.compile or torch.export traces: a graph cannot branch on tensor values. The traced custom
+    ops still check their inputs when they run (their bodies execute eagerly inside the compiled graph)."""
+    return not torch.compiler.is_compiling()
+
+
+def check_positive(value, name: str, why: str = ""):
+    """``value`` as a float that must be positive and finite (a symbolic value stays symbolic, see is_symbolic)."""
+    message = f"{name} must be positive and finite{f' ({why})' if why else ''}"
+    if is_symbolic(value):  # the message closure may hold constants only (Dynamo)
+        torch._check(value > 0, lambda: message)
+        torch._check(value < math.inf, lambda: message)
+        return value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a positive float, got {value!r}") from None
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError(f"{message}, got {number}")
+    return number
 
 
 def check_image(x, name: str, channels: tuple[int, ...] | None = None) -> torch.Tensor:
@@ -37,7 +69,7 @@ def check_all_finite(*named: tuple[torch.Tensor, str], backend: str = "torch") -
     in the common (finite) case: a sum is finite unless an element is NaN/Inf (or the float32 sum overflows,
     which the exact check settles).
     """
-    if not data_checks(backend):
+    if not (data_checks(backend) and reads_data()):
         return
     total = sum(x.sum(dtype=torch.float32) for x, _ in named)
     if bool(torch.isfinite(total)):
@@ -49,6 +81,9 @@ def check_all_finite(*named: tuple[torch.Tensor, str], backend: str = "torch") -
 
 
 def check_radius(radius) -> int:
+    if isinstance(radius, torch.SymInt):
+        torch._check(radius >= 0, lambda: "radius must be a non-negative integer")
+        return radius  # type: ignore[return-value]  # a SymInt stands for an int in traced code
     if isinstance(radius, bool) or not isinstance(radius, (int,)) and not (
         isinstance(radius, float) and radius.is_integer()
     ):
@@ -60,6 +95,9 @@ def check_radius(radius) -> int:
 
 
 def check_scale(scale) -> int:
+    if isinstance(scale, torch.SymInt):
+        torch._check(scale >= 1, lambda: "scale must be a positive integer")
+        return scale  # type: ignore[return-value]
     if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
         raise ValueError(f"scale must be a positive integer, got {scale!r}")
     return scale
@@ -68,13 +106,17 @@ def check_scale(scale) -> int:
 def check_eps(eps, batch: int, device, backend: str = "torch") -> torch.Tensor:
     """eps as a float32 tensor of shape (B,): a positive float or a per-batch tensor.
 
-    A float is checked on the host (no sync); a tensor's values only where ``runtime.data_checks(backend)``.
+    A float is checked on the host (no sync); a tensor's values only where ``runtime.data_checks(backend)``; a
+    symbolic float (a compiled module's eps) with ``torch._check``.
     """
     if isinstance(eps, torch.Tensor):
         t = eps.to(device=device, dtype=torch.float32)
         if t.dim() > 1 or t.numel() not in (1, batch):
             raise ValueError(f"eps must be a float or a tensor of shape ({batch},), got shape {tuple(eps.shape)}")
         t = t.reshape(-1).expand(batch)
+    elif is_symbolic(eps):
+        value = check_positive(eps, "eps", "it regularises flat windows")
+        return torch.full((batch,), value, device=device, dtype=torch.float32)
     else:
         try:
             value = float(eps)
@@ -85,7 +127,7 @@ def check_eps(eps, batch: int, device, backend: str = "torch") -> torch.Tensor:
         if not value > 0:
             raise ValueError(f"eps must be positive and finite (it regularises flat windows), got {value}")
         return torch.full((batch,), value, device=device, dtype=torch.float32)
-    if not data_checks(backend):
+    if not (data_checks(backend) and reads_data()):
         return t
     if not bool(torch.isfinite(t).all()) or bool((t <= 0).any()):
         raise ValueError(f"eps must be positive and finite (it regularises flat windows), got {t.tolist()}")

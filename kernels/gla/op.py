@@ -13,6 +13,7 @@ from functools import lru_cache
 import torch
 
 from ..runtime import forced_backend
+from ..validate import check_positive, is_symbolic, reads_data
 from .chunked import chunk_gla_scan
 
 __all__ = ["gla", "gla_bidirectional", "fla_available"]
@@ -61,9 +62,17 @@ def _validate(q, k, v, g, scale):
         raise ValueError(f"gla: q, k, v, g must be on one device, got {sorted(map(str, devices))}")
     if scale is None:
         scale = q.shape[-1] ** -0.5
+    elif is_symbolic(scale):  # a compiled call's scale (dynamic=True): checked by torch._check, kept symbolic
+        return g, check_positive(scale, "gla: scale")
     elif not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
         raise ValueError(f"gla: scale must be a positive finite number, got {scale!r}")
     return g, float(scale)
+
+
+def _form() -> str | None:
+    """The intra-chunk form: picked per group from the gates' values in eager calls; while torch.compile or
+    torch.export traces (no reading of values) the explicit form, which is safe for any gate."""
+    return None if reads_data() else "explicit"
 
 
 def _fla_gla(q, k, v, g, scale):
@@ -105,7 +114,8 @@ def gla(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
             q, k, v, g = (t.flip(1) for t in (q, k, v, g))
         o = _fla_gla(q, k, v, g, scale)
         return o.flip(1) if reverse else o
-    o_fwd, o_bwd = chunk_gla_scan(None if reverse else (q, k, v, g), (q, k, v, g) if reverse else None, scale)
+    o_fwd, o_bwd = chunk_gla_scan(None if reverse else (q, k, v, g), (q, k, v, g) if reverse else None, scale,
+                                  form=_form())
     return o_bwd if reverse else o_fwd
 
 
@@ -146,9 +156,9 @@ def gla_bidirectional(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torc
         o_fwd, o_bwd = o.chunk(2, dim=0)
         o_bwd = o_bwd.flip(1)
     elif merge is not None:
-        return chunk_gla_scan((q, k, v, g), (q, k_reverse, v, g_reverse), scale, merge=merge)
+        return chunk_gla_scan((q, k, v, g), (q, k_reverse, v, g_reverse), scale, merge=merge, form=_form())
     else:
-        o_fwd, o_bwd = chunk_gla_scan((q, k, v, g), (q, k_reverse, v, g_reverse), scale)
+        o_fwd, o_bwd = chunk_gla_scan((q, k, v, g), (q, k_reverse, v, g_reverse), scale, form=_form())
     if merge is None:
         return o_fwd, o_bwd
     needs_grad = torch.is_grad_enabled() and (o_fwd.requires_grad or o_bwd.requires_grad)

@@ -277,10 +277,17 @@ class GuidedFilter(nn.Module):
         torch.Size([1, 3, 64, 64])
     """
 
-    def __init__(self, radius: int, eps: float, border: str = "valid", scale: int = 1) -> None:
+    eps: float | torch.Tensor
+
+    def __init__(self, radius: int, eps: float | torch.Tensor, border: str = "valid", scale: int = 1) -> None:
         super().__init__()
-        self.radius, self.eps = check_radius(radius), eps
+        self.radius = check_radius(radius)
         self.border, self.scale = check_border(border), check_scale(scale)
+        if isinstance(eps, torch.Tensor):
+            # a buffer follows .to() / .cuda() with the module; not persistent, so state_dicts stay as they were
+            self.register_buffer("eps", eps, persistent=False)
+        else:
+            self.eps = eps
 
     def forward(self, guide: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
         return guided_filter(guide, src, self.radius, self.eps, self.border, self.scale)

@@ -43,7 +43,9 @@ def _fit_fake(f, p, eps, weights, cf, cp, radii, border, s, backend, save):
     coeffs = f.new_empty(B, C, K + 1, gh, gw)
     if not save:
         return coeffs, [], []
-    X = [f.new_empty(B, layout(K, C).NM, gh, gw) for _ in radii]
+    # the channel counts pick the moment layout (a cached table): symbolic under torch.compile(dynamic=True),
+    # so they are specialised here (int() guards on them), as the real kernel's layout is per (K, C) anyway
+    X = [f.new_empty(B, layout(int(K), int(C)).NM, gh, gw) for _ in radii]
     fits = [f.new_empty(B, C, K + 1, gh, gw) for _ in radii] if weights is not None else []
     return coeffs, X, fits
 
@@ -103,7 +105,15 @@ def _apply_fake(f, coeffs, sh, sw, backend):
 def apply_backward_op(f: Tensor, coeffs: Tensor, g: Tensor, sh: float, sw: float, backend: str, need_f: bool,
                       need_coeffs: bool) -> tuple[Tensor, Tensor]:
     df, dco = _impl(backend).apply_backward(f, coeffs, g, sh, sw, need_f, need_coeffs)
-    return (f.new_empty(0) if df is None else df), (coeffs.new_empty(0) if dco is None else dco)
+    return (f.new_empty(0) if df is None else _laid_out_like(df, f)), \
+        (coeffs.new_empty(0) if dco is None else _laid_out_like(dco, coeffs))
+
+
+def _laid_out_like(out: Tensor, ref: Tensor) -> Tensor:
+    """``out`` with the strides of ``empty_like(ref)``, which the fake promises (Inductor asserts them; a path may
+    return a view into a padded buffer)."""
+    like = torch.empty_like(ref)
+    return out if out.stride() == like.stride() else like.copy_(out)
 
 
 @apply_backward_op.register_fake

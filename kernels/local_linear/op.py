@@ -16,7 +16,7 @@ from ..border import check_border
 from ..runtime import choose, jit, register_path
 from ..guided.reference import low_res_radius
 from ..runtime import data_checks
-from ..validate import check_all_finite, check_image, check_radius, check_scale
+from ..validate import check_all_finite, check_image, check_positive, check_radius, check_scale, is_symbolic
 from .library import apply_op, fit_op
 
 MAX_FEATURES = 8
@@ -73,6 +73,8 @@ def _check_eps(eps, batch: int, k: int, device, dtype, backend: str) -> torch.Te
             raise ValueError(f"eps must be a float, a tensor of shape ({k},) (one per feature) or ({batch}, {k}), "
                              f"got shape {tuple(eps.shape)}")
         values = t.detach()
+    elif is_symbolic(eps):  # a compiled module's float eps: torch._check, no reading (validate.is_symbolic)
+        return torch.full((batch, k), check_positive(eps, "eps"), device=device, dtype=dtype)
     else:
         try:
             value = float(eps)
@@ -312,10 +314,16 @@ class LocalLinearFit(nn.Module):
         torch.Size([1, 3, 5, 16, 16])
     """
 
-    def __init__(self, radius: int, eps, scale: int = 1, border: str = "valid") -> None:
+    eps: float | torch.Tensor
+
+    def __init__(self, radius: int, eps: float | torch.Tensor, scale: int = 1, border: str = "valid") -> None:
         super().__init__()
-        self.radius, self.eps = check_radius(radius), eps
+        self.radius = check_radius(radius)
         self.scale, self.border = check_scale(scale), check_border(border)
+        if isinstance(eps, torch.Tensor):  # follows .to() as GuidedFilter's does; not in the state_dict
+            self.register_buffer("eps", eps, persistent=False)
+        else:
+            self.eps = eps
 
     def forward(self, features: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return local_linear_fit(features, target, self.radius, self.eps, self.scale, self.border)

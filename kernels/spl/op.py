@@ -13,7 +13,7 @@ import torch
 
 from ..border import check_border
 from ..runtime import choose, data_checks, register_path
-from ..validate import check_all_finite, check_finite, check_image, check_radius
+from ..validate import check_all_finite, check_finite, check_image, check_positive, check_radius
 from . import torch_path
 from .defaults import SPL_DEFAULTS
 
@@ -246,12 +246,7 @@ def structure_loss(source: torch.Tensor, edited: torch.Tensor, radius: int = SPL
     border = check_border(border)
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    try:
-        eps = float(eps)
-    except (TypeError, ValueError):
-        raise ValueError(f"eps must be a positive float, got {eps!r}") from None
-    if not (math.isfinite(eps) and eps > 0):
-        raise ValueError(f"eps must be positive and finite (it regularises flat windows), got {eps}")
+    eps = check_positive(eps, "eps", "it regularises flat windows")  # symbolic under torch.compile: torch._check
     work = torch.float64 if torch.float64 in (source.dtype, edited.dtype) else torch.float32
     backend = _backend(source, work, border)
     # compiled graphs cannot read tensor values either: check there as on the Triton path
