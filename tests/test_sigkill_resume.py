@@ -1,0 +1,150 @@
+"""Issue 38, acceptance 3: SIGKILL at random moments of a short `vision finetune`, then `--resume`, ends with the
+weights of an uninterrupted run (bit for bit), or at most a one-line refusal that names the damaged file; never a
+traceback, never a silent divergence.
+
+Each trial starts the real command in a subprocess on a fresh run folder, kills it (SIGKILL: no handler runs) at
+a seeded random moment of its training (from the moment the run folder appears to the end of an uninterrupted
+run), resumes it to the end and compares every saved tensor. 5 trials by default; VISION_SIGKILL_TRIALS=20 for
+the issue's 20 (about 20 s a trial, two at a time on 2 cores)."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+TRIALS = int(os.environ.get("VISION_SIGKILL_TRIALS", "5"))
+SEED = int(os.environ.get("VISION_SIGKILL_SEED", "38"))
+TINY = dict(depth=4, embed_dim=32, num_heads=2)
+
+
+def _data(root: Path) -> Path:
+    """The bundled scenes cut into twelve 32 x 32 crops, as images/ + targets/ (test_finetune.Crop)."""
+    from test_finetune import Crop
+
+    from vision.io import write_image
+
+    (root / "images").mkdir(parents=True)
+    (root / "targets").mkdir()
+    src = Crop("depth")
+    for i in range(len(src)):
+        s = src[i]
+        write_image(root / "images" / f"{s['name']}.png", s["image"].permute(1, 2, 0).numpy(), bits=16)
+        np.save(root / "targets" / f"{s['name']}.npy", s["target"][0].numpy())
+    return root
+
+
+def _command(data: Path, run: Path, *extra) -> list[str]:
+    return [sys.executable, "-m", "vision.pipelines.cli", "finetune", "--task", "depth", "--data", str(data),
+            "-o", str(run), "--epochs", "4", "--batch-size", "2", "--img-size", "32", "--lora-rank", "0",
+            "--ema", "0.9", "--mixed-precision", "no", "--cpu", "--threads", "1", "--seed", "3", "--quiet",
+            "--backbone-kwargs", json.dumps(TINY), *extra]
+
+
+ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
+def _weights(run: Path) -> dict:
+    """Every tensor the run keeps: the kept weights and the last epoch's (state/resume.safetensors)."""
+    out = {f"model/{k}": v for k, v in load_file(str(run / "model.safetensors")).items()}
+    out.update({f"resume/{k}": v for k, v in load_file(str(run / "state" / "resume.safetensors")).items()})
+    return out
+
+
+def _differs(a: dict, b: dict) -> list[str]:
+    if set(a) != set(b):
+        return sorted(set(a) ^ set(b))
+    return [k for k in a if not torch.equal(a[k], b[k])]
+
+
+def _one_line_refusal(stderr: str) -> bool:
+    lines = stderr.strip().splitlines()
+    return len(lines) == 1 and "Traceback" not in stderr and "error" in lines[0]
+
+
+def _left(run: Path) -> str:
+    """What a kill left: the epoch of the complete checkpoint, and a staging or previous folder if any."""
+    try:
+        epoch = json.loads((run / "state" / "checkpoint.json").read_text())["state"]["epoch"]
+    except (OSError, ValueError, KeyError, TypeError):
+        epoch = None
+    extra = sorted(p.name for p in run.glob(".state.*")) if run.is_dir() else []
+    return f"checkpoint after epoch {epoch}" + "".join(f", {e}" for e in extra) if epoch is not None \
+        else "no checkpoint" + "".join(f", {e}" for e in extra)
+
+
+def _trial(data: Path, run: Path, delay: float, reference: dict) -> dict:
+    """Start, SIGKILL ``delay`` s after the run folder appears, --resume to the end, compare."""
+    proc = subprocess.Popen(_command(data, run), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    end = time.monotonic() + 300
+    while not run.exists() and proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.01)
+    time.sleep(delay)
+    finished = proc.poll() is not None
+    proc.send_signal(signal.SIGKILL)
+    _, err = proc.communicate()
+    killed = proc.returncode == -signal.SIGKILL
+    at_kill = _left(run)
+    if not killed and proc.returncode != 0:
+        return dict(delay=delay, outcome="first run failed", detail=err.strip()[-400:])
+    res = subprocess.run(_command(data, run, "--resume"), env=ENV, capture_output=True, text=True, timeout=600)
+    base = dict(delay=round(delay, 2), killed=killed and not finished, left=at_kill)
+    if res.returncode != 0:
+        refused = _one_line_refusal(res.stderr)
+        return dict(base, outcome="refused in one line" if refused else "traceback or garbled error",
+                    detail=res.stderr.strip()[-400:])
+    differ = _differs(_weights(run), reference)
+    return dict(base, outcome="same weights" if not differ else "DIVERGED", detail=differ[:5])
+
+
+@pytest.mark.slow  # real subprocesses: about 20 s per trial, two at a time
+def test_sigkill_at_random_moments_then_resume_gives_the_uninterrupted_weights(tmp_path):
+    data = _data(tmp_path / "data")
+    whole = tmp_path / "whole"
+    t0 = time.monotonic()
+    proc = subprocess.Popen(_command(data, whole), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    while not whole.exists() and proc.poll() is None:
+        time.sleep(0.01)
+    appeared, seen = time.monotonic(), {}
+    while proc.poll() is None:  # when each epoch's checkpoint is published
+        seen.setdefault(_left(whole), time.monotonic() - appeared)
+        time.sleep(0.01)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    ended = time.monotonic() - appeared
+    uninterrupted = time.monotonic() - t0
+    reference = _weights(whole)
+    marks = sorted(t for k, t in seen.items() if re.fullmatch(r"checkpoint after epoch \d+", k))
+    assert len(marks) >= 2, seen
+    epoch = (marks[-1] - marks[0]) / (len(marks) - 1)
+    start = max(0.0, marks[0] - epoch)  # training starts about an epoch before the first checkpoint
+    rng = random.Random(SEED)
+    delays = [rng.uniform(start, ended) for _ in range(TRIALS)]  # from the first step to the end
+    with ThreadPoolExecutor(2) as pool:  # (two at a time: the moments are random anyway)
+        results = list(pool.map(lambda i: _trial(data, tmp_path / f"run{i}", delays[i], reference), range(TRIALS)))
+    outcomes, left = {}, {}
+    for r in results:
+        outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
+        left[r["left"]] = left.get(r["left"], 0) + 1
+    report = "\n".join(json.dumps(r) for r in results)
+    print(f"\n{TRIALS} SIGKILL trials (seed {SEED}; uninterrupted run {uninterrupted:.0f} s, training "
+          f"from {start:.1f} to {ended:.1f} s after the run folder appears, epochs {epoch:.1f} s; all "
+          f"{time.monotonic() - t0:.0f} s): {outcomes}\nkills left: {left}\n{report}")
+    bad = [r for r in results if r["outcome"] not in ("same weights", "refused in one line")]
+    assert not bad, report
+    # a refusal is allowed by the issue, but none is expected: the checkpoints are atomic
+    assert outcomes.get("same weights", 0) == TRIALS, report
+    assert sum(r["killed"] for r in results) >= TRIALS // 2, report  # most kills landed while it ran
