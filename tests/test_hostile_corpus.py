@@ -115,6 +115,33 @@ def test_a_checkpoint_that_cannot_be_written_stops_the_run_and_keeps_the_best_we
     assert read_metadata(out)["vision.train.epochs"] == "1"
 
 
+def test_sigterm_and_a_full_disk_rescue_the_weights_beside_the_checkpoint(tmp_path, capsys, monkeypatch):
+    """SIGTERM saves a mid-epoch checkpoint (where --resume trains on), so when -o cannot be written the best
+    weights so far go to NAME.rescued.safetensors rather than only into the checkpoint."""
+    import os
+    import signal
+
+    from vision.pipelines.cli import train_denoiser as T
+
+    out = tmp_path / "w.safetensors"
+    calls, real = {"n": 0}, T.loss_fn
+
+    def sigterm(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 3:  # the first step of epoch 2
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(T, "loss_fn", sigterm)
+        _full_disk(m, _is_output)
+        assert main([*_tiny(tmp_path, epochs=3), "-o", str(out)]) == 1
+    one_line_error(capsys, "No space left on device", "w.rescued.safetensors", "after epoch 1", "--resume")
+    from vision.denoise.flnr import read_metadata
+
+    assert read_metadata(tmp_path / "w.rescued.safetensors")["vision.train.epochs"] == "1" and not out.exists()
+
+
 # --------------------------------------------------------------------------- the corpus (issue 38, acceptance 2)
 
 @pytest.mark.slow  # ~60 subprocesses, two at a time: about 2-3 minutes on 2 idle cores
