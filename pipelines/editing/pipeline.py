@@ -35,7 +35,7 @@ from diffusers.image_processor import VaeImageProcessor
 from diffusers.utils.torch_utils import randn_tensor
 
 from vision.pipelines.editing.config import StructurePreservationConfig, StructurePreservationReport
-from vision.pipelines.editing.restorer import LatentRestorer
+from vision.pipelines.editing.restorer import LatentRestorer, spl_progress_bar
 
 try:  # a package import, or this folder loaded by diffusers as custom_pipeline=<folder>
     from .attention_control import AttentionControl, attention_control
@@ -223,7 +223,7 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
         guided = [i for i in range(len(timesteps))
                   if structure_preservation and cfg.steps_per_guidance > 0 and i / len(timesteps) >= cfg.start - 1e-9]
         post = structure_preservation and cfg.post_process and output_type != "latent"
-        spl_bar = self._spl_progress(len(guided) * cfg.steps_per_guidance + (cfg.post_steps if post else 0))
+        spl_bar = spl_progress_bar(self, len(guided) * cfg.steps_per_guidance + (cfg.post_steps if post else 0))
         with self.progress_bar(total=len(timesteps)) as bar, attention_control(self.unet, control):
             for i, t in enumerate(timesteps):
                 control.step = i
@@ -274,23 +274,6 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
         out = ImagePipelineOutput(images=images)
         out.structure_preservation = self.structure_preservation_report
         return out
-
-    def _spl_progress(self, total: int):
-        """A bar over the SPL SGD steps from the pipeline's own ``progress_bar`` (its config applies)."""
-        if total <= 0:
-            return _NoBar()
-        bar = self.progress_bar(total=total)
-        if "desc" not in (getattr(self, "_progress_bar_config", None) or {}):
-            bar.set_description("SPL guidance", refresh=False)
-        return bar
-
-
-class _NoBar:
-    def update(self, n=1):
-        pass
-
-    def close(self):
-        pass
 
 
 _SHIM = ('"""Written by StructurePreservingEditPipeline.save_pretrained: the class comes from the installed '

@@ -56,6 +56,25 @@ def offload_link_suspended(vae):
             h.prev_module_hook = prev
 
 
+class _NoBar:
+    def update(self, n=1):
+        pass
+
+    def close(self):
+        pass
+
+
+def spl_progress_bar(pipe, total: int):
+    """A bar over ``total`` SPL SGD steps from the pipeline's own ``progress_bar``, so
+    ``pipe.set_progress_bar_config`` (``disable=True`` among the rest) applies to it too."""
+    if total <= 0:
+        return _NoBar()
+    bar = pipe.progress_bar(total=total)
+    desc = (getattr(pipe, "_progress_bar_config", None) or {}).get("desc")
+    bar.set_description(f"{desc} (SPL guidance)" if desc else "SPL guidance", refresh=False)
+    return bar
+
+
 def aspect_check(src_hw, out_hw):
     (h, w), (H, W) = src_hw, out_hw
     if abs((w / h) / (W / H) - 1) > ASPECT_TOLERANCE:

@@ -62,7 +62,7 @@ import types
 import torch
 
 from .config import StructurePreservationConfig, StructurePreservationReport
-from .restorer import LATENT_UPDATES, LatentRestorer, aspect_check, source_tensor  # noqa: F401 (LATENT_UPDATES re-exported)
+from .restorer import LATENT_UPDATES, LatentRestorer, aspect_check, source_tensor, spl_progress_bar  # noqa: F401 (LATENT_UPDATES re-exported)
 from .schedulers import _schedule_index, scheduler_family, x0_coefficients
 from .spl_callback import SPLGuidanceCallback
 
@@ -237,14 +237,6 @@ def _call_config(config: StructurePreservationConfig, override) -> StructurePres
                     f"{type(override).__name__}")
 
 
-def _progress(pipe, total: int):
-    """The pipeline's own progress bar (``pipe.set_progress_bar_config`` applies) over the call's SGD steps."""
-    bar = pipe.progress_bar(total=total)
-    if "desc" not in (getattr(pipe, "_progress_bar_config", None) or {}):
-        bar.set_description("SPL guidance", refresh=False)
-    return bar
-
-
 def _with_report(out, report: StructurePreservationReport):
     if not isinstance(out, tuple):
         try:
@@ -286,7 +278,7 @@ def _run_guided(base_call, pipe, args, kwargs, options):
         prepared = _prepared_source(pipe, call["image"], call.get("height"), call.get("width"))
     restorer = LatentRestorer(prepared, cfg, mask=settings.mask, check_aspect=explicit)
     restorer.vae, restorer.decode_fn = vae, vae.decode  # the VAE's own decode, bound before the hook
-    guide = CallGuide(restorer, cfg.start, cfg.post_process, progress=functools.partial(_progress, pipe))
+    guide = CallGuide(restorer, cfg.start, cfg.post_process, progress=functools.partial(spl_progress_bar, pipe))
     try:
         # the hooks live on the scheduler and VAE objects for this call only
         with guided_step(sched, guide), instance_hook(vae, "decode", guide.decode):
