@@ -20,11 +20,11 @@ TOL = dict(rtol=1e-5, atol=1e-5)  # float32 rounding: the compiled graph may fus
 GLA_BACKEND = os.environ.get("VISION_COMPILE_BACKEND", "aot_eager")
 
 
-def _inputs(seed: int = 0):
+def _inputs(seed: int = 0, size: tuple[int, int] = (24, 20)):
     g = torch.Generator().manual_seed(seed)
-    x = torch.rand(1, 3, 24, 20, generator=g)
-    return dict(x=x, y=torch.rand(1, 3, 24, 20, generator=g), gray=torch.rand(1, 1, 24, 20, generator=g),
-                f=torch.rand(1, 4, 24, 20, generator=g), q=torch.randn(1, 16, 2, 8, generator=g),
+    x = torch.rand(1, 3, *size, generator=g)
+    return dict(x=x, y=torch.rand(1, 3, *size, generator=g), gray=torch.rand(1, 1, *size, generator=g),
+                f=torch.rand(1, 4, *size, generator=g), q=torch.randn(1, 16, 2, 8, generator=g),
                 k=torch.randn(1, 16, 2, 8, generator=g), v=torch.randn(1, 16, 2, 8, generator=g),
                 g=torch.nn.functional.logsigmoid(torch.randn(1, 16, 2, 8, generator=g)) / 16)
 
@@ -57,7 +57,8 @@ MODULES = {"BoxFilter": (lambda: K.BoxFilter(2), lambda t: (t["x"],)),
            "GuidedFilter": (lambda: K.GuidedFilter(2, 1e-2, scale=2), lambda t: (t["gray"], t["x"])),
            "GuidedFilter-tensor-eps": (lambda: K.GuidedFilter(2, torch.tensor([1e-2])), lambda t: (t["x"], t["y"])),
            "LocalLinearFit": (lambda: K.LocalLinearFit(2, 1e-2, scale=2), lambda t: (t["f"], t["x"])),
-           "LocalLinearApply": (lambda: K.LocalLinearApply(), lambda t: (t["f"], _coeffs(t)))}
+           # scale given: inferring it from the sizes (scale=None) is a search over integers, which specialises them
+           "LocalLinearApply": (lambda: K.LocalLinearApply(scale=2), lambda t: (t["f"], _coeffs(t)))}
 
 
 def test_every_public_op_is_covered():
@@ -94,12 +95,15 @@ def test_compiled_forward_and_backward_match_eager(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", MODULES)
 def test_export_module_matches_eager(name):
+    """Exported with dynamic height and width (the coefficient grid's for coeffs), then run at another size."""
     make, inputs = MODULES[name]
     module = make()
     args = inputs(_inputs())
-    program = torch.export.export(module, args)
+    auto = torch.export.Dim.AUTO
+    dims = tuple({3: auto, 4: auto} if a.dim() == 5 else {2: auto, 3: auto} for a in args)
+    program = torch.export.export(module, args, dynamic_shapes=dims)
     torch.testing.assert_close(program.module()(*args), module(*args), **TOL)
-    other = inputs(_inputs(seed=3))  # the exported graph holds no input values
+    other = inputs(_inputs(seed=3, size=(18, 26)))  # other values, another size: the same graph
     torch.testing.assert_close(program.module()(*other), module(*other), **TOL)
 
 

@@ -15,7 +15,7 @@ from torch import nn
 from ..border import check_border
 from ..runtime import choose, register_path
 from ..box.op import effective_radius
-from ..validate import check_all_finite, check_eps, check_image, check_radius, check_scale
+from ..validate import check_all_finite, check_eps, check_image, check_radius, check_scale, is_symbolic
 from . import cpu_banded, torch_path
 from .reference import low_res_radius, subsample_index
 
@@ -186,7 +186,7 @@ _filter_op.register_autograd(_filter_backward, setup_context=_setup(True))
 _coeffs_op.register_autograd(_coeffs_backward, setup_context=_setup(False))
 
 
-def guided_filter(guide: torch.Tensor, src: torch.Tensor, radius: int, eps, border: str = "valid",
+def guided_filter(guide: torch.Tensor, src: torch.Tensor, radius: int, eps: float | torch.Tensor, border: str = "valid",
                   scale: int = 1) -> torch.Tensor:
     r"""Guided filter of He, Sun and Tang (ECCV 2010 / TPAMI 2013): ``src`` smoothed as a local linear
     function of ``guide`` in every (2r+1)^2 window, so edges of the guide survive.
@@ -252,8 +252,7 @@ def guided_filter(guide: torch.Tensor, src: torch.Tensor, radius: int, eps, bord
     if scale == 1:
         r = effective_radius(radius, h, w, border)
         return _filter_op(I, p, eps_t, r, border, backend).to(out_dtype)
-    iy = torch.as_tensor(subsample_index(h, scale), device=I.device)
-    ix = torch.as_tensor(subsample_index(w, scale), device=I.device)
+    iy, ix = _subsample_index(h, scale, I.device), _subsample_index(w, scale, I.device)
     I_lo = I.index_select(2, iy).index_select(3, ix).contiguous()
     p_lo = I_lo if p is I else p.index_select(2, iy).index_select(3, ix).contiguous()
     r = effective_radius(low_res_radius(radius, scale), *I_lo.shape[-2:], border)
@@ -265,6 +264,16 @@ def guided_filter(guide: torch.Tensor, src: torch.Tensor, radius: int, eps, bord
         c = ma.shape[1]
         q = (up(ma.flatten(1, 2)).unflatten(1, (c, 3)) * I[:, None]).sum(2) + up(mb)
     return q.to(out_dtype)
+
+
+def _subsample_index(n: int, scale: int, device) -> torch.Tensor:
+    """``reference.subsample_index`` as a tensor; the same integer formula in torch ops where ``n`` is symbolic
+    (torch.export with dynamic sizes cannot build a NumPy array from it)."""
+    if not is_symbolic(n):
+        return torch.as_tensor(subsample_index(n, scale), device=device)
+    m = torch.sym_max(n // scale, 1)
+    i = torch.arange(m, device=device)
+    return (((2 * i + 1) * n + m * (1 - scale)) // (2 * m)).clamp(0, n - 1)
 
 
 class GuidedFilter(nn.Module):

@@ -8,6 +8,7 @@ backwards that are custom ops too) on that backend (ARCHITECTURE.md, "Adding an 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -115,7 +116,8 @@ def _check_radii(radius, weights, batch: int, grid: tuple[int, int], device, dty
     return radii, weights.to(dtype).contiguous()
 
 
-def local_linear_fit(features: torch.Tensor, target: torch.Tensor, radius, eps, scale: int = 1,
+def local_linear_fit(features: torch.Tensor, target: torch.Tensor, radius: int | Sequence[int],
+                     eps: float | torch.Tensor, scale: int = 1,
                      border: str = "valid", weights: torch.Tensor | None = None) -> torch.Tensor:
     r"""Local linear regression: in every window, a ridge fit of each target channel on K feature channels
     plus a constant; returns the coefficients averaged over the overlapping windows.
