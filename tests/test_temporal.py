@@ -291,3 +291,14 @@ def test_sequence_bench_scores_equal_hand_computed_numbers(tmp_path):
     assert res["double"]["stability"] == pytest.approx(10 * np.log10(1 / diff), abs=1e-9)
     with pytest.raises(ValueError, match="--sequences: x not in"):
         read_sequences(tmp_path, ["x"])
+    from PIL import Image
+
+    from vision.pipelines.bench.denoise_sequences import write_figures
+
+    last: dict = {}
+    score_sequence(frames, {"double": lambda d, s: 2 * d["reference"]}, first=2, last=last)
+    paths = write_figures(tmp_path / "figs", "s", last, ["double"])
+    assert [p.name for p in paths] == ["s_frame.png", "s_flicker.png"]
+    flicker = np.asarray(Image.open(paths[1]))  # the map of the one method: its last difference's error, x4
+    want = np.clip(4 * np.abs(tonemap(2 * refs[2]) - tonemap(2 * refs[1]) - (tm[2] - tm[1])).mean(-1), 0, 1)
+    assert flicker.shape[0] > want.shape[0] and flicker.mean() > 0 and want.mean() > 0

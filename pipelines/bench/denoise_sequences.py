@@ -31,6 +31,7 @@ EPILOG = """examples:
   blender -b -noaudio --factory-startup -t 1 --python benchmarks/denoise/blender_seq.py -- data/seq
   vision bench denoise-sequences data/seq
   vision bench denoise-sequences data/seq --sequences orbit --methods temporal,flnr --json seq.json
+  vision bench denoise-sequences data/seq --figures figs/   # figs/SEQ_frame.png, figs/SEQ_flicker.png
 
 Acceptance (issue 37): temporal PSNR >= OIDN high's, stability >= OIDN high's + 4.8 dB, disoccluded PSNR >=
 per-frame FLNR's - 0.3 dB, per sequence.
@@ -45,6 +46,9 @@ def add_arguments(p) -> None:
                    help=f"comma-separated, from: {', '.join(METHODS)} (default: oidn high,oidn fast,flnr,temporal)")
     p.add_argument("--from", dest="first", type=int, default=4, help="first scored frame (default 4)")
     p.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
+    p.add_argument("--figures", type=Path, default=None, metavar="DIR",
+                   help="also write, per sequence, DIR/SEQ_frame.png (the last frame: noisy, each method, reference) "
+                        "and DIR/SEQ_flicker.png (each method's error in the last frame-to-frame difference)")
 
 
 def read_sequences(folder: Path, names=None) -> dict[str, list[dict]]:
@@ -159,8 +163,10 @@ def methods(names):
     return {n: table[n]() for n in names}
 
 
-def score_sequence(frames: list[dict], runners: dict, first: int, progress=None) -> dict[str, dict]:
-    """Per method: PSNR, stability and disoccluded PSNR over frames >= ``first`` (see the module docstring)."""
+def score_sequence(frames: list[dict], runners: dict, first: int, progress=None, last: dict | None = None
+                   ) -> dict[str, dict]:
+    """Per method: PSNR, stability and disoccluded PSNR over frames >= ``first`` (see the module docstring).
+    ``last``: a dict that receives the last two frames' noisy colour, references and outputs (for figures)."""
     states = {n: {} for n in runners}
     prev_out = {n: None for n in runners}
     acc = {n: {"psnr": [], "diff": [], "dis": [], "dis_n": 0, "seconds": 0.0} for n in runners}
@@ -189,10 +195,36 @@ def score_sequence(frames: list[dict], runners: dict, first: int, progress=None)
             prev_out[name] = (out, d["reference"])
         if progress:
             progress()
+        if last is not None:
+            last["previous"] = last.get("current")
+            last["current"] = {"noisy": d["color"], "reference": d["reference"],
+                               **{n: prev_out[n][0] for n in runners}}
         prev, prev_mask = d, mask
     return {n: {"psnr": float(np.mean(a["psnr"])), "stability": _db(float(np.mean(a["diff"]))),
                 "disoccluded": _db(sum(a["dis"]) / max(a["dis_n"], 1)), "disoccluded_pixels": a["dis_n"],
                 "seconds_per_frame": a["seconds"] / len(frames)} for n, a in acc.items()}
+
+
+def write_figures(folder: Path, seq: str, last: dict, names: list[str]) -> list[Path]:
+    """``SEQ_frame.png``: the last frame, noisy, each method and the reference, tonemapped; ``SEQ_flicker.png``:
+    per method, ``|d out - d ref|`` (mean over channels, x4) of the last frame-to-frame difference, where flicker
+    shows (black = the output changes as the reference does). Pixels doubled (nearest) for small renders."""
+    from vision.denoise.metrics import tonemap
+    from vision.figures import side_by_side
+
+    cur, prev = last.get("current"), last.get("previous")
+    if cur is None:
+        return []
+    folder.mkdir(parents=True, exist_ok=True)
+    up = max(1, 256 // max(1, cur["reference"].shape[0]))
+    big = lambda x: np.repeat(np.repeat(x, up, 0), up, 1)  # noqa: E731
+    out = [side_by_side([big(tonemap(cur[k])) for k in ("noisy", *names, "reference")],
+                        ["noisy", *names, "reference"], folder / f"{seq}_frame.png")]
+    if prev is not None:
+        dref = tonemap(cur["reference"]) - tonemap(prev["reference"])
+        maps = [big(np.clip(4 * np.abs(tonemap(cur[n]) - tonemap(prev[n]) - dref).mean(-1), 0, 1)) for n in names]
+        out.append(side_by_side(maps, [f"{n}: flicker x4" for n in names], folder / f"{seq}_flicker.png"))
+    return out
 
 
 def run(args) -> int:
@@ -206,10 +238,18 @@ def run(args) -> int:
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     runners = methods(names)
     rows, results = [], {}
+    if args.figures is not None:  # before anything runs
+        if args.figures.exists() and not args.figures.is_dir():
+            raise ValueError(f"--figures {args.figures}: not a folder")
+        args.figures.mkdir(parents=True, exist_ok=True)
     bar = tqdm(total=sum(len(v) for v in seqs.values()), desc="sequences", unit="frame", file=sys.stderr)
     for seq, frames in seqs.items():
-        res = score_sequence(frames, runners, args.first, progress=lambda: bar.update(1))
+        last: dict = {}
+        res = score_sequence(frames, runners, args.first, progress=lambda: bar.update(1), last=last)
         results[seq] = res
+        if args.figures is not None:
+            for path in write_figures(args.figures, seq, last, names):
+                print(f"wrote {path}", file=sys.stderr)
         for n, r in res.items():
             rows.append({"sequence": seq, "method": n, "PSNR": f"{r['psnr']:.2f}", "stability": f"{r['stability']:.2f}",
                          "disoccluded": f"{r['disoccluded']:.2f}", "s/frame": f"{r['seconds_per_frame']:.3f}"})
