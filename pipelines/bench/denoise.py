@@ -253,7 +253,9 @@ def temporal_step(d: dict):
     den = TemporalDenoiser()
     h, w = d["color"].shape[:2]
     motion = np.broadcast_to(np.array([0.37, 0.21, -0.37, -0.21], np.float32), (h, w, 4)).copy()
-    guides = {k: torch.from_numpy(d[k]) for k in ("albedo", "normal", "depth", "ao", "emission") if k in d}
+    from vision.data.fields import GUIDES
+
+    guides = {k: torch.from_numpy(d[k]) for k in GUIDES if k in d}
     color, motion = torch.from_numpy(d["color"]), torch.from_numpy(motion)
     return lambda _: den(color, motion=motion, **guides)
 

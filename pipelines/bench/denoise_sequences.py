@@ -128,7 +128,7 @@ def methods(names):
 
     from vision.denoise import TemporalDenoiser, denoise
 
-    guides = ("albedo", "normal", "depth", "ao", "emission", "position")
+    from vision.data.fields import GUIDES as guides
 
     def per_frame(model):
         def run(d, state):
