@@ -20,6 +20,13 @@ def add_plugin(sub, name: str, mod) -> argparse.ArgumentParser:
     p = sub.add_parser(name, help=getattr(mod, "HELP", mod.DESCRIPTION), description=mod.DESCRIPTION,
                        epilog=getattr(mod, "EPILOG", None), formatter_class=argparse.RawDescriptionHelpFormatter)
     mod.add_arguments(p)
+    # every command and bench: -q / --quiet (warnings and errors only; a plug-in's own --quiet, e.g. "no progress
+    # bar", does that too) and -v / --verbose (debug messages), over VISION_VERBOSITY (vision.kernels.runtime.logs)
+    flags = p._option_string_actions
+    if "-q" not in flags and "--quiet" not in flags:
+        p.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only (VISION_VERBOSITY=warning)")
+    if "-v" not in flags and "--verbose" not in flags:
+        p.add_argument("-v", "--verbose", action="store_true", help="debug messages too (VISION_VERBOSITY=debug)")
     p.set_defaults(func=mod.run)
     return p
 

@@ -16,8 +16,9 @@ from .backends import (BACKENDS, backend_for, explain as explain_backend, forced
 from .paths import choose, explain, register as register_path
 from .switches import (CHECK_MODES, checks, checks_mode, cuda_graphs_enabled, data_checks, numba_enabled,
                        set_checks, set_cuda_graphs, set_numba, use_cuda_graphs, use_numba)
+from .logs import get_logger, get_verbosity, set_verbosity, verbosity
 
 __all__ = ["BACKENDS", "backend_for", "explain", "explain_backend", "choose", "register_path", "forced_backend", "interpreting", "set_backend",
            "triton_available", "use_backend", "CHECK_MODES", "checks", "checks_mode", "data_checks",
            "numba_enabled", "set_checks", "set_numba", "use_numba", "cuda_graphs_enabled", "set_cuda_graphs",
-           "use_cuda_graphs"]
+           "use_cuda_graphs", "get_logger", "get_verbosity", "set_verbosity", "verbosity"]

@@ -17,7 +17,6 @@ pool. Serial loops on our own worker threads measured slower still than numba's 
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from functools import lru_cache
 
@@ -61,8 +60,10 @@ def enabled(*tensors: torch.Tensor) -> bool:
 def _notice() -> None:
     if not _noticed.is_set():
         _noticed.set()
-        print("vision: compiling the CPU kernels (first use after an install: about 20 s, once; the machine code "
-              "is cached)", file=sys.stderr, flush=True)
+        from .logs import get_logger
+
+        get_logger(__name__).info("vision: compiling the CPU kernels (first use after an install: about 20 s, once; "
+                                  "the machine code is cached)")
 
 
 def _compile(nb, fn, signature: str):

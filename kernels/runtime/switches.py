@@ -6,6 +6,7 @@
 | numba loops for the CPU float32 inference paths | ``VISION_NUMBA`` | ``set_numba`` / ``use_numba`` | ``1``, ``0`` |
 | backend of every op (:mod:`.backends`) | ``VISION_BACKEND`` | ``set_backend`` / ``use_backend`` | unset (automatic), ``torch``, ``triton`` |
 | CUDA-graph capture (``vision.restore``'s fused loop) | ``VISION_CUDA_GRAPHS`` | ``set_cuda_graphs`` / ``use_cuda_graphs`` | ``on``, ``off`` |
+| messages that are not results (:mod:`.logs`) | ``VISION_VERBOSITY`` | ``set_verbosity`` / ``verbosity`` | ``info``, ``error``, ``warning``, ``debug`` |
 
 Switches are read at every call, so a test or a script can flip them at any time.
 

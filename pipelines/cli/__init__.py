@@ -71,8 +71,14 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return 2
+        level = "debug" if getattr(args, "verbose", False) else "warning" if getattr(args, "quiet", False) else None
         try:
-            return int(args.func(args) or 0)
+            if level is None:
+                return int(args.func(args) or 0)
+            from vision.kernels.runtime import verbosity
+
+            with verbosity(level):  # this command only (main may run in a caller's process)
+                return int(args.func(args) or 0)
         except (ValueError, FileNotFoundError, FileExistsError) as err:
             # Bad input is the user's to fix: one clear line, no traceback.
             print(f"vision {args.command}: error: {err}", file=sys.stderr)

@@ -128,7 +128,7 @@ def add_arguments(p) -> None:
     p.add_argument("--half", action="store_true",
                    help="write the denoised RGB and alpha as half float (passed-through channels keep their type)")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, and warnings and errors only")
 
 
 # --------------------------------------------------------------------------- sequences
@@ -144,8 +144,10 @@ def check_sequence(patterns, frames: list[Path]) -> None:
             raise ValueError(f"FRAMES: {p} is given twice; a --temporal sequence takes each frame once, in order")
         seen[key] = p
     if len(named) > 1 and named != sorted(named, key=natural_key):
-        print(f"vision denoise: --temporal takes the frames in name order ({frames[0].name} ... {frames[-1].name}), "
-              "not in the order given", file=sys.stderr)
+        from vision.kernels.runtime import get_logger
+
+        get_logger(__name__).warning(f"vision denoise: --temporal takes the frames in name order ({frames[0].name} ... "
+                                  f"{frames[-1].name}), not in the order given")
 
 
 def new_history(args, net, phase):
@@ -161,6 +163,19 @@ def new_history(args, net, phase):
 
 
 # --------------------------------------------------------------------------- run
+
+def warn(message: str) -> None:
+    """A warning line on stderr that keeps the progress bar intact, unless the verbosity (-q is still warning;
+    ``VISION_VERBOSITY=error``) hides warnings."""
+    import logging
+
+    from tqdm import tqdm
+
+    from vision.kernels.runtime import get_verbosity
+
+    if get_verbosity() <= logging.WARNING:
+        tqdm.write(message, file=sys.stderr)
+
 
 def run(args) -> int:
     import torch
@@ -257,7 +272,7 @@ def run(args) -> int:
                 said = line
                 bare = missing_guides(rf)
                 if bare:
-                    tqdm.write(f"vision denoise: warning: {frame}: {bare}", file=sys.stderr)
+                    warn(f"vision denoise: warning: {frame}: {bare}")
             results = []
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", BufferWarning)
@@ -278,8 +293,8 @@ def run(args) -> int:
                                 step = functools.partial(history.accumulate if skip else history, phase=phase)
                             else:
                                 if "motion" not in t and not static:
-                                    tqdm.write(f"vision denoise: warning: {frame}: no motion vectors (a Vector "
-                                               "pass): its history assumes a static camera", file=sys.stderr)
+                                    warn(f"vision denoise: warning: {frame}: no motion vectors (a Vector "
+                                         "pass): its history assumes a static camera")
                                 if "motion" not in t:
                                     static.append(frame)
                                 kw = {"motion": t.get("motion"), "index": t.get("index")}
@@ -307,7 +322,7 @@ def run(args) -> int:
                     notes.append(str(w.message))
             notes += write_output(target, rf, results, header, args.only_rgb, args.half)
             for note in notes:
-                tqdm.write(f"vision denoise: warning: {frame}: {note}", file=sys.stderr)
+                warn(f"vision denoise: warning: {frame}: {note}")
             done += 1
     except BaseException:
         if created and out.is_dir() and not any(out.iterdir()):
