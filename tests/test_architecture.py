@@ -218,7 +218,8 @@ def test_runtime_switches(monkeypatch, env, reader, setter, manager, value):
     from vision.kernels import runtime
 
     read = getattr(runtime, reader)
-    monkeypatch.delenv(env, raising=False)
+    monkeypatch.setenv(env, "")  # records the variable as it was, so the setter's direct write is undone too
+    monkeypatch.delenv(env)
     default = read()
     expected = value if isinstance(value, str) else bool(value)
     assert default != expected

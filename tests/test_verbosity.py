@@ -9,7 +9,8 @@ from vision.pipelines.cli import main
 
 
 def test_levels_filter_the_vision_logger_and_blocks_nest(capsys, monkeypatch):
-    monkeypatch.delenv("VISION_VERBOSITY", raising=False)
+    monkeypatch.setenv("VISION_VERBOSITY", "")  # records the variable as it was: set_verbosity's write is undone
+    monkeypatch.delenv("VISION_VERBOSITY")
     log = get_logger("vision.test")
     assert get_verbosity() == logging.INFO  # the default
     log.info("note one")
