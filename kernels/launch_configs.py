@@ -6,10 +6,9 @@ launchers choose these from a few helpers (``box.sliding.strip_width`` / ``chunk
 row counts, ``local_linear.triton_path._solve_launch`` / ``_tiles``, SPL's ``BY`` / ``BX`` / ``NUM_WARPS``);
 this module calls the same helpers for realistic shapes, so the static compile test
 (``tests/test_static_compile_archs.py``) follows any change to them. ``ARCH_LIMITS`` holds what each target
-allows. Every function takes the target ``arch``: today no launcher needs to choose per architecture (each
-configuration fits sm_80, sm_86, sm_89 and sm_90 alike, BENCHMARKS.md "Static compiles per architecture"), so
-it only labels; a launcher that comes to choose by ``torch.cuda.get_device_capability()`` passes it to its
-chooser here.
+allows. Every function takes the target ``arch`` and hands it to the choosers that differ per architecture
+(``guided.sliding.fit_rows``, ``local_linear.triton_path._solve_launch``), which on a GPU read it from
+``runtime.arch.device_arch``.
 
 Example::
 
@@ -120,7 +119,8 @@ def guided_configs(arch: int, radii=RADII, shapes=SHAPES) -> list[LaunchConfig]:
             for mode in MODES.values():
                 for mod, fit, apply in ((G, G._fit_gray_kernel, G._apply_gray_kernel),
                                         (K, K._fit_color_kernel, K._apply_color_kernel)):
-                    out.append(_cfg(fit, dict(R=r, MODE=mode, BWI=bwi, CH=ch, RB=mod.FIT_RB), 1, f"{case} m={mode}"))
+                    rb = G.fit_rows(mode, bwi, arch) if mod is G else mod.FIT_RB
+                    out.append(_cfg(fit, dict(R=r, MODE=mode, BWI=bwi, CH=ch, RB=rb), 1, f"{case} m={mode}"))
                     for a, s in ((True, False), (True, True), (False, True)):
                         out.append(_cfg(apply, dict(R=r, MODE=mode, APPLY=a, STORE_MA=s, BWI=bwi, CH=ch,
                                                     RB=mod.APPLY_RB), 1, f"{case} m={mode}"))
@@ -146,9 +146,9 @@ def local_linear_configs(arch: int, guides=GUIDES, shapes=SHAPES) -> list[Launch
     out.append(_cfg(tp._apply_kernel, dict(BH=BH, BW=BW), nw, "apply", floats))
     for K, C in guides:
         for _, h, w in shapes:
-            _, const, nw = tp._solve_launch(h * w, K, C)
             for fn in (tp._solve_kernel, tp._fit_bwd_kernel, tp._moment_rows_kernel, tp._cell_moments_kernel,
                        tp._cell_adjoint_kernel):
+                _, const, nw = tp._solve_launch(h * w, K, C, arch, cells=fn is tp._cell_moments_kernel)
                 out.append(_cfg(fn, const, nw, f"K={K} C={C}"))
         BH, BW, nw = tp._tiles("solve")
         out.append(_cfg(tp._coeff_cols_kernel, dict(K=K, C=C, BH=BH, BW=BW), nw, f"K={K} C={C}"))

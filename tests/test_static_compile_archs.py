@@ -69,6 +69,25 @@ def test_enumeration_follows_the_launchers_choosers(monkeypatch):
     assert len({(c.kernel, c.constexprs, c.num_warps) for c in cfgs}) == len(cfgs)  # deduplicated
 
 
+def _find(arch, name, **const):
+    return {(dict(c.constexprs).get("RB"), c.num_warps) for c in launch_configs(arch) if c.kernel.endswith(name)
+            and all(dict(c.constexprs).get(k) == v for k, v in const.items())}
+
+
+def test_configs_chosen_per_arch_where_one_spills():
+    """Triton 3.8's ptxas: the gray fit at 2 rows (symmetric border, 128 columns) puts 8 B on the stack on sm_90 only,
+    the cell-moment pass at K <= 4 and 4 warps 16 B on sm_86 and sm_89 only; those targets get another config."""
+    from vision.kernels.runtime.arch import device_arch
+
+    assert _find(90, ":_fit_gray_kernel", MODE=3, BWI=128) == {(1, 1)}
+    assert _find(86, ":_fit_gray_kernel", MODE=3, BWI=128) == {(2, 1)}
+    assert _find(90, ":_cell_moments_kernel", KP=4) == {(None, 4)}
+    assert _find(86, ":_cell_moments_kernel", KP=4) == {(None, 8)} == _find(89, ":_cell_moments_kernel", KP=4)
+    import torch
+
+    assert device_arch(torch.device("cpu")) is None  # CPU and the interpreter keep the architecture-free choice
+
+
 def _compile_and_check(configs_by_arch: dict) -> list[dict]:
     pytest.importorskip("triton")
     from vision.kernels.static_compile import compile_many

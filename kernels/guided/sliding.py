@@ -15,12 +15,19 @@ import triton
 import triton.language as tl
 
 from ..box.sliding import chunk_rows, strip_width
+from ..runtime.arch import device_arch
 
 # rows per step: the fit keeps 4 moments of entering and leaving rows live, so it steps 2 rows at a time to stay
 # within 255 registers of one warp without spilling; the apply keeps 2
 FIT_RB = 2
 APPLY_RB = 4
 from ..box.triton_index import src_index, window_count
+
+
+def fit_rows(mode: int, bwi: int, arch: int | None = None) -> int:
+    """Rows per step of the fit on ``sm_<arch>`` (None: CPU/interpreter): FIT_RB, except the symmetric border at
+    128 columns on sm_90, which puts 8 B on the stack at 2 rows (r = 16, Triton 3.8's ptxas) and none at 1."""
+    return 1 if arch == 90 and mode == 3 and bwi == 128 else FIT_RB
 
 
 @triton.jit
@@ -196,7 +203,8 @@ def forward_gray(I, p, eps, r, mode: int, apply: bool, keep_ma: bool = False):
     grid = (bsz * c, triton.cdiv(h, ch), strips)
     a = torch.empty(bsz, c, h, w, device=I.device, dtype=torch.float32)
     b = torch.empty_like(a)
-    _fit_gray_kernel[grid](I, p, a, b, eps, c, h, w, R=r, MODE=mode, BWI=bwi, CH=ch, RB=FIT_RB, num_warps=1)
+    _fit_gray_kernel[grid](I, p, a, b, eps, c, h, w, R=r, MODE=mode, BWI=bwi, CH=ch,
+                           RB=fit_rows(mode, bwi, device_arch(I.device)), num_warps=1)
     if apply:
         q = torch.empty_like(a)
         ma = torch.empty_like(a) if keep_ma else q

@@ -31,21 +31,25 @@ import triton.language as tl
 
 from ..border import source_index
 from ..runtime import interpreting
+from ..runtime.arch import device_arch
 from . import torch_path
 from .torch_moments import grid_shape, layout
 from .triton_cells import _cell_adjoint_kernel, _cell_moments_kernel
 from .triton_solve import _fit_bwd_kernel, _moment_rows_kernel, _solve_kernel, padded
 
 
-def _solve_launch(n_pixels: int, K: int, C: int):
-    """(grid axis 0, constexprs, num_warps) of the per-pixel solve kernels.
+def _solve_launch(n_pixels: int, K: int, C: int, arch: int | None = None, cells: bool = False):
+    """(grid axis 0, constexprs, num_warps) of the per-pixel solve kernels on ``sm_<arch>`` (None: CPU/interpreter).
 
     One pixel's padded system (up to 8 x 8) per thread spills at 4 warps on sm_90 (255 registers, 408 B stack
     for K = 8); 8 warps over 128 pixels split each system over two threads and spill nothing (239 registers).
+    ``cells``: the cell-moment pass, which at K <= 4 and 4 warps puts 16 B on the stack on sm_86 (not on sm_90;
+    Triton 3.8's ptxas) and none at 8 warps on sm_80, sm_86 and sm_89: those take 8 there.
     """
     KP, CP = padded(K), padded(C)
     BLOCK = min(4096, triton.next_power_of_2(n_pixels)) if interpreting() else 128
-    return triton.cdiv(n_pixels, BLOCK), dict(KP=KP, CP=CP, BLOCK=BLOCK), 8 if KP >= 8 else 4
+    wide = KP >= 8 or (cells and arch is not None and arch < 90)
+    return triton.cdiv(n_pixels, BLOCK), dict(KP=KP, CP=CP, BLOCK=BLOCK), 8 if wide else 4
 
 
 def _tiles(kind: str):
@@ -299,7 +303,7 @@ def fit_forward(f, p, cf, cp, eps, radii, border: str, s: int, save: bool, weigh
     X0 = f.new_empty(B, lay.NM, gh, gw)
     _check_size(X0, f, p)
     if s > 1:
-        n_blocks, const, warps = _solve_launch(gh * gw, K, C)
+        n_blocks, const, warps = _solve_launch(gh * gw, K, C, device_arch(f.device), cells=True)
         _cell_moments_kernel[(n_blocks, B)](f, p, cf, cp, X0, H, W, gh, gw, K, C, s, **const, num_warps=warps)
     total, boxed, fits = None, [], []
     BH, BW, nw = _tiles("solve")
