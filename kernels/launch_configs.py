@@ -40,8 +40,10 @@ ARCHS = tuple(ARCH_LIMITS)
 # CH of the sliding kernels depends on the shape, and at 1080p chunk_rows picks each of 16, 32 and 64 somewhere.
 SHAPES = ((3, 1080, 1920),)
 # Radii: the widest of each strip width of the sliding kernels (64 columns up to r = 4, 128 up to
-# box.triton_path.MAX_RADIUS = 16). R enters the code only as an immediate (offsets, counts, loop bounds), so a
-# strip width's largest radius stands for the rest; pass more radii to launch_configs to compile them too.
+# box.triton_path.MAX_RADIUS = 16). R enters the code only as an immediate (offsets, counts, loop bounds), yet
+# ptxas's allocation still moves with it (the sm_90 gray fit, symmetric border, 2 rows: 127-128 registers and no
+# stack at r = 5, 8 and 12, 8 B of stack at r = 16), so these stand for the rest only as the widest windows; pass
+# more radii to launch_configs to compile them too.
 RADII = (4, 16)
 # Local regression: FLNR's K = 4 learned guides, the K = 6 acceptance case, FLR's K = 8; C = 3 colours.
 GUIDES = ((4, 3), (6, 3), (8, 3))
