@@ -56,7 +56,7 @@ def test_history_variance_and_the_shrinkage_towards_it_follow_their_definitions(
     depth = np.full((h, w, 1), 3.0, np.float32)
     light = g.uniform(0.5, 2.0, (h, w, 3))
     frames = [(albedo * light * g.exponential(1.0, (h, w, 3))).astype(np.float32) for _ in range(5)]
-    den = TemporalDenoiser(model="flr")
+    den = TemporalDenoiser(model="flr", shrink_radius=2)
     for f in frames:
         acc = den.accumulate(f, albedo=albedo, normal=normal, depth=depth)
     hist = den._history
@@ -74,7 +74,7 @@ def test_history_variance_and_the_shrinkage_towards_it_follow_their_definitions(
     s = np.clip(1 - box(v) / box(d2), 0, 1)[..., None]
     np.testing.assert_allclose(got, o + s * (a - o), rtol=1e-4, atol=1e-5)
     assert 0 < s.mean() < 1
-    clean = TemporalDenoiser(model="flr")
+    clean = TemporalDenoiser(model="flr", shrink_radius=2)
     still = (albedo * light).astype(np.float32)
     for k in range(MIN_FRAMES):
         acc = clean.accumulate(still, albedo=albedo, normal=normal, depth=depth)
@@ -94,7 +94,7 @@ def test_extreme_radiance_gives_finite_frames_of_the_right_level(scale):
     normal[..., 2] = 1
     depth = np.full((h, w, 1), 2.0, np.float32)
     for half in (False, True):
-        den = TemporalDenoiser()
+        den = TemporalDenoiser(shrink_radius=2)  # the second moment and its windows too
         for _ in range(5):
             c = g.exponential(0.5, (h, w, 3)).astype(np.float32)
             c[:, : w // 2 if half else w] *= np.float32(scale)

@@ -103,26 +103,29 @@ def changed(signal: torch.Tensor, previous: torch.Tensor, valid: torch.Tensor, c
     return out.repeat_interleave(cell, -2).repeat_interleave(cell, -1)[..., :h, :w]
 
 
-def start(signal: torch.Tensor, keys: dict) -> History:
-    return History(signal.clone(), torch.ones_like(signal[:, :1]), keys, signal.square())
+def start(signal: torch.Tensor, keys: dict, square: bool = False) -> History:
+    """A history of one frame; ``square``: also keep the second moment (for :func:`towards_history`)."""
+    return History(signal.clone(), torch.ones_like(signal[:, :1]), keys, signal.square() if square else None)
 
 
 def update(hist: History, signal: torch.Tensor, offset: torch.Tensor, keys: dict, tol: Tolerances,
            max_history: int, sigmas: float) -> tuple[History, torch.Tensor]:
     """The history after blending in this frame's demodulated ``signal``; also the reprojection weight map."""
-    vals, weight = reproject(torch.cat([hist.mean, hist.count, hist.square], 1), offset, hist.keys, keys, tol)
-    mean, count, square = vals[:, :3], vals[:, 3:4], vals[:, 4:7]
+    kept = [hist.mean, hist.count] + ([] if hist.square is None else [hist.square])
+    vals, weight = reproject(torch.cat(kept, 1), offset, hist.keys, keys, tol)
+    mean, count, square = vals[:, :3], vals[:, 3:4], (vals[:, 4:7] if hist.square is not None else None)
     valid = weight > 0
     if sigmas > 0:
         valid = valid & ~changed(signal, mean, valid, count, sigmas)
     count = torch.where(valid, count, torch.zeros_like(count))
     count = (count + 1).clamp_max(float(max_history))
     a = 1 / count
-    sq = signal.square()
     mean = torch.where(valid, mean, signal)
-    square = torch.where(valid, square, sq)
     mean = mean + a * (signal - mean)
-    square = square + a * (sq - square)
+    if square is not None:
+        sq = signal.square()
+        square = torch.where(valid, square, sq)
+        square = square + a * (sq - square)
     return History(mean, count, keys, square), weight
 
 

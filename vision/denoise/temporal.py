@@ -122,9 +122,9 @@ class TemporalDenoiser:
     the frame blended in with weight ``1 / n`` (n frames of history, at most ``max_history``). FLNR (or FLR)
     then denoises the accumulated signal, remodulated by this frame's albedo: it has about n times less noise
     variance than one frame, and the network and the regression adapt to that as they do to more samples
-    per pixel. Where the history has averaged its noise below the fit's bias, the result moves towards it
-    (:func:`.accumulate.towards_history`: James-Stein shrinkage by the pixel's own sample variance over its
-    frames; it keeps detail the fit smooths away once a pixel has a few frames). Last, at object edges, where a 1-spp sample names one surface of a pixel the reference averages
+    per pixel. With ``shrink_radius > 0``, where the history has averaged its noise below the fit's bias, the result
+    moves towards it (:func:`.accumulate.towards_history`: James-Stein shrinkage by the pixel's own sample variance
+    over its frames). Last, at object edges, where a 1-spp sample names one surface of a pixel the reference averages
     over several, the result is averaged with its own reprojected history (:mod:`.edge_history`).
 
     Args:
@@ -136,7 +136,9 @@ class TemporalDenoiser:
         change_sigmas: the light-change test's threshold in standard errors (0 = off).
         convention: the motion vectors' convention (:func:`~vision.denoise.reproject.previous_offset`).
         edge_frames: frames the edge pixels' output history counts (1 = off; :mod:`.edge_history`).
-        shrink_radius: the window radius of :func:`.accumulate.towards_history` (0 = off).
+        shrink_radius: the window radius of :func:`.accumulate.towards_history`; 0 (the default) = off. At 2 it
+            gained 0.16-0.30 dB on two of the three sequences it was tried on and lost 0.03-0.04 dB on both
+            held-out ones (BENCHMARKS.md), so it is not on by default.
 
     Call it once per frame, in order: ``den(color, motion=..., index=..., albedo=..., normal=..., depth=...,
     ao=..., emission=..., position=...)``, buffers as for :func:`~vision.denoise.denoise` but all at the
@@ -158,7 +160,7 @@ class TemporalDenoiser:
     def __init__(self, model: str = "flnr", weights=None, radius: int | None = None, eps: float | None = None,
                  scale: int | None = None, tile: int | None = None, max_history: int = 32,
                  tolerances: Tolerances = Tolerances(), change_sigmas: float = 4.0, convention: str = "cycles",
-                 edge_frames: int = EDGE_CAP, shrink_radius: int = 2):
+                 edge_frames: int = EDGE_CAP, shrink_radius: int = 0):
         from .frame import MODELS
 
         if model not in MODELS:
@@ -241,7 +243,8 @@ class TemporalDenoiser:
         layout = (tuple(signal.shape), signal.device, signal.dtype, tuple(k for k, v in keys.items() if v is not None))
         offset = torch.zeros_like(signal[:, :2]) if mv is None else previous_offset(mv, self.convention)
         if self._history is None or layout != self._layout:
-            self._history, self._layout, self._edges = accumulate.start(signal, keys), layout, None
+            self._history = accumulate.start(signal, keys, square=self.shrink_radius > 0)
+            self._layout, self._edges = layout, None
             return None, offset
         prev_keys = self._history.keys
         self._history, _ = accumulate.update(self._history, signal, offset, keys, self.tolerances, self.max_history,
