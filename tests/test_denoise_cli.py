@@ -156,6 +156,10 @@ def test_shards_split_a_sequence_without_overlap(tmp_path):
                                         "f_100.exr"]
     parts = [shard(frames, i, 3) for i in range(3)]
     assert sum(parts, []) == frames and [len(p) for p in parts] == [2, 2, 3]
+    (tmp_path / "f[1].exr").write_bytes(b"")  # a literal name wins over the glob it also is (f1.exr, f_1.exr...)
+    (tmp_path / "f1.exr").write_bytes(b"")
+    assert [f.name for f in expand_frames([str(tmp_path / "f[1].exr")])] == ["f[1].exr"]
+    assert [f.name for f in expand_frames([str(tmp_path / "f[0-9].exr")])] == ["f1.exr"]
     assert parse_shard("1/3") == (1, 3)
     for bad in ("3/3", "a/b", "1/0"):
         with pytest.raises(ValueError):

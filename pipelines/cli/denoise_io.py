@@ -24,10 +24,11 @@ def natural_key(path: Path):
 
 
 def expand_frames(patterns) -> list[Path]:
-    """Files and glob patterns -> existing files, de-duplicated, in natural sort order."""
+    """Files and glob patterns -> existing files, de-duplicated, in natural sort order. A name that exists as a
+    file is that file, even when it holds glob characters (``f[1].exr`` is not ``f1.exr``)."""
     found: dict[Path, None] = {}
     for pat in patterns:
-        if any(ch in pat for ch in "*?["):
+        if any(ch in pat for ch in "*?[") and not Path(pat).is_file():
             hits = [Path(h) for h in glob.glob(pat)]
             if not hits:
                 raise FileNotFoundError(f"no files match {pat!r}")
