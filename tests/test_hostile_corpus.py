@@ -159,4 +159,6 @@ def test_the_hostile_corpus_has_no_traceback_timeout_or_stray_write(tmp_path):
     assert counts["traceback"] == counts["crash"] == counts["timeout"] == 0, table(report)
     assert checks["writes outside -o"] == checks["inputs changed"] == checks["over the memory bound"] == 0, \
         table(report)
+    assert checks["silent NaN/Inf results"] == checks["stale temporary files"] == 0, table(report)
+    assert checks["not as expected"] == 0, table(report)
     assert not (tmp_path / "inputs" / "pwned").exists() and not list(tmp_path.glob("case*/pwned"))  # no unpickling

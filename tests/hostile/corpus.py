@@ -6,13 +6,18 @@ subcommand, each run as a real subprocess, counted by outcome.
 
 Each case runs in its own folder (the command's working directory) holding the files it needs, made by the
 case's ``setup``; the shared inputs (an image, frames, crafted headers, a pickle, crafted weights) sit in one
-folder that no case may change. Outcomes: ``exit 0``; ``one-line error`` (exit != 0, one line of stderr says
+folder that no case may change. Outcomes: ``exit 0``; ``terminated`` (a SIGTERM case that stopped on the signal:
+exit 143 from the command's handler, or the signal itself when it came during start-up); ``one-line error`` (exit != 0, one line of stderr says
 "error", the last, and no traceback; progress lines before it are allowed); ``other error`` (exit != 0 with no
 line or several that say "error"); ``traceback``; ``crash`` (killed by a signal); ``timeout``. Besides the
 outcome each run is checked for writes outside its ``-o`` (any new file in its folder elsewhere), inputs changed
 (any file of its folder or of the shared inputs whose bytes changed) and its peak memory (``os.wait4``'s
-ru_maxrss) against ``MEMORY_BOUND``. tests/test_hostile_corpus.py runs it all and asserts no traceback, no
-crash, no timeout, no write outside ``-o``, no input changed and no run over the bound.
+ru_maxrss) against ``MEMORY_BOUND``; a run that exits 0 has its EXR, NPY and safetensors outputs read back for
+NaN / Inf (a silent non-finite result); cases with ``sigterm_after`` get SIGTERM that many seconds in, and every
+run's folder is searched for temporary files left behind (``*.tmp*``: the denoiser's, the atomic writers' and the
+checkpoint staging folders all carry it). tests/test_hostile_corpus.py runs it all and asserts no traceback, no
+crash, no timeout, no write outside ``-o``, no input changed, no run over the bound, no silent non-finite result
+and no stale temporary file.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +41,7 @@ from typing import Callable
 
 import numpy as np
 
-OUTCOMES = ("exit 0", "one-line error", "other error", "traceback", "crash", "timeout")
+OUTCOMES = ("exit 0", "one-line error", "other error", "terminated", "traceback", "crash", "timeout")
 MEMORY_BOUND = 4 << 30  # bytes of peak resident memory per run (the huge-header cases reached 11-112 GB before)
 TIMEOUT = 120.0  # seconds per case
 TINY = json.dumps(dict(depth=4, embed_dim=32, num_heads=2))
@@ -49,6 +55,7 @@ class Case:
     setup: Callable[[Path, Path], None] | None = None  # (case folder, inputs folder) -> files this case needs
     out: str = "{case}/out"  # the -o of the case: new files elsewhere in its folder are writes outside -o
     env: dict = dataclasses.field(default_factory=dict)
+    sigterm_after: float | None = None  # send SIGTERM this many seconds in (expect: exit 0 or 143, nothing stale)
 
 
 # --------------------------------------------------------------------------- shared inputs
@@ -189,6 +196,19 @@ def _empty_checkpoint_dir(case: Path, inputs: Path) -> None:
 
 # --------------------------------------------------------------------------- the cases
 
+def _dense_data(case: Path, inputs: Path) -> None:
+    """16 image / target pairs of 32 x 32 (a multiple of the patch, for validation at full size): non-empty train
+    and val splits."""
+    from vision.io import write_image
+
+    rng = np.random.default_rng(1)
+    for sub in ("images", "targets"):
+        (case / "data" / sub).mkdir(parents=True)
+    for k in range(16):
+        write_image(case / "data" / "images" / f"p{k:02d}.png", rng.uniform(size=(32, 32, 3)).astype(np.float32))
+        np.save(case / "data" / "targets" / f"p{k:02d}.npy", 1 + rng.random((32, 32)).astype(np.float32))
+
+
 RS = ["restore-structure", "--source", "{in}/img.png", "--edited", "{in}/img.png", "-o", "{case}/out/r.png"]
 DN = ["denoise", "{in}/f_001.exr", "-o", "{case}/out", "-q"]
 FT = ["finetune", "--task", "depth", "--data", "{in}/data", "-o", "{case}/out", "--img-size", "32", "--epochs", "1",
@@ -250,6 +270,13 @@ CASES = [
                                                    "--model", "flr"], expect="ok"),
     Case("denoise --radius 1000000", ["denoise", "{in}/scene.exr", "-o", "{case}/out", "-q", "--model", "flr",
                                       "--radius", "1000000"], expect="ok"),
+    # SIGTERM part-way (a job scheduler's stop): exit 0 or 143, never a traceback, no temporary file left behind
+    Case("denoise --temporal, SIGTERM part-way", ["denoise", "{case}/s_*.exr", "-o", "{case}/out", "-q", "--temporal"],
+         setup=lambda case, inp: [shutil.copy(inp / "scene.exr", case / f"s_{k:02d}.exr") for k in range(40)],
+         sigterm_after=6.0),
+    Case("finetune, SIGTERM part-way", [("{case}/data" if a == "{in}/data" else a) for a in FT] + ["--epochs", "400"],
+         setup=_dense_data, sigterm_after=25.0),  # after start-up (timm, peft)
+    Case("train-denoiser, SIGTERM part-way", TD + ["--epochs", "400", "--steps", "4"], sigterm_after=25.0),
     # finetune
     Case("finetune --lr nan", FT + ["--lr", "nan"]),
     Case("finetune --img-size 7", FT + ["--img-size", "7"]),
@@ -335,6 +362,40 @@ def _wait(proc: subprocess.Popen, timeout: float):
         time.sleep(0.02)
 
 
+def _terminate(proc: subprocess.Popen) -> None:
+    if proc.returncode is None:
+        try:
+            os.kill(proc.pid, signal.SIGTERM)  # the command itself, as a job scheduler or Ctrl-\\ would
+        except ProcessLookupError:
+            pass
+
+
+def _nonfinite(out: Path) -> list[str]:
+    """Output files under ``out`` (EXR, NPY, safetensors) holding NaN or Inf; PNG and JPEG cannot."""
+    bad = []
+    files = [out] if out.is_file() else (sorted(out.rglob("*")) if out.is_dir() else [])
+    for f in files:
+        try:
+            if f.suffix == ".exr":
+                from vision.data import read_exr
+
+                arrays = list(read_exr(f).values())
+            elif f.suffix == ".npy":
+                arrays = [np.load(f, allow_pickle=False)]
+            elif f.suffix == ".safetensors":
+                from safetensors.numpy import load_file
+
+                arrays = list(load_file(str(f)).values())
+            else:
+                continue
+        except Exception as err:  # noqa: BLE001 - an unreadable output is reported, not raised
+            bad.append(f"{f} (unreadable: {type(err).__name__})")
+            continue
+        if any(a.dtype.kind == "f" and not np.isfinite(a).all() for a in arrays):
+            bad.append(str(f))
+    return bad
+
+
 def run_case(index: int, case: Case, root: Path, inputs: Path, timeout: float = TIMEOUT) -> dict:
     folder = root / f"case{index:02d}"
     folder.mkdir(parents=True)
@@ -352,7 +413,13 @@ def run_case(index: int, case: Case, root: Path, inputs: Path, timeout: float = 
     with open(logs / f"{index:02d}.out", "w") as so, open(logs / f"{index:02d}.err", "w") as se:
         proc = subprocess.Popen([sys.executable, "-m", "vision.pipelines.cli", *argv], cwd=folder, env=env,
                                 stdout=so, stderr=se, stdin=subprocess.DEVNULL, start_new_session=True)
+        timer = None
+        if case.sigterm_after is not None:
+            timer = threading.Timer(case.sigterm_after, _terminate, (proc,))
+            timer.start()
         rc, peak, timed_out = _wait(proc, timeout)
+        if timer is not None:
+            timer.cancel()
     seconds = time.monotonic() - t0
     stderr = (logs / f"{index:02d}.err").read_text(errors="replace")
     stdout = (logs / f"{index:02d}.out").read_text(errors="replace")
@@ -360,12 +427,21 @@ def run_case(index: int, case: Case, root: Path, inputs: Path, timeout: float = 
     changed = sorted(str(p) for p, d in before.items() if after.get(p) != d)
     outside = sorted(str(p) for p in set(after) - set(before) if p != out and out not in p.parents)
     outcome = classify(rc, stderr + ("" if "Traceback" not in stdout else stdout), timed_out)
-    expected = outcome == "exit 0" if case.expect == "ok" else outcome in ("one-line error", "other error")
+    if case.sigterm_after is not None:
+        # 143: the command's own handler; -SIGTERM: the signal came before the handler was installed (start-up)
+        if rc in (128 + signal.SIGTERM, -signal.SIGTERM) and outcome != "traceback":
+            outcome = "terminated"
+        expected = outcome in ("exit 0", "terminated")
+    else:
+        expected = outcome == "exit 0" if case.expect == "ok" else outcome in ("one-line error", "other error")
+    stale = sorted(str(q) for q in folder.rglob("*") if ".tmp" in q.name)
+    nonfinite = _nonfinite(out) if rc == 0 else []
     last = [line for line in stderr.strip().splitlines() if line.strip()]
     return dict(index=index, name=case.name, outcome=outcome, expected=expected, rc=rc,
                 seconds=round(seconds, 1), peak_mb=round(peak / 2 ** 20), over_memory=peak > MEMORY_BOUND,
                 inputs_changed=changed, outside_writes=outside, last_line=last[-1][:300] if last else "",
-                argv=" ".join(case.argv))
+                argv=" ".join(case.argv), stale_temporaries=stale, nonfinite_outputs=nonfinite,
+                terminated=outcome == "terminated")
 
 
 def run_corpus(root: Path, cases=None, workers: int = 2, timeout: float = TIMEOUT) -> dict:
@@ -383,6 +459,9 @@ def run_corpus(root: Path, cases=None, workers: int = 2, timeout: float = TIMEOU
     checks = {"writes outside -o": sum(bool(r["outside_writes"]) for r in results),
               "inputs changed": sum(bool(r["inputs_changed"]) for r in results) + len(shared_changed),
               "over the memory bound": sum(r["over_memory"] for r in results),
+              "silent NaN/Inf results": sum(bool(r["nonfinite_outputs"]) for r in results),
+              "stale temporary files": sum(bool(r["stale_temporaries"]) for r in results),
+              "stopped by SIGTERM": sum(r["terminated"] for r in results),
               "not as expected": sum(not r["expected"] for r in results)}
     return dict(results=results, counts=counts, checks=checks, shared_changed=shared_changed,
                 seconds=round(time.monotonic() - t0, 1), cases=len(cases))
@@ -396,10 +475,11 @@ def table(report: dict) -> str:
     peak = max((r["peak_mb"] for r in report["results"]), default=0)
     rows.append(f"{'largest peak memory':<24}{peak:>6} MB (bound {MEMORY_BOUND >> 20} MB)")
     bad = [r for r in report["results"] if not r["expected"] or r["outcome"] in ("traceback", "crash", "timeout")
-           or r["inputs_changed"] or r["outside_writes"] or r["over_memory"]]
+           or r["inputs_changed"] or r["outside_writes"] or r["over_memory"] or r["stale_temporaries"]
+           or r["nonfinite_outputs"]]
     for r in bad:
         rows.append(f"  [{r['outcome']}] {r['name']}: rc {r['rc']}, {r['seconds']} s: {r['last_line']}")
-        for key in ("inputs_changed", "outside_writes"):
+        for key in ("inputs_changed", "outside_writes", "stale_temporaries", "nonfinite_outputs"):
             if r[key]:
                 rows.append(f"      {key}: {r[key][:3]}")
     for path in report["shared_changed"]:
