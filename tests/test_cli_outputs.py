@@ -109,6 +109,14 @@ def test_predict_names_outputs_by_the_whole_stem(run_dir, tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == ["shot.v1.npy", "shot.v1_preview.png", "shot.v2.npy",
                                                      "shot.v2_preview.png"]
     capsys.readouterr()
+    # an output that exists is not replaced without --overwrite (shot.v1.jpg would have replaced shot.v1.png's)
+    before = (out / "shot.v1.npy").read_bytes()
+    assert main(["predict", str(run_dir), str(b), str(a), "-o", str(out), "--format", "npy", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--overwrite" in err[0] and (out / "shot.v1.npy").read_bytes() == before
+    assert main(["predict", str(run_dir), str(a), "-o", str(out), "--format", "npy", "--device", "cpu",
+                 "--overwrite"]) == 0
+    capsys.readouterr()
     other = tmp_path / "other"
     other.mkdir()
     c = picture(other / "shot.v1.png", 3)

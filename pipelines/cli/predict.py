@@ -14,8 +14,9 @@ For each IMAGE it writes OUT/NAME.<format> (the decoded prediction: depth in the
 units, unit normals, alpha / albedo in [0, 1], label ids for segmentation) and OUT/NAME_preview.png
 (colourised). Formats: png (16-bit; depth as 65535 * d / max d, normals as (n + 1) / 2), exr
 (float32), npy (float32, (H, W, C)). Images of any size are padded to the backbone's 16-pixel patch
-and cropped back. Existing outputs are replaced, inputs never: an output that is, or links to,
-an input image or a RUN file is refused, as are two IMAGES with the same name (minus extension).
+and cropped back. An output that exists already is refused before any work unless --overwrite is
+given (then it is replaced atomically); an output that is, or links to, an input image or a RUN file
+is always refused, as are two IMAGES with the same name (minus extension).
 RUN needs only its own files: RUN/base.safetensors holds the backbone's base weights, so neither the
 --pretrained file it was trained from nor the hub cache is read (the folder may be moved or copied).
 """
@@ -33,6 +34,7 @@ def add_arguments(p) -> None:
                                                                                  "(default png, 16-bit)")
     p.add_argument("--no-tta", action="store_true", help="no horizontal-flip test-time augmentation")
     p.add_argument("--device", default=None, help="torch device (default cuda if available, else cpu)")
+    p.add_argument("--overwrite", action="store_true", help="replace outputs that exist already (default: refuse)")
 
 
 def _expand(patterns) -> list[Path]:
@@ -114,6 +116,10 @@ def run(args) -> int:
         for target in pair:  # x.png's preview and an input named x_preview.png would share a file
             if owner.setdefault(target, path) != path:
                 raise ValueError(f"IMAGES {owner[target]} and {path} would both write {target}; rename one")
+    existing = [t for pair in names for t in pair if t.exists() or t.is_symlink()]
+    if existing and not args.overwrite:  # before any work: photo.jpg must not silently replace photo.png
+        more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
+        raise FileExistsError(f"-o {args.out}: {existing[0].name} exists{more}; pass --overwrite to replace")
     prepare_folder(args.out, "-o")
     model, cfg = load_run_for_cli(run_dir, device)
     task = TASKS[cfg.task]
