@@ -26,16 +26,9 @@ def _quiet(*_):
 
 
 def _write_data(root):
-    from vision.io import write_image
+    from test_finetune import write_crops
 
-    (root / "images").mkdir(parents=True)
-    (root / "targets").mkdir()
-    src = Crop("depth")
-    for i in range(len(src)):
-        s = src[i]
-        write_image(root / "images" / f"{s['name']}.png", s["image"].permute(1, 2, 0).numpy(), bits=16)
-        np.save(root / "targets" / f"{s['name']}.npy", s["target"][0].numpy())
-    return src
+    return write_crops(root)
 
 
 def test_vit_lora_finetune_predicts_at_other_sizes_and_adapters_are_peft_native(tmp_path):

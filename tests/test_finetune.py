@@ -216,19 +216,26 @@ def test_predict_pads_odd_sizes_and_flip_tta_mirrors_normals():
     assert mirrored.shape == out.shape
 
 
+def write_crops(root, task: str = "depth"):
+    """:class:`Crop` written as a ``vision finetune`` data folder (``root/images`` 16-bit PNGs + ``root/targets``
+    NPYs); returns the Crop."""
+    from vision.io import write_image
+
+    (root / "images").mkdir(parents=True)
+    (root / "targets").mkdir()
+    src = Crop(task)
+    for i in range(len(src)):
+        s = src[i]
+        write_image(root / "images" / f"{s['name']}.png", s["image"].permute(1, 2, 0).numpy(), bits=16)
+        np.save(root / "targets" / f"{s['name']}.npy", s["target"][0].numpy())
+    return src
+
+
 def test_cli_finetune_then_predict(tmp_path):
     from vision.pipelines.cli import main
 
     data = tmp_path / "data"
-    (data / "images").mkdir(parents=True)
-    (data / "targets").mkdir()
-    from vision.io import write_image
-
-    src = Crop("depth")
-    for i in range(len(src)):
-        s = src[i]
-        write_image(data / "images" / f"{s['name']}.png", s["image"].permute(1, 2, 0).numpy(), bits=16)
-        np.save(data / "targets" / f"{s['name']}.npy", s["target"][0].numpy())
+    src = write_crops(data)
     run = tmp_path / "run"
     args = ["finetune", "--task", "depth", "--data", str(data), "-o", str(run), "--epochs", "1", "--batch-size", "2",
             "--img-size", "32", "--lora-rank", "0", "--threads", "1", "--quiet", "--backbone-kwargs", json.dumps(TINY)]

@@ -19,7 +19,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -31,17 +30,9 @@ TINY = dict(depth=4, embed_dim=32, num_heads=2)
 
 def _data(root: Path) -> Path:
     """The bundled scenes cut into twelve 32 x 32 crops, as images/ + targets/ (test_finetune.Crop)."""
-    from test_finetune import Crop
+    from test_finetune import write_crops
 
-    from vision.io import write_image
-
-    (root / "images").mkdir(parents=True)
-    (root / "targets").mkdir()
-    src = Crop("depth")
-    for i in range(len(src)):
-        s = src[i]
-        write_image(root / "images" / f"{s['name']}.png", s["image"].permute(1, 2, 0).numpy(), bits=16)
-        np.save(root / "targets" / f"{s['name']}.npy", s["target"][0].numpy())
+    write_crops(root)
     return root
 
 
