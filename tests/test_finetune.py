@@ -156,6 +156,17 @@ def test_resume_continues_from_the_last_epoch(tmp_path, one_thread):
     assert any("resuming" in line for line in logs)
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == [1, 2]
+    # curves.png beside it: the loss and the validation metric, each panel's range written from these numbers
+    from PIL import Image
+
+    from vision.pipelines.training.curves import PANEL, curves
+
+    img = np.asarray(Image.open(tmp_path / "curves.png").convert("RGB"))
+    assert img.shape == (PANEL[1], 2 * PANEL[0], 3)
+    np.testing.assert_array_equal(img, curves([json.loads(line) for line in lines], "abs_rel"))
+    blue = (np.abs(img.astype(int) - (31, 119, 180)).sum(-1) < 30).sum()
+    red = (np.abs(img.astype(int) - (214, 39, 40)).sum(-1) < 30).sum()
+    assert blue > 20 and red > 20  # both curves drawn (two points and the line between them each)
 
 
 def test_pretrained_backbone_file_is_loaded(tmp_path):

@@ -47,7 +47,7 @@ It holds config.json, base.safetensors (the frozen backbone, once), model.safete
 (trainable tensors only; EMA weights of the best validation epoch), README.md (model card),
 state/ (accelerator.save_state: model, optimiser, schedule, RNG, loaded with weights_only=True; and
 state/resume.safetensors: EMA, epoch, history, never a pickle; each epoch's state/ is staged, fsynced and renamed into
-place), metrics.jsonl and previews/epoch_NNN.png
+place), metrics.jsonl, curves.png (loss and validation metric per epoch) and previews/epoch_NNN.png
 (image | target | prediction on validation scenes). `vision predict RUN IMAGES... -o OUT` uses it.
 """
 

@@ -32,6 +32,7 @@ import torch
 
 from .accel import accelerator_for as _accelerator
 from .accel import configured_precision  # noqa: F401 (re-exported: callers import it from here)
+from .curves import write_history
 from .dense_model import ADAPTER, BASE, CONFIG, WEIGHTS, DenseConfig, build_model, predict_raw, save_run_files, trainable_state
 
 RESUME = "resume.safetensors"  # tensors, with the rest of the training state as JSON in its header
@@ -238,7 +239,7 @@ STATE = "state"  # accelerator.save_state folder: model, optimiser, schedule, RN
 CHECKPOINT_FORMAT = "vision-finetune-checkpoint/1"  # STATE as a checkpoint.py folder, with RESUME inside it
 # every name a run writes in its folder (dense_model.save_run_files, the card, previews, checkpoints, the lock)
 RUN_NAMES = (CONFIG, BASE, BASE + ".tmp", WEIGHTS, WEIGHTS + ".tmp", ADAPTER, f".{ADAPTER}.tmp", "README.md",
-             "metrics.jsonl", "previews", RESUME, STATE, f".{STATE}.tmp", f".{STATE}.old", ".lock")
+             "metrics.jsonl", "curves.png", "previews", RESUME, STATE, f".{STATE}.tmp", f".{STATE}.old", ".lock")
 
 
 def guard_run(run: Path) -> None:
@@ -358,7 +359,7 @@ def _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log,
     from transformers.optimization import get_cosine_schedule_with_warmup
 
     from vision.data.dense import DenseSamples
-    from vision.outputs import in_run, write_text_atomic
+    from vision.outputs import in_run
 
     from . import checkpoint
     from .run_card import edge_metrics, write_card
@@ -480,8 +481,7 @@ def _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log,
         acc.wait_for_everyone()
         if acc.is_main_process:
             checkpoint.publish(checkpoint.staging(run / STATE), run / STATE, {"epoch": epoch + 1}, CHECKPOINT_FORMAT)
-            write_text_atomic(in_run(run, "metrics.jsonl"),  # the checkpoint's history: a resumed run repeats no line
-                              "".join(json.dumps(r) + "\n" for r in history + [record]))
+            write_history(run, history + [record], task.primary_metric)  # + curves.png; a resume repeats no line
             log(f"epoch {epoch + 1}: loss {record['loss']:.4f}, " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
                 + f" ({record['seconds']:.0f} s)" + (" saved" if record["saved"] else ""))
         history.append(record)
