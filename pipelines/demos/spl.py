@@ -42,7 +42,11 @@ def damage(img: np.ndarray, sigma: float = 1.5, quality: int = 30, shift=(0.4, 0
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    return float(10 * np.log10(1.0 / np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)))
+    """PSNR in dB of images in [0, 1] (kornia's ``metrics.psnr``, float64)."""
+    import torch
+    from kornia.metrics import psnr as kpsnr
+
+    return float(kpsnr(torch.from_numpy(a.astype(np.float64)), torch.from_numpy(b.astype(np.float64)), 1.0))
 
 
 def heat(d: np.ndarray, top: float) -> np.ndarray:
