@@ -49,7 +49,10 @@ def test_explain_names_the_chosen_path_and_why_not_the_others(toy_op):
     assert "the tensor is on cpu" in text
 
 
-def test_choice_logged_once_at_debug(toy_op, caplog):
+def test_choice_logged_once_at_debug(toy_op, caplog, monkeypatch):
+    # the "vision" logger writes through its own handler and does not propagate (runtime/logs.py); caplog listens at
+    # the root, so let the records through for this test
+    monkeypatch.setattr(logging.getLogger("vision"), "propagate", True)
     with caplog.at_level(logging.DEBUG, logger="vision.kernels"):
         for _ in range(3):
             runtime.choose(toy_op, torch.zeros(1), radius=1)
