@@ -20,6 +20,13 @@ def _frames():
     return [read_render_file(SEQ / f"noisy_{t:04d}.exr").layers[0].buffers for t in (1, 2, 3)]
 
 
+def _flat(h: int, w: int, distance: float):
+    """Buffers of a flat wall facing the camera: albedo 0.5, normal +z, depth ``distance`` (HWC float32)."""
+    normal = np.zeros((h, w, 3), np.float32)
+    normal[..., 2] = 1
+    return np.full((h, w, 3), 0.5, np.float32), normal, np.full((h, w, 1), distance, np.float32)
+
+
 def _kw(b):
     return {k: b[k] for k in ("albedo", "normal", "depth", "emission", "position", "motion", "index") if k in b}
 
@@ -29,10 +36,7 @@ def test_static_history_is_the_exact_mean_of_the_frames_and_counts_them():
     max_history), the history length is n everywhere, and the noise variance falls as 1 / n."""
     g = np.random.default_rng(0)
     h, w = 24, 32
-    albedo = np.full((h, w, 3), 0.5, np.float32)
-    normal = np.zeros((h, w, 3), np.float32)
-    normal[..., 2] = 1
-    depth = np.full((h, w, 1), 3.0, np.float32)
+    albedo, normal, depth = _flat(h, w, 3.0)
     frames = [np.float32(0.4) + g.normal(0, 0.1, (h, w, 3)).astype(np.float32) for _ in range(6)]
     den = TemporalDenoiser(model="flr", max_history=32)
     for k, f in enumerate(frames):
@@ -50,10 +54,8 @@ def test_history_variance_and_the_shrinkage_towards_it_follow_their_definitions(
 
     g = np.random.default_rng(3)
     h, w = 20, 24
+    _, normal, depth = _flat(h, w, 3.0)
     albedo = g.uniform(0.2, 0.9, (h, w, 3)).astype(np.float32)
-    normal = np.zeros((h, w, 3), np.float32)
-    normal[..., 2] = 1
-    depth = np.full((h, w, 1), 3.0, np.float32)
     light = g.uniform(0.5, 2.0, (h, w, 3))
     frames = [(albedo * light * g.exponential(1.0, (h, w, 3))).astype(np.float32) for _ in range(5)]
     den = TemporalDenoiser(model="flr", shrink_radius=2)
@@ -89,10 +91,7 @@ def test_extreme_radiance_gives_finite_frames_of_the_right_level(scale):
     frame and where only half of it is that bright."""
     g = np.random.default_rng(4)
     h, w = 24, 32
-    albedo = np.full((h, w, 3), 0.5, np.float32)
-    normal = np.zeros((h, w, 3), np.float32)
-    normal[..., 2] = 1
-    depth = np.full((h, w, 1), 2.0, np.float32)
+    albedo, normal, depth = _flat(h, w, 2.0)
     for half in (False, True):
         den = TemporalDenoiser(shrink_radius=2)  # the second moment and its windows too
         for _ in range(5):
