@@ -17,6 +17,7 @@ def _frame(rng, h=24, w=32):
             "depth": torch.from_numpy(rng.uniform(1, 5, (h, w, 1)).astype(np.float32))}
 
 
+@pytest.mark.slow  # two FLNR frames and a save: ~15 s on 2 cores
 def test_round_trip_gives_the_bundled_files_results(tmp_path, rng):
     from vision.bundled import asset_path
     from vision.denoise.flnr import BUNDLED
