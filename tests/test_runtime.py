@@ -53,9 +53,21 @@ def test_choice_logged_once_at_debug(toy_op, caplog, monkeypatch):
     # the "vision" logger writes through its own handler and does not propagate (runtime/logs.py); caplog listens at
     # the root, so let the records through for this test
     monkeypatch.setattr(logging.getLogger("vision"), "propagate", True)
-    with caplog.at_level(logging.DEBUG, logger="vision.kernels"):
+    monkeypatch.setattr(paths, "_logged", set())  # earlier tests may have spent the toy op's key
+    with caplog.at_level(logging.DEBUG, logger="vision.kernels"), runtime.verbosity("debug"):
         for _ in range(3):
             runtime.choose(toy_op, torch.zeros(1), radius=1)
+    assert [r.getMessage() for r in caplog.records] == ["toy runs the fast-cpu path (torch backend)"]
+
+
+def test_a_choice_made_while_quiet_is_still_logged_once_when_asked(toy_op, caplog, monkeypatch):
+    runtime.get_logger()  # the vision logger at DEBUG, as after any command: the switch, not the level, decides
+    monkeypatch.setattr(logging.getLogger("vision"), "propagate", True)
+    monkeypatch.setattr(paths, "_logged", set())
+    with runtime.verbosity("info"):
+        runtime.choose(toy_op, torch.zeros(1), radius=1)
+    with caplog.at_level(logging.DEBUG, logger="vision.kernels"), runtime.verbosity("debug"):
+        runtime.choose(toy_op, torch.zeros(1), radius=1)
     assert [r.getMessage() for r in caplog.records] == ["toy runs the fast-cpu path (torch backend)"]
 
 

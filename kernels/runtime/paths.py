@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 
 from .backends import backend_for, explain as explain_backend
+from .logs import get_verbosity
 
 log = logging.getLogger("vision.kernels")
 
@@ -78,7 +79,8 @@ def choose(op: str, x: torch.Tensor, **call) -> str:
     if torch.compiler.is_compiling():  # traced into a graph: the eager calls log it
         return path.name
     key = (op, path.name, tuple(r for _, r in notes))
-    if key not in _logged and log.isEnabledFor(logging.DEBUG):
+    # the key is spent only when the record is shown, so a later -v (or VISION_VERBOSITY=debug) still sees it
+    if key not in _logged and log.isEnabledFor(logging.DEBUG) and get_verbosity() <= logging.DEBUG:
         _logged.add(key)
         skipped = "".join(f"; not {p.name}: {r}" for p, r in notes)
         log.debug("%s runs the %s path (%s backend)%s", op, path.name, path.backend, skipped)
