@@ -410,3 +410,66 @@ def test_demo_dense_section_beats_the_training_mean(tmp_path):
         ours = task.metrics(pred, target, task.valid_mask(target))[key]
         floor = task.metrics(mean, target, task.valid_mask(target))[key]
         assert ours < 0.8 * floor, (name, ours, floor)
+
+
+class _SignalAt(Crop):
+    """The crops, sending ``signum`` to this process when item ``at`` is read (a scheduler's SIGTERM mid-epoch)."""
+
+    def __init__(self, target: str, at: int, signum: int):
+        super().__init__(target)
+        self.reads, self.at, self.signum = 0, at, signum
+
+    def __getitem__(self, i):
+        self.reads += 1
+        if self.reads == self.at:
+            os.kill(os.getpid(), self.signum)
+        return super().__getitem__(i)
+
+
+@pytest.mark.parametrize("signum", [15, 2])
+def test_a_signal_mid_epoch_stops_after_the_step_and_resume_equals_the_run_never_stopped(tmp_path, signum):
+    import signal
+
+    from safetensors.torch import load_file
+
+    from vision.pipelines.training.finetune import TrainingStopped, train
+
+    data = Crop("depth")
+    quiet = dict(val_set=data, progress=False, log=lambda *a: None)
+    train(tiny_cfg(epochs=2), tmp_path / "whole", train_set=data, **quiet)
+    handler = signal.getsignal(signal.SIGTERM)
+    # reads: the mean-prediction baseline's pass, epoch 1, then the second batch of epoch 2
+    stopping = _SignalAt("depth", at=2 * len(data) + 3, signum=signum)
+    with pytest.raises(TrainingStopped, match="after 1 complete epoch; add --resume") as stopped:
+        train(tiny_cfg(epochs=2), tmp_path / "cut", train_set=stopping, **quiet)
+    assert (stopped.value.signum, stopped.value.epochs) == (signum, 1)
+    assert signal.getsignal(signal.SIGTERM) is handler  # the handlers are put back
+    assert not [p for p in (tmp_path / "cut").rglob("*") if ".tmp" in p.name or ".old" in p.name]
+    assert [json.loads(x)["epoch"] for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()] == [1]
+    history = train(tiny_cfg(epochs=2), tmp_path / "cut", train_set=data, resume=True, **quiet)
+    assert [h["epoch"] for h in history] == [1, 2]
+    from vision.pipelines.training.dense_model import WEIGHTS
+
+    whole, cut = load_file(tmp_path / "whole" / WEIGHTS), load_file(tmp_path / "cut" / WEIGHTS)
+    assert whole.keys() == cut.keys()
+    for name in whole:  # the run that was stopped and resumed is the run that was not, bit for bit
+        torch.testing.assert_close(cut[name], whole[name], rtol=0, atol=0)
+
+
+def test_a_sigterm_while_an_epoch_is_saved_keeps_that_epoch(tmp_path, monkeypatch):
+    from vision.pipelines.training import checkpoint
+    from vision.pipelines.training.finetune import STATE, TrainingStopped, train
+
+    publish = checkpoint.publish
+
+    def publish_under_sigterm(*args, **kw):
+        os.kill(os.getpid(), 15)  # arrives while the checkpoint is being sealed: the save goes on
+        return publish(*args, **kw)
+
+    monkeypatch.setattr(checkpoint, "publish", publish_under_sigterm)
+    data = Crop("depth")
+    with pytest.raises(TrainingStopped) as stopped:
+        train(tiny_cfg(epochs=3), tmp_path, train_set=data, val_set=data, progress=False, log=lambda *a: None)
+    assert stopped.value.epochs == 1
+    assert json.loads((tmp_path / STATE / checkpoint.MANIFEST).read_text())["state"]["epoch"] == 1
+    assert not [p for p in tmp_path.rglob("*") if ".tmp" in p.name]

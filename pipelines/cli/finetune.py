@@ -14,6 +14,7 @@ examples:
   vision finetune --task depth --backbone resnet18 --pretrained resnet18.safetensors --data d -o runs/r
       (a CNN: LoRA on its convolutions)
   vision finetune ... -o runs/depth --resume                                                  # continue a run
+      (after a crash, a kill, or SIGTERM / Ctrl-C, which stop after the current step: exit 143 / 130)
   vision finetune ... --epochs 20 --stop-after 10 -o runs/d; vision finetune ... --epochs 20 -o runs/d --resume
       (10 + 10 epochs: the same weights, bit for bit, as 20 in one go: schedule, RNG and data order restored)
   vision finetune --task depth --backbone vit_small_patch16_224 --pretrained vit_small_patch16_224.augreg_in21k \\
@@ -183,12 +184,18 @@ def run(args) -> int:
         print("no --pretrained: training the whole backbone from random weights (LoRA needs pretrained weights)")
     import os
 
-    from vision.pipelines.training.finetune import removed_on_failure
+    import sys
+
+    from vision.pipelines.training.finetune import TrainingStopped, removed_on_failure
 
     # a start that fails (unknown backbone, empty data) leaves no folder; under `accelerate launch` rank 0 cleans
-    with removed_on_failure(args.out, os.environ.get("RANK", "0") == "0"):
-        prepare_folder(args.out, "-o")  # writable before any training, not after the first epoch
-        history = train(cfg, args.out, resume=args.resume, progress=not args.quiet, command=_command(args))
+    try:
+        with removed_on_failure(args.out, os.environ.get("RANK", "0") == "0"):
+            prepare_folder(args.out, "-o")  # writable before any training, not after the first epoch
+            history = train(cfg, args.out, resume=args.resume, progress=not args.quiet, command=_command(args))
+    except TrainingStopped as stopped:  # SIGTERM / Ctrl-C: after the step, the last epoch's checkpoint kept
+        print(f"vision finetune: {stopped}", file=sys.stderr)
+        return 128 + stopped.signum
     if history:
         last = history[-1]
         print(f"done: {last['epoch']} epochs in {last['seconds']:.0f} s; run in {args.out}")

@@ -26,9 +26,7 @@ import hashlib
 import json
 import math
 import shutil
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -36,6 +34,7 @@ from types import SimpleNamespace
 import torch
 
 from . import checkpoint as C
+from .signals import StopOnSignal as _StopOnSignal, agree as _agree
 from .denoiser_data import GUIDES, loss_fn, sample_batch, subsample, validate
 
 FORMAT = "vision-train-denoiser/1"
@@ -103,39 +102,6 @@ def _refuse_other_settings(where: Path, saved: dict | None, now: dict) -> None:
     if differ:
         raise ValueError(f"--resume: the checkpoint {where} was made with other settings ({'; '.join(differ)}); "
                          "run without --resume to start over, or pass another --checkpoint-dir")
-
-
-class _StopOnSignal:
-    """SIGTERM and Ctrl-C set ``signum`` (the loop finishes its step, saves and stops); a second Ctrl-C raises
-    KeyboardInterrupt at once. Handlers are installed only in the main thread and restored on exit."""
-
-    def __init__(self):
-        self.signum, self._old = 0, {}
-
-    def _handle(self, signum, frame):
-        if self.signum and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.signum = self.signum or signum
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for s in (signal.SIGTERM, signal.SIGINT):
-                self._old[s] = signal.signal(s, self._handle)
-        return self
-
-    def __exit__(self, *exc):
-        for s, h in self._old.items():
-            signal.signal(s, h)
-
-
-def _agree(acc, signum: int, elapsed: float) -> tuple[int, float]:
-    """Every rank's largest signal number and time spent, so all ranks stop after the same step and follow
-    the same schedule."""
-    if acc.num_processes == 1:
-        return signum, elapsed
-    t = torch.tensor([float(signum), elapsed], dtype=torch.float64, device=acc.device)
-    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-    return int(t[0]), float(t[1])
 
 
 def _autocast_network(core, acc) -> None:

@@ -33,10 +33,22 @@ import torch
 from .accel import accelerator_for as _accelerator
 from .accel import configured_precision  # noqa: F401 (re-exported: callers import it from here)
 from .curves import write_history
+from .signals import StopOnSignal, agree
 from .dense_model import ADAPTER, BASE, CONFIG, WEIGHTS, DenseConfig, build_model, predict_raw, save_run_files, trainable_state
 
 RESUME = "resume.safetensors"  # tensors, with the rest of the training state as JSON in its header
 LEGACY_RESUME = "resume.pt"    # the pickle format of earlier versions: never loaded
+
+
+class TrainingStopped(RuntimeError):
+    """SIGTERM or Ctrl-C stopped :func:`train` after a step: ``signum``, ``epochs`` (the epochs complete and saved;
+    the steps of the unfinished one are dropped, and ``resume=True`` repeats it) and ``run`` (the folder)."""
+
+    def __init__(self, signum: int, epochs: int, run: Path):
+        self.signum, self.epochs, self.run = signum, epochs, run
+        name = "SIGTERM" if signum == 15 else "Ctrl-C" if signum == 2 else f"signal {signum}"
+        super().__init__(f"stopped by {name} after {epochs} complete epoch{'s' if epochs != 1 else ''}"
+                         + (f"; add --resume (resume=True) to continue {run}" if epochs else "; nothing was saved"))
 
 
 class EMA:
@@ -355,14 +367,10 @@ def removed_on_failure(run: Path, main_process: bool = True):
 def _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log, command) -> list[dict]:
     from accelerate.utils import set_seed
     from timm.utils import ModelEmaV3
-    from tqdm.auto import tqdm
     from transformers.optimization import get_cosine_schedule_with_warmup
 
     from vision.data.dense import DenseSamples
     from vision.outputs import in_run
-
-    from . import checkpoint
-    from .run_card import edge_metrics, write_card
 
     set_seed(cfg.seed)
     if train_set is None:
@@ -418,6 +426,25 @@ def _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log,
         acc.init_trackers("vision-finetune", config={k: v for k, v in dataclasses.asdict(cfg).items()
                                                      if isinstance(v, (int, float, str, bool))})
     t0, c0 = time.perf_counter(), time.process_time()
+    with StopOnSignal() as signals:  # SIGTERM / Ctrl-C: finish the step (and a save under way), then stop
+        _epochs(cfg, run, task, acc, model, core, ema, opt, sched, loader, order, train_set, val_set, base, start,
+                history, steps, t0, c0, progress, log, command, signals)
+    if cfg.log_with:
+        acc.end_training()
+    return history
+
+
+def _epochs(cfg, run, task, acc, model, core, ema, opt, sched, loader, order, train_set, val_set, base, start,
+            history, steps, t0, c0, progress, log, command, signals) -> None:
+    """The epochs from ``start``; each appends its record to ``history``. Raises :class:`TrainingStopped` after
+    the step in which a signal came (after the save, when it came while the epoch was being saved)."""
+    from tqdm.auto import tqdm
+
+    from vision.outputs import in_run
+
+    from . import checkpoint
+    from .run_card import edge_metrics, write_card
+
     for epoch in range(start, cfg.epochs):
         model.train()
         order.manual_seed(cfg.seed * 1000003 + epoch)
@@ -447,6 +474,10 @@ def _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log,
                     ema.update(core, step=ema.step)
             losses.append(float(loss.detach()))
             bar.set_postfix(loss=f"{losses[-1]:.4f}")
+            signum = agree(acc, signals.signum, 0.0)[0] if acc.sync_gradients else 0  # all ranks: the same step
+            if signum:
+                bar.close()
+                raise TrainingStopped(signum, epoch, run)
         over_budget = cfg.max_minutes is not None and time.perf_counter() - t0 > 60 * cfg.max_minutes
         stop = cfg.stop_after is not None and epoch + 1 >= cfg.stop_after
         last = epoch + 1 == cfg.epochs or over_budget or stop
@@ -488,9 +519,9 @@ def _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log,
         acc.wait_for_everyone()
         if last:
             break
-    if cfg.log_with:
-        acc.end_training()
-    return history
+        signum = agree(acc, signals.signum, 0.0)[0]
+        if signum:
+            raise TrainingStopped(signum, epoch + 1, run)
 
 
 def trainable_state_all(model) -> dict[str, torch.Tensor]:
