@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 import vision  # noqa: F401  registers the models
 from vision.backbones import HierViG, ViG, checkpoint_filter_fn
-from vision.kernels.gla import naive_recurrent_gla
+from vision.kernels.linear_attention import naive_recurrent_gla
 from vision.pipelines.bench.backbone import peak_memory
 
 VIG = {  # name: (embed_dim, depth, heads, conv_act, out_act, published params)

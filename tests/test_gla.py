@@ -13,8 +13,8 @@ import torch.nn.functional as F
 
 from vision.kernels import gla, gla_bidirectional
 from vision.kernels.runtime import use_backend
-from vision.kernels.gla import chunk_gla_torch, fla_available, naive_recurrent_gla
-from vision.kernels.gla.chunked import chunk_gla_scan
+from vision.kernels.linear_attention import chunk_gla_torch, fla_available, naive_recurrent_gla
+from vision.kernels.linear_attention.chunked import chunk_gla_scan
 
 
 def make(B=2, T=150, H=3, K=8, V=5, gate="vector", strength=1.0, dtype=torch.float64, seed=0, grad=False):

@@ -196,7 +196,7 @@ def bench_gla(T: int, shape, args, device, dtype) -> list[dict]:
     import torch.nn.functional as F
 
     from vision.kernels.runtime import use_backend
-    from vision.kernels.gla import fla_available, gla, naive_recurrent_gla
+    from vision.kernels.linear_attention import fla_available, gla, naive_recurrent_gla
 
     B, H, D = shape
     gen = torch.Generator().manual_seed(0)

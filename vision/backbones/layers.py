@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import DropPath, LayerNorm2d, RmsNorm, SwiGLU
 
-from vision.kernels.gla import gla_bidirectional
+from vision.kernels.linear_attention import gla_bidirectional
 
 
 def swiglu_hidden(dim: int, multiple_of: int) -> int:
