@@ -106,7 +106,8 @@ def test_resume_state_is_safetensors_and_json_and_resumes(tmp_path, one_thread):
 
 
 def test_resume_state_round_trips_the_optimiser_bit_for_bit(tmp_path):
-    from vision.pipelines.training.finetune import EMA, _read_resume, _save_resume
+    from vision.pipelines.training.finetune import EMA
+    from vision.pipelines.training.run_state import read_resume as _read_resume, save_resume as _save_resume
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
