@@ -5,7 +5,7 @@ such as ``vision.kernels.spl.defaults`` or ``vision.kernels.runtime`` does not l
 
 Python started in the repository root also sees this folder as a top-level ``kernels`` package, the name of Hugging
 Face's kernel hub package that transformers and diffusers import; under that name it hands over to the installed
-distribution (see ``_handover``) instead of shadowing it.
+distribution (see ``_handover``) instead of shadowing it (ARCHITECTURE.md, "Mechanisms that look like tricks").
 """
 if __name__ == "kernels":
     from ._handover import hand_over

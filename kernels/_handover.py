@@ -4,6 +4,9 @@ Python started in the repository root puts the root first on ``sys.path``, so ``
 transformers and diffusers) would find this folder, which is ``vision.kernels``. ``hand_over`` then imports the
 installed package with the root left out of the search path and puts it in ``sys.modules['kernels']``: the
 import statement returns whatever that entry holds once the package's ``__init__`` has run.
+
+Why a plain mechanism (a folder of another name, an ImportError under the name ``kernels``) cannot work:
+ARCHITECTURE.md, "Mechanisms that look like tricks".
 """
 from __future__ import annotations
 

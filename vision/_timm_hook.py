@@ -4,7 +4,8 @@
 then runs timm's own ``__init__`` and, right after it, imports ``vision.backbones``, whose modules call timm's
 ``register_model``. So ``import vision; timm.create_model("vig_tiny_patch16_224")`` keeps working while
 ``import vision.kernels`` or ``import vision.denoise`` never load timm. If timm is already imported, the
-backbones register at once.
+backbones register at once. timm has no plug-in entry point, so nothing plainer can run our ``register_model``
+calls when timm is imported: ARCHITECTURE.md, "Mechanisms that look like tricks".
 """
 from __future__ import annotations
 

@@ -155,11 +155,12 @@ def instance_hook(obj, name: str, method):
     def hooked(self, *args, **kwargs):
         return method(original, self, *args, **kwargs)
 
-    obj.__dict__[name] = types.MethodType(hooked, obj)  # past nn.Module / ConfigMixin attribute handling
+    setattr(obj, name, types.MethodType(hooked, obj))  # an instance attribute: found before the class's method
     try:
         yield obj
     finally:
-        obj.__dict__.pop(name, None)
+        if name in vars(obj):
+            delattr(obj, name)
 
 
 def guided_step(scheduler, guide: CallGuide):
