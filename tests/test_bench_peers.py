@@ -173,3 +173,18 @@ def test_time_interleaved_round_robin_and_errors():
     order.clear()
     res = time_interleaved({"a": lambda: order.append("a")}, repeat=2, sample_time=1.0)
     assert len(order) == 2 + 2 * 1000  # first + calibration call, then 2 samples of (capped) 1000 calls
+
+
+def test_bench_guided_filter_huge_radius(tmp_path, capsys):
+    """--huge-radius: box and guided at r = 10^6 against r = 128, one row per op and border, with the ratio."""
+    from vision.pipelines.cli import main
+
+    out = tmp_path / "huge.json"
+    assert main(["bench", "guided-filter", "--huge-radius", "--sizes", "32", "--repeat", "1", "--device", "cpu",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "time at r = 10^6 / time at r = 128, 32x32" in text
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["op"], r["border"]) for r in rows} == {(op, b) for op in ("box", "guided")
+                                                      for b in ("valid", "reflect", "replicate", "symmetric")}
+    assert all(r["seconds_128"] > 0 and r["seconds_1e6"] > 0 and r["ratio"] for r in rows), rows

@@ -32,9 +32,11 @@ def test_bench_startup(tmp_path, capsys):
     out = tmp_path / "s.json"
     assert main(["bench", "startup", "--repeat", "1", "--json", str(out)]) == 0
     rows = {r["command"]: r for r in json.loads(out.read_text())}
-    assert set(rows) >= {"vision --help", "vision denoise --help", 'python -c "import torch"'}
+    assert set(rows) >= {"vision --help", "vision denoise --help", 'python -c "import torch"',
+                         "vision edit (missing model)"}
     assert all(r["median_s"] > 0 for r in rows.values())
-    assert "beyond torch" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "beyond torch" in text and "vision edit (missing model): " in text and "target < 2.0 s" in text
 
 
 def test_bench_startup_rejects_zero_repeats(capsys):

@@ -161,17 +161,17 @@ def _vision(*args, env=None):
 
 
 def test_missing_model_fails_fast_without_torch_or_diffusers(tmp_path):
-    """Under 2 s and one line, because nothing heavy is imported before the model is found missing."""
+    """One line, and nothing heavy (torch, diffusers, transformers) imported before the model is found missing:
+    what keeps the failure fast. The time itself (target < 2 s) is measured by ``vision bench startup``."""
     write_image(tmp_path / "in.png", np.full((16, 16, 3), 0.5, np.float32))
     env = dict(os.environ, HF_HOME=str(tmp_path / "empty"), HF_HUB_CACHE=str(tmp_path / "empty" / "hub"),
                PYTHONPROFILEIMPORTTIME="1")
-    res, seconds = _vision("edit", str(tmp_path / "in.png"), "--prompt", "x", "--model", "someone/missing",
-                           "-o", str(tmp_path / "o.png"), env=env)
+    res, _ = _vision("edit", str(tmp_path / "in.png"), "--prompt", "x", "--model", "someone/missing",
+                     "-o", str(tmp_path / "o.png"), env=env)
     errors = [line for line in res.stderr.splitlines() if not line.startswith("import time:")]
     imported = {line.split("|")[-1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
     assert res.returncode == 2 and len(errors) == 1 and "hf download someone/missing" in errors[0]
     assert not imported & {"torch", "diffusers", "transformers"}, imported & {"torch", "diffusers", "transformers"}
-    assert seconds < 2.0
 
 
 def test_a_model_path_that_does_not_exist_is_called_a_path(tmp_path):

@@ -239,27 +239,43 @@ def test_denoise_without_guide_buffers_warns(frame, tmp_path, capsys):
     assert "warning" in err and "no guide buffers" in err and str(frame) in err
 
 
-def test_denoise_huge_radius_costs_what_the_image_costs(tmp_path):
+def test_denoise_huge_radius_costs_what_the_image_costs(tmp_path, monkeypatch):
     """--radius 1000000 on a 128^2 frame: the window is clamped to what the border makes equivalent, so the run
-    takes about what radius = image size takes (it ran for minutes at up to 4.9 GB before)."""
-    import time
+    sums exactly the windows of radius 128 and writes the same image (it ran for minutes at up to 4.9 GB before).
+    The window sums are recorded at the primitives every CPU path sums through (OpenCV's ``boxFilter``,
+    ``avg_pool2d``); the times are measured by ``vision bench local-regression --huge-radius``."""
+    import cv2
+    import torch.nn.functional as F
 
     from vision.bundled import asset_path
+    from vision.data import read_exr
 
     frame = asset_path("scenes", "scene_00000", "frame_00.exr")
+    seen, box, pool = [], cv2.boxFilter, F.avg_pool2d
 
-    def best(radius, runs=2):
-        times = []
-        for _ in range(runs):
-            out = tmp_path / f"run{len(list(tmp_path.iterdir()))}"  # a fresh folder: nothing to skip
-            t0 = time.perf_counter()
-            assert main(["denoise", str(frame), "-o", str(out), "-q", "--model", "flr",
-                         "--radius", str(radius)]) == 0
-            times.append(time.perf_counter() - t0)
-        return min(times)
+    def box_filter(src, ddepth, ksize, *args, **kwargs):
+        seen.append((max(src.shape[:2]), max(ksize)))
+        return box(src, ddepth, ksize, *args, **kwargs)
 
-    best(128, 1)  # warm-up: first-call compiles
-    assert best(1000000) < 2 * best(128)
+    def avg_pool2d(x, kernel_size, *args, **kwargs):
+        seen.append((max(x.shape[-2:]), kernel_size if isinstance(kernel_size, int) else max(kernel_size)))
+        return pool(x, kernel_size, *args, **kwargs)
+
+    monkeypatch.setattr(cv2, "boxFilter", box_filter)
+    monkeypatch.setattr(F, "avg_pool2d", avg_pool2d)
+    windows, images = {}, {}
+    for radius in (128, 1000000):
+        out = tmp_path / f"r{radius}"  # a fresh folder: nothing to skip
+        del seen[:]
+        assert main(["denoise", str(frame), "-o", str(out), "-q", "--model", "flr", "--radius", str(radius)]) == 0
+        windows[radius] = sorted(set(seen))
+        (written,) = [f for f in out.rglob("*") if f.is_file()]
+        images[radius] = read_exr(written)
+    assert windows[128] and max(k for _, k in windows[128]) <= 2 * 128 - 1, windows[128]
+    assert windows[1000000] == windows[128]
+    assert images[128].keys() == images[1000000].keys()
+    for name, plane in images[128].items():
+        np.testing.assert_array_equal(images[1000000][name], plane)
 
 
 def test_a_mis_sized_buffer_is_the_one_blamed(tmp_path, capsys):

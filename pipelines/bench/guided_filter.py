@@ -37,6 +37,7 @@ examples:
   vision bench guided-filter --device cpu --threads 2 --json gf-cpu.json
   vision bench guided-filter --device cpu --threads 1 --clock cpu   # steady ratios on a busy shared machine
   vision bench guided-filter --device cuda --dtype bfloat16 --peak-gbs 3350   # H100 SXM peak
+  vision bench guided-filter --huge-radius --sizes 512   # box and guided: r = 10^6 / r = 128 per border
 
 Sizes are N (N x N) or WIDTHxHEIGHT. Ratios ours/peer below 1 mean ours is faster. "ours/peer" uses
 ours in the peer's border mode; "valid/peer" uses our default border. On CUDA, ours is also reported
@@ -71,6 +72,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="wall time (default), or CPU time of the process (all threads summed; CPU device only): "
                         "steadier on a shared machine, best with --threads 1")
     p.add_argument("--strict", action="store_true", help="exit with status 1 when an acceptance check FAILs")
+    p.add_argument("--huge-radius", action="store_true",
+                   help="instead of the peers: time box_filter and guided_filter at radius 10^6 against radius 128 "
+                        "in every border mode (first size only) and print the ratios (target < 2x)")
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -371,6 +375,10 @@ def run(args) -> int:
     sizes = [parse_size(s) for s in (args.sizes or (["1024"] if args.quick else DEFAULT_SIZES))]
     dtype = DTYPES[args.dtype]
     set_threads(args.threads)
+    if args.huge_radius:
+        from .huge_radius import run_from_args
+
+        return run_from_args(args, "guided-filter", sizes[0], dev, dtype, ("box", "guided"))
     from vision.kernels.runtime import backend_for
 
     cuda = dev.type == "cuda"

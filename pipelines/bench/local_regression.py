@@ -33,6 +33,7 @@ examples:
   vision bench local-regression --size 1920x1080 --features 8 --targets 3 --radius 16
   vision bench local-regression --device cpu --threads 2 --json llr-cpu.json
   vision bench local-regression --threads 1 --clock cpu      # steady ratios on a busy shared machine
+  vision bench local-regression --huge-radius --size 256     # fit and FLR: r = 10^6 / r = 128 per border
 
 Rows: "fit" = local_linear_fit alone, "fit+apply" = local_linear_apply(f, local_linear_fit(f, p, ...)).
 The peer runs fit+apply only. Ratios below 1 mean ours is faster. Targets: on CPU at
@@ -61,6 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "use with --threads 1, since waiting threads spin)")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save every row as JSON here")
     p.add_argument("--strict", action="store_true", help="exit with status 1 when an acceptance check FAILs")
+    p.add_argument("--huge-radius", action="store_true",
+                   help="instead of the peer: time local_linear_fit (every border mode) and the FLR denoiser at "
+                        "radius 10^6 against radius 128 and print the ratios (target < 2x)")
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -270,6 +274,10 @@ def run(args) -> int:
     h, w = parse_size(args.size or ("1920x1080" if dev.type == "cuda" else "1280x720"))
     dtype = DTYPES[args.dtype]
     set_threads(args.threads)
+    if args.huge_radius:
+        from .huge_radius import run_from_args
+
+        return run_from_args(args, "local-regression", (h, w), dev, dtype, ("local_linear_fit", "flr"))
     from vision.kernels.runtime import backend_for
 
     cuda = dev.type == "cuda"

@@ -2,7 +2,9 @@
 
 Every row is a fresh process, timed end to end (median of ``--repeat`` runs, interleaved so a busy machine
 slows all rows alike); the "beyond torch" column subtracts the import-torch row of the same run. The target is
-``vision --help`` and ``vision denoise --help`` within torch's import time + 1.5 s.
+``vision --help`` and ``vision denoise --help`` within torch's import time + 1.5 s. The row ``vision edit
+(missing model)`` is ``vision edit`` on a model that is not in an empty Hugging Face cache: it fails (exit status
+2) before torch or diffusers load, target under 2 s end to end.
 """
 from __future__ import annotations
 
@@ -10,17 +12,25 @@ import argparse
 import json
 import shutil
 import statistics
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-DESCRIPTION = "start-up time of the vision command against importing torch (fresh processes)"
+DESCRIPTION = ("start-up time of the vision command against importing torch (fresh processes), and how fast "
+               "vision edit fails on a missing model")
 EPILOG = """examples:
   vision bench startup
   vision bench startup --repeat 9 --json startup.json
+
+Targets: vision --help and vision denoise --help within torch's import time + 1.5 s; vision edit on a model
+missing from an empty Hugging Face cache fails (status 2) in under 2 s, before torch loads.
 """
 TARGET_S = 1.5
+EDIT_MISSING = "vision edit (missing model)"
+EDIT_MISSING_TARGET_S = 2.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,27 +38,51 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save the rows as JSON here")
 
 
-def commands() -> dict[str, list[str]]:
+def commands(work: Path | None = None) -> dict[str, list[str]]:
+    """The timed command lines; with ``work`` (a folder holding ``in.png``) also the missing-model edit."""
     vision = shutil.which("vision")
     entry = [vision] if vision else [sys.executable, "-m", "vision.pipelines.cli"]
-    return {
+    cmds = {
         'python -c "import torch"': [sys.executable, "-c", "import torch"],
         "vision --help": [*entry, "--help"],
         "vision denoise --help": [*entry, "denoise", "--help"],
         'python -c "import vision.kernels"': [sys.executable, "-c", "import vision.kernels"],
     }
+    if work is not None:
+        cmds[EDIT_MISSING] = [*entry, "edit", str(work / "in.png"), "--prompt", "x", "--model", "someone/missing",
+                              "-o", str(work / "o.png")]
+    return cmds
+
+
+def _edit_work(folder: Path) -> dict:
+    """An input image and an empty Hugging Face cache in ``folder``: the environment of the missing-model row."""
+    import numpy as np
+
+    from vision.io import write_image
+
+    write_image(folder / "in.png", np.full((16, 16, 3), 0.5, np.float32))
+    return dict(os.environ, HF_HOME=str(folder / "empty"), HF_HUB_CACHE=str(folder / "empty" / "hub"))
 
 
 def run(args) -> int:
     if args.repeat < 1:
         raise ValueError(f"--repeat must be at least 1, got {args.repeat}")
-    cmds = commands()
-    times = {name: [] for name in cmds}
-    for _ in range(args.repeat):
-        for name, argv in cmds.items():
-            t0 = time.perf_counter()
-            subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-            times[name].append(time.perf_counter() - t0)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        edit_env = _edit_work(work)
+        cmds = commands(work)
+        times = {name: [] for name in cmds}
+        for _ in range(args.repeat):
+            for name, argv in cmds.items():
+                t0 = time.perf_counter()
+                if name == EDIT_MISSING:  # fails on purpose: status 2 is the expected outcome
+                    rc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        env=edit_env).returncode
+                    if rc != 2:
+                        raise RuntimeError(f"{EDIT_MISSING}: exit status {rc}, expected 2")
+                else:
+                    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+                times[name].append(time.perf_counter() - t0)
     base = statistics.median(times['python -c "import torch"'])
     rows = []
     print(f"{'command':36s} {'median s':>9s} {'beyond torch s':>15s}")
@@ -59,6 +93,9 @@ def run(args) -> int:
     for name in ("vision --help", "vision denoise --help"):
         extra = statistics.median(times[name]) - base
         print(f"{name}: {extra:.2f} s beyond torch (target <= {TARGET_S} s): {'met' if extra <= TARGET_S else 'MISSED'}")
+    edit = statistics.median(times[EDIT_MISSING])
+    print(f"{EDIT_MISSING}: {edit:.2f} s, {edit / base:.2f}x import torch (target < {EDIT_MISSING_TARGET_S} s): "
+          f"{'met' if edit < EDIT_MISSING_TARGET_S else 'MISSED'}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0
