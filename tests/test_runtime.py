@@ -32,6 +32,29 @@ def test_a_triton_call_it_cannot_take_falls_back_to_torch(toy_op, monkeypatch):
         toy_op, x, radius=9)
 
 
+def test_a_path_carries_its_implementation_and_the_chosen_one_runs():
+    ran = []
+    paths.register("toy2", "fast", "torch", 5, supports=lambda n: None if n < 3 else "n >= 3",
+                   run=lambda n: ran.append(("fast", n)) or "fast")
+    paths.register("toy2", "slow", "torch", 0, run=lambda n: ran.append(("slow", n)) or "slow")
+    try:
+        x = torch.zeros(1)
+        for n in (1, 5):
+            chosen = runtime.decide("toy2", x, n=n)
+            assert chosen is paths.path("toy2", chosen.name)
+            assert chosen.run is runtime.implementation("toy2", chosen.name)
+            assert runtime.run_path("toy2", runtime.choose("toy2", x, n=n), n) == chosen.name
+        assert ran == [("fast", 1), ("slow", 5)]
+        assert runtime.backend_of("toy2", "fast") == "torch"
+        with pytest.raises(ValueError, match="toy2 has no path 'nope'"):
+            runtime.implementation("toy2", "nope")
+        paths.register("toy2", "bare", "torch", 9)
+        with pytest.raises(ValueError, match="registered without an implementation"):
+            runtime.implementation("toy2", "bare")
+    finally:
+        paths._PATHS.pop("toy2")
+
+
 def test_no_path_at_all_is_a_clear_error(monkeypatch):
     paths.register("picky", "torch", "torch", supports=lambda radius: "never")
     try:

@@ -1,16 +1,46 @@
-"""Public box filter: function and ``nn.Module``."""
+"""Public box filter: function and ``nn.Module``.
+
+The paths (``register_path``): Triton, PyTorch with OpenCV's window sums (CPU float32 without autograd), plain
+PyTorch (``avg_pool2d`` sums); each carries its forward and its adjoint, and the custom ops ``vision::box_filter``
+and ``vision::box_filter_backward`` run the ones of the path named to them. The backward is decided on its own
+(op ``box_filter_backward``): its gradient needs no autograd, so a CPU float32 backward takes OpenCV's sums.
+"""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
 from ..border import check_border
-from ..runtime import choose, register_path
+from ..runtime import backend_of, choose, implementation, register_path
 from ..validate import check_finite, check_image, check_radius
-from . import torch_path
+from . import large_radius, torch_path
 
 
-def _triton_takes(dtype: torch.dtype, radius: int) -> str | None:
+class _Triton:
+    """The Triton kernels (imported on first use: Triton may be absent)."""
+
+    @staticmethod
+    def forward(x, radius, border):
+        from .triton_path import box_mean
+
+        return box_mean(x, radius, border)
+
+    @staticmethod
+    def backward(g, radius, border):
+        from .triton_path import box_mean_adjoint
+
+        return box_mean_adjoint(g, radius, border)
+
+
+class _Torch:
+    """The PyTorch path on one window-sum engine (``torch_path.Engine``: "opencv" or "torch")."""
+
+    def __init__(self, engine: str) -> None:
+        self.forward = lambda x, radius, border: torch_path.box_mean(x, radius, border, engine)
+        self.backward = lambda g, radius, border: torch_path.box_mean_adjoint(g, radius, border, engine)
+
+
+def _triton_takes(dtype: torch.dtype, radius: int, **_) -> str | None:
     from .triton_path import supported
 
     if dtype == torch.float64:
@@ -19,50 +49,64 @@ def _triton_takes(dtype: torch.dtype, radius: int) -> str | None:
 
 
 def _opencv_takes(dtype: torch.dtype, radius: int, image: torch.Tensor, border: str) -> str | None:
-    return None if torch_path._use_cv2(image, radius, border) else "needs a CPU float32 tensor and OpenCV"
+    if image.requires_grad or not torch_path.opencv_available(image.device, dtype):
+        return "needs a CPU float32 tensor without autograd, and OpenCV"
+    h, w = image.shape[-2:]
+    if large_radius.needs_reduction(h, w, radius, border):
+        return f"radius {radius} is reduced in closed form (box.large_radius) by the PyTorch path"
+    if not torch_path.opencv_folds(radius, "zero" if border == "valid" else border, h, w):
+        return f"OpenCV's {border!r} border cannot fold a radius-{radius} window on a {h}x{w} image"
+    return None
 
 
-register_path("box_filter", "triton", "triton", 10, supports=lambda dtype, radius, **_: _triton_takes(dtype, radius))
-register_path("box_filter", "torch+opencv", "torch", 5, supports=_opencv_takes)
-register_path("box_filter", "torch", "torch", 0)
+def _opencv_adjoint_takes(dtype: torch.dtype, radius: int, image: torch.Tensor, border: str) -> str | None:
+    if image.requires_grad or not torch_path.opencv_available(image.device, dtype):
+        return "needs a CPU float32 gradient without autograd, and OpenCV"
+    # the adjoint sums with zero padding: OpenCV folds any radius (large radii run box.large_radius's closed forms)
+    return None
+
+
+register_path("box_filter", "triton", "triton", 10, supports=_triton_takes, run=_Triton)
+register_path("box_filter", "torch+opencv", "torch", 5, supports=_opencv_takes, run=_Torch("opencv"))
+register_path("box_filter", "torch", "torch", 0, run=_Torch("torch"))
+# the backward is an op of its own: its gradient is a new tensor (no autograd, and on CPU float32 even when the
+# forward's input required grad), so it may take another engine than the forward
+register_path("box_filter_backward", "triton", "triton", 10, supports=_triton_takes, run=_Triton)
+register_path("box_filter_backward", "torch+opencv", "torch", 5, supports=_opencv_adjoint_takes,
+              run=_Torch("opencv"))
+register_path("box_filter_backward", "torch", "torch", 0, run=_Torch("torch"))
 
 
 @torch.library.custom_op("vision::box_filter", mutates_args=())
-def _box_op(x: torch.Tensor, radius: int, border: str, backend: str) -> torch.Tensor:
+def _box_op(x: torch.Tensor, radius: int, border: str, path: str) -> torch.Tensor:
     # the data check lives inside the op: torch.compile sees one opaque call, and the Triton path never reads x
-    check_finite(x, "x", backend=backend)
-    if backend == "triton":
-        from .triton_path import box_mean as tri
-
-        return tri(x, radius, border)
-    return torch_path.box_mean(x, radius, border)
+    check_finite(x, "x", backend=backend_of("box_filter", path))
+    return implementation("box_filter", path).forward(x, radius, border)
 
 
 @_box_op.register_fake
-def _(x, radius, border, backend):
+def _(x, radius, border, path):
     return torch.empty_like(x)
 
 
 @torch.library.custom_op("vision::box_filter_backward", mutates_args=())
-def _box_backward_op(g: torch.Tensor, radius: int, border: str, backend: str) -> torch.Tensor:
-    if backend == "triton":
-        from .triton_path import box_mean_adjoint as tri_adj
-
-        return tri_adj(g, radius, border)
-    return torch_path.box_mean_adjoint(g, radius, border)
+def _box_backward_op(g: torch.Tensor, radius: int, border: str, path: str) -> torch.Tensor:
+    return implementation("box_filter_backward", path).backward(g, radius, border)
 
 
 @_box_backward_op.register_fake
-def _(g, radius, border, backend):
+def _(g, radius, border, path):
     return torch.empty_like(g)
 
 
 def _setup_context(ctx, inputs, output):
-    ctx.r, ctx.border, ctx.backend = inputs[1:]
+    ctx.r, ctx.border, _ = inputs[1:]
 
 
 def _backward(ctx, g):
-    return _box_backward_op(g.contiguous(), ctx.r, ctx.border, ctx.backend), None, None, None
+    g = g.contiguous()
+    path = choose("box_filter_backward", g, dtype=g.dtype, radius=ctx.r, image=g, border=ctx.border)
+    return _box_backward_op(g, ctx.r, ctx.border, path), None, None, None
 
 
 _box_op.register_autograd(_backward, setup_context=_setup_context)
@@ -103,9 +147,9 @@ def box_filter(x: torch.Tensor, radius: int, border: str = "valid") -> torch.Ten
     border = check_border(border)
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
     radius = effective_radius(radius, x.shape[-2], x.shape[-1], border)
-    path = choose("box_filter", x, dtype=work, radius=radius, image=x.to(work), border=border)
-    backend = "triton" if path == "triton" else "torch"
-    return _box_op(x.to(work), radius, border, backend).to(x.dtype)
+    xw = x.to(work)
+    path = choose("box_filter", x, dtype=work, radius=radius, image=xw, border=border)
+    return _box_op(xw, radius, border, path).to(x.dtype)
 
 
 class BoxFilter(nn.Module):

@@ -1,9 +1,15 @@
 """Public guided filter: input checks, centring, the fast (subsampled) variant, and dispatch.
 
-The op declares its paths with ``register_path`` (Triton, OpenCV's CPU bands, PyTorch); ``guided_filter`` asks
-``runtime.choose`` which one takes the call and passes its backend to the ``torch.library`` custom ops
-``vision::guided_filter`` and ``vision::guided_coeffs`` (the fast variant's low-resolution coefficients). Each has a
-fake implementation and a closed-form backward, itself the custom op ``vision::guided_filter_backward``, so
+The op declares its paths with ``register_path``, each with its implementation: Triton; OpenCV's CPU bands
+(``cpu_banded``: q at scale 1 on CPU float32, the coefficients and the backward on the PyTorch formulas with
+OpenCV's sums); the PyTorch formulas with OpenCV's window sums (CPU float32); the PyTorch formulas with
+``avg_pool2d`` sums (any device and dtype). ``guided_filter`` asks ``runtime.choose`` which one takes the call and
+passes the path's name to the ``torch.library`` custom ops ``vision::guided_filter`` and ``vision::guided_coeffs``
+(the fast variant's low-resolution coefficients), which run that path's implementation and nothing else. The one
+decision that needs the data, whether the CPU bands can square the guide in float32 (its range), is made inside
+the op, where the banded path reads it anyway, through the registry too (op ``guided_filter_bands``: the bands, or
+the rescaled formulas on OpenCV's sums). Each custom op has a fake implementation and a closed-form backward,
+itself the custom op ``vision::guided_filter_backward`` running the same path's backward, so
 ``torch.compile(fullgraph=True)`` and CUDA graphs take them whole (ARCHITECTURE.md, "Adding an op").
 """
 from __future__ import annotations
@@ -13,11 +19,61 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..border import check_border
-from ..runtime import choose, register_path
+from ..runtime import backend_of, choose, implementation, register_path, run_path
 from ..box.op import effective_radius
+from ..box.torch_path import OPENCV, TORCH, opencv_available
 from ..validate import check_all_finite, check_eps, check_image, check_radius, check_scale, is_symbolic
 from . import cpu_banded, torch_path
 from .reference import low_res_radius, subsample_index
+
+
+class _Triton:
+    """The Triton kernels (imported on first use: Triton may be absent)."""
+
+    @staticmethod
+    def forward(I, p, eps, r, border, apply, need_grad=False):
+        from . import triton_path
+
+        return triton_path.forward(I, p, eps, r, border, apply, need_grad=need_grad)
+
+    @staticmethod
+    def backward(saved, grads, eps, r, border, apply):
+        from . import triton_path
+
+        return triton_path.backward(saved, grads, eps, r, border, apply)
+
+
+class _Torch:
+    """The PyTorch formulas on one window-sum engine (``box.torch_path.OPENCV`` or ``TORCH``)."""
+
+    def __init__(self, box) -> None:
+        self.box = box
+
+    def forward(self, I, p, eps, r, border, apply, need_grad=False):
+        return torch_path.forward(I, p, eps, r, border, apply, box=self.box)
+
+    def backward(self, saved, grads, eps, r, border, apply):
+        return torch_path.backward(saved, grads, eps, r, border, apply, box=self.box)
+
+
+class _Banded(_Torch):
+    """OpenCV's CPU bands for q (``filter``); the coefficients and the backward, which recompute their
+    statistics, run the PyTorch formulas on OpenCV's sums."""
+
+    def __init__(self) -> None:
+        super().__init__(OPENCV)
+
+    @staticmethod
+    def filter(I, p, eps, radius, border):
+        check_all_finite((I, "guide"), *(() if p is I else ((p, "src"),)), backend="torch")
+        check_eps(eps, I.shape[0], I.device, backend="torch")
+        # the values only: the backward recomputes its statistics from the inputs (_backward_op)
+        Iv, pv = I.detach().contiguous(), p.detach().contiguous()
+        ci, cp = Iv.mean((2, 3), keepdim=True), pv.mean((2, 3), keepdim=True)
+        lo, hi = torch.aminmax(Iv)  # one pass, no temporary: |I - ci| <= hi - lo
+        # the PyTorch path reads data anyway (its checks); the range decides whether the bands can square the guide
+        sub = choose("guided_filter_bands", I, span=float(hi - lo))
+        return run_path("guided_filter_bands", sub, I, p, eps, radius, border, Iv, pv, ci, cp)
 
 
 def _triton_takes(dtype: torch.dtype, radius: int, **_) -> str | None:
@@ -28,23 +84,37 @@ def _triton_takes(dtype: torch.dtype, radius: int, **_) -> str | None:
     return None if triton_path.supported(radius, dtype) else f"radius {radius} runs the PyTorch path"
 
 
-def _banded_takes(dtype, radius, I, p, border, **_) -> str | None:
-    if I is None or not cpu_banded.supported(I, p, radius, border):
+def _banded_takes(dtype, r, I, p, border, scale, **_) -> str | None:
+    if scale != 1 or not cpu_banded.supported(I, p, r, border):
         return "needs CPU float32, scale 1, and a window OpenCV's bands can take"
-    return None  # a guide whose squares would overflow float32 still takes the generic path inside the op
+    return None  # a guide whose squares would overflow float32 takes the generic formulas (guided_filter_bands)
 
 
-register_path("guided_filter", "triton", "triton", 10, supports=_triton_takes)
-register_path("guided_filter", "cpu-banded", "torch", 5, supports=_banded_takes)
-register_path("guided_filter", "torch", "torch", 0)
+def _opencv_takes(dtype, device, **_) -> str | None:
+    return None if opencv_available(device, dtype) else "needs CPU float32 and OpenCV"
 
 
-def _impl(backend: str):
-    if backend == "triton":
-        from . import triton_path
+def _span_takes(span: float) -> str | None:
+    return None if span <= HUGE else "the guide's range exceeds 2^32: its squares would overflow float32 in the " \
+                                     "bands; the rescaled formulas run"
 
-        return triton_path
-    return torch_path
+
+def _bands(I, p, eps, radius, border, Iv, pv, ci, cp):
+    with torch.no_grad():
+        return cpu_banded.forward(Iv, pv, ci, cp, eps.detach(), radius, border)
+
+
+def _rescaled(I, p, eps, radius, border, *_):
+    return _generic_filter(I, p, eps, radius, border, "torch+opencv")
+
+
+register_path("guided_filter", "triton", "triton", 10, supports=_triton_takes, run=_Triton)
+register_path("guided_filter", "cpu-banded", "torch", 5, supports=_banded_takes, run=_Banded())
+register_path("guided_filter", "torch+opencv", "torch", 3, supports=_opencv_takes, run=_Torch(OPENCV))
+register_path("guided_filter", "torch", "torch", 0, run=_Torch(TORCH))
+# decided inside the op, where the guide's range is read (the banded path reads data anyway)
+register_path("guided_filter_bands", "cpu-banded", "torch", 5, supports=_span_takes, run=_bands)
+register_path("guided_filter_bands", "torch+opencv", "torch", 0, run=_rescaled)
 
 
 def _centres_itself(I: torch.Tensor, r: int, border: str, backend: str, grad: bool, apply: bool) -> bool:
@@ -84,36 +154,35 @@ def _coeff_shapes(I, p):
     return ma, p.new_empty(p.shape)
 
 
-@torch.library.custom_op("vision::guided_filter", mutates_args=())
-def _filter_op(I: torch.Tensor, p: torch.Tensor, eps: torch.Tensor, radius: int, border: str,
-               backend: str) -> torch.Tensor:
-    """q for guide I (B, G, H, W) and src p (B, C, H, W) in the working dtype; eps (B,)."""
-    if backend == "torch" and cpu_banded.supported(I, p, radius, border):
-        check_all_finite((I, "guide"), *(() if p is I else ((p, "src"),)), backend=backend)
-        check_eps(eps, I.shape[0], I.device, backend=backend)
-        # the values only: the backward recomputes its statistics from the inputs (_backward_op)
-        Iv, pv = I.detach().contiguous(), p.detach().contiguous()
-        ci, cp = Iv.mean((2, 3), keepdim=True), pv.mean((2, 3), keepdim=True)
-        lo, hi = torch.aminmax(Iv)  # one pass, no temporary: |I - ci| <= hi - lo
-        if float(hi - lo) <= HUGE:  # the PyTorch path reads data anyway (its checks); huge guides take the generic path
-            with torch.no_grad():
-                return cpu_banded.forward(Iv, pv, ci, cp, eps.detach(), radius, border)
-    I2, p2, e2, ci, cp, s = _prepare(I, p, eps, radius, border, backend, check=True)
-    q, _ = _forward(I2, p2, e2, radius, border, True, backend)
+def _generic_filter(I, p, eps, radius, border, path: str) -> torch.Tensor:
+    """q through the centring glue and the path's forward (every path but the CPU bands)."""
+    I2, p2, e2, ci, cp, s = _prepare(I, p, eps, radius, border, backend_of("guided_filter", path), check=True)
+    q, _ = _forward(I2, p2, e2, radius, border, True, path)
     return q if cp is None else q + cp
 
 
+@torch.library.custom_op("vision::guided_filter", mutates_args=())
+def _filter_op(I: torch.Tensor, p: torch.Tensor, eps: torch.Tensor, radius: int, border: str,
+               path: str) -> torch.Tensor:
+    """q for guide I (B, G, H, W) and src p (B, C, H, W) in the working dtype; eps (B,); ``path`` as chosen."""
+    impl = implementation("guided_filter", path)
+    if hasattr(impl, "filter"):
+        return impl.filter(I, p, eps, radius, border)
+    return _generic_filter(I, p, eps, radius, border, path)
+
+
 @_filter_op.register_fake
-def _(I, p, eps, radius, border, backend):
+def _(I, p, eps, radius, border, path):
     return torch.empty_like(p)
 
 
 @torch.library.custom_op("vision::guided_coeffs", mutates_args=())
 def _coeffs_op(I: torch.Tensor, p: torch.Tensor, eps: torch.Tensor, radius: int, border: str,
-               backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+               path: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean a, mean b) of the uncentred filter: q = mean_a . I + mean_b (the fast guided filter's fit)."""
+    backend = backend_of("guided_filter", path)
     I2, p2, e2, ci, cp, s = _prepare(I, p, eps, radius, border, backend, check=True, apply=False)
-    (ma, mb), _ = _forward(I2, p2, e2, radius, border, False, backend)
+    (ma, mb), _ = _forward(I2, p2, e2, radius, border, False, path)
     if cp is None:
         return ma, mb
     ma = ma / (s if I.shape[1] == 1 else s[:, None])
@@ -123,23 +192,21 @@ def _coeffs_op(I: torch.Tensor, p: torch.Tensor, eps: torch.Tensor, radius: int,
 
 
 @_coeffs_op.register_fake
-def _(I, p, eps, radius, border, backend):
+def _(I, p, eps, radius, border, path):
     return _coeff_shapes(I, p)
 
 
-def _forward(I, p, eps, r, border, apply, backend, need_grad=False):
-    impl = _impl(backend)
-    if impl is torch_path:
-        return impl.forward(I, p, eps, r, border, apply)
-    return impl.forward(I, p, eps, r, border, apply, need_grad=need_grad)
+def _forward(I, p, eps, r, border, apply, path: str, need_grad=False):
+    return implementation("guided_filter", path).forward(I, p, eps, r, border, apply, need_grad=need_grad)
 
 
 @torch.library.custom_op("vision::guided_filter_backward", mutates_args=())
 def _backward_op(I: torch.Tensor, p: torch.Tensor, eps: torch.Tensor, g0: torch.Tensor | None,
                  g1: torch.Tensor | None, radius: int, border: str, apply: bool,
-                 backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                 path: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dI, dp, deps) of q (apply; g0 = dL/dq) or of (mean a, mean b) (g0, g1). The forward's
     window statistics are recomputed here (the custom op's outputs are only what the caller sees)."""
+    backend = backend_of("guided_filter", path)
     I2, p2, e2, ci, cp, s = _prepare(I, p, eps, radius, border, backend, check=False, grad=True, apply=apply)
     gray = I.shape[1] == 1
     if g0 is None:
@@ -150,23 +217,24 @@ def _backward_op(I: torch.Tensor, p: torch.Tensor, eps: torch.Tensor, g0: torch.
     if not apply and cp is not None:  # chain rule through the shift back and the rescale of the coefficients
         g0 = g0 - (g1 * ci if gray else g1[:, :, None] * ci[:, None])
         g0 = g0 / (s if gray else s[:, None])
-    _, saved = _forward(I2, p2, e2, radius, border, apply, backend, need_grad=True)
-    dI, dp, deps = _impl(backend).backward(saved, g0 if apply else (g0, g1), e2, radius, border, apply)
+    _, saved = _forward(I2, p2, e2, radius, border, apply, path, need_grad=True)
+    impl = implementation("guided_filter", path)
+    dI, dp, deps = impl.backward(saved, g0 if apply else (g0, g1), e2, radius, border, apply)
     if s is not None:
         dI, deps = dI / s, deps / s.view(-1) / s.view(-1)
     return dI, dp, deps.to(eps.dtype)
 
 
 @_backward_op.register_fake
-def _(I, p, eps, g0, g1, radius, border, apply, backend):
+def _(I, p, eps, g0, g1, radius, border, apply, path):
     return torch.empty_like(I), torch.empty_like(p), torch.empty_like(eps)
 
 
 def _setup(apply):
     def setup_context(ctx, inputs, output):
-        I, p, eps, radius, border, backend = inputs
+        I, p, eps, radius, border, path = inputs
         ctx.save_for_backward(I, p, eps)
-        ctx.args = (radius, border, apply, backend)
+        ctx.args = (radius, border, apply, path)
     return setup_context
 
 
@@ -235,28 +303,26 @@ def guided_filter(guide: torch.Tensor, src: torch.Tensor, radius: int, eps: floa
     border = check_border(border)
     # float32 accumulation for every input dtype; float64 stays float64 (gradcheck, references)
     work = torch.float64 if src.dtype == torch.float64 else torch.float32
-    one = scale == 1 and guide.dtype == work and src.dtype == work
-    path = choose("guided_filter", guide, dtype=work, radius=radius, border=border,
-                  I=guide if one else None, p=src if one else None)
-    backend = "triton" if path == "triton" else "torch"
+    out_dtype = src.dtype
+    I = guide.to(work)
+    p = I if src is guide else src.to(work)
+    h, w = I.shape[-2:]
+    path = choose("guided_filter", guide, dtype=work, device=guide.device, radius=radius, border=border,
+                  scale=scale, I=I, p=p, r=effective_radius(radius, h, w, border) if scale == 1 else radius)
     bsz = guide.shape[0]
     if isinstance(eps, torch.Tensor):
         check_eps(eps, bsz, guide.device, backend="triton")  # shape only here: values are checked inside the op
         eps_t = eps.to(device=guide.device, dtype=work).reshape(-1).expand(bsz)
     else:
         eps_t = check_eps(eps, bsz, guide.device).to(work)  # a float is checked on the host, no sync
-    out_dtype = src.dtype
-    I = guide.to(work)
-    p = I if src is guide else src.to(work)
-    h, w = I.shape[-2:]
     if scale == 1:
         r = effective_radius(radius, h, w, border)
-        return _filter_op(I, p, eps_t, r, border, backend).to(out_dtype)
+        return _filter_op(I, p, eps_t, r, border, path).to(out_dtype)
     iy, ix = _subsample_index(h, scale, I.device), _subsample_index(w, scale, I.device)
     I_lo = I.index_select(2, iy).index_select(3, ix).contiguous()
     p_lo = I_lo if p is I else p.index_select(2, iy).index_select(3, ix).contiguous()
     r = effective_radius(low_res_radius(radius, scale), *I_lo.shape[-2:], border)
-    ma, mb = _coeffs_op(I_lo, p_lo, eps_t, r, border, backend)
+    ma, mb = _coeffs_op(I_lo, p_lo, eps_t, r, border, path)
     up = lambda t: F.interpolate(t, size=(h, w), mode="bilinear", align_corners=False)  # noqa: E731
     if I.shape[1] == 1:
         q = up(ma) * I + up(mb)

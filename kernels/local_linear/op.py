@@ -1,9 +1,15 @@
 """Public local linear regression: input checks, centring and dispatch.
 
-The op declares its paths with ``register_path`` (Triton, PyTorch with numba loops, PyTorch); each call asks
-``runtime.choose`` which one takes it and runs the ``torch.library`` custom ops of :mod:`.library`
+The op declares its paths with ``register_path``, each with its implementation: Triton (:mod:`.triton_path`);
+PyTorch with numba loops for the cell moments, the solve and the apply's upsampling, and OpenCV's window sums
+(``torch+numba``: CPU float32, numba importable, ``VISION_NUMBA`` on); PyTorch with OpenCV's window sums
+(``torch+opencv``, the fit: CPU float32); plain PyTorch (any device and dtype). The engines are fixed by the
+path (``torch_path.Engine``): nothing below the choice asks again. Each call asks ``runtime.choose`` which path
+takes it and passes the path's name to the ``torch.library`` custom ops of :mod:`.library`
 (``vision::local_linear_fit`` and ``vision::local_linear_apply``, with fake implementations and closed-form
-backwards that are custom ops too) on that backend (ARCHITECTURE.md, "Adding an op").
+backwards that are custom ops too), which run that path's implementation (ARCHITECTURE.md, "Adding an op").
+The conditions are those of the working tensors inside the ops, where autograd is off: inputs that require grad
+take the same engines as inputs that do not, and half inputs are computed in float32 like float32 inputs.
 """
 from __future__ import annotations
 
@@ -14,34 +20,55 @@ import torch
 from torch import nn
 
 from ..border import check_border
-from ..runtime import choose, jit, register_path
+from ..box.torch_path import opencv_available
+from ..runtime import backend_of, choose, jit, register_path
 from ..guided.reference import low_res_radius
 from ..runtime import data_checks
 from ..validate import check_all_finite, check_image, check_positive, check_radius, check_scale, is_symbolic
 from .library import apply_op, fit_op
+from .torch_path import Engine
 
 MAX_FEATURES = 8
 MAX_TARGETS = 4
 
 
-def _triton_takes(dtype: torch.dtype, tensors=()) -> str | None:
+class _Triton:
+    """The Triton module's entry points (imported on first use: Triton may be absent)."""
+
+    def __getattr__(self, name):
+        from . import triton_path
+
+        return getattr(triton_path, name)
+
+
+def _triton_takes(dtype: torch.dtype, device=None) -> str | None:
     return None if dtype == torch.float32 else f"{str(dtype).replace('torch.', '')} runs the PyTorch path (the kernels are float32)"
 
 
-def _numba_takes(dtype: torch.dtype, tensors=()) -> str | None:
-    # the same predicate the PyTorch path asks before each of its numba stages
-    return None if jit.enabled(*tensors) else "needs CPU float32 without autograd, numba importable and VISION_NUMBA on"
+def _numba_takes(dtype: torch.dtype, device) -> str | None:
+    # jit.enabled() without tensors: numba importable and VISION_NUMBA on; the working tensors are CPU float32
+    if device.type == "cpu" and dtype == torch.float32 and jit.enabled():
+        return None
+    return "needs CPU float32, numba importable and VISION_NUMBA on"
+
+
+def _opencv_takes(dtype: torch.dtype, device) -> str | None:
+    return None if opencv_available(device, dtype) else "needs CPU float32 and OpenCV"
 
 
 for _op in ("local_linear_fit", "local_linear_apply"):
-    register_path(_op, "triton", "triton", 10, supports=_triton_takes)
-    register_path(_op, "torch+numba", "torch", 5, supports=_numba_takes)
-    register_path(_op, "torch", "torch", 0)
+    register_path(_op, "triton", "triton", 10, supports=_triton_takes, run=_Triton())
+    register_path(_op, "torch+numba", "torch", 5, supports=_numba_takes, run=Engine("opencv", numba=True))
+    register_path(_op, "torch", "torch", 0, run=Engine("torch", numba=False))
+# the apply sums no windows: OpenCV has nothing to do there
+register_path("local_linear_fit", "torch+opencv", "torch", 3, supports=_opencv_takes,
+              run=Engine("opencv", numba=False))
 
 
-def _backend(op: str, x: torch.Tensor, dtype: torch.dtype, *tensors) -> str:
-    """"triton" or "torch": the backend of the path :func:`vision.kernels.runtime.choose` takes for this call."""
-    return "triton" if choose(op, x, dtype=dtype, tensors=tensors) == "triton" else "torch"
+def _choose(op: str, x: torch.Tensor, dtype: torch.dtype) -> tuple[str, str]:
+    """(path, backend): the path :func:`vision.kernels.runtime.choose` takes for this call, and its backend."""
+    path = choose(op, x, dtype=dtype, device=x.device)
+    return path, backend_of(op, path)
 
 
 def _reads_data(backend: str) -> bool:
@@ -197,7 +224,7 @@ def local_linear_fit(features: torch.Tensor, target: torch.Tensor, radius: int |
     border = check_border(border)
     work = _work_dtype(features, target)
     grid = (-(-features.shape[-2] // scale), -(-features.shape[-1] // scale))
-    backend = _backend("local_linear_fit", features, work, features, target)
+    path, backend = _choose("local_linear_fit", features, work)
     radii, weights = _check_radii(radius, weights, features.shape[0], grid, features.device, work, backend)
     out_dtype = torch.promote_types(features.dtype, target.dtype)
     eps_t = _check_eps(eps, features.shape[0], k, features.device, work, backend)
@@ -212,7 +239,7 @@ def local_linear_fit(features: torch.Tensor, target: torch.Tensor, radius: int |
         check_all_finite((features, "features"), (target, "target"), backend=backend)
     r = [_equivalent_radius(low_res_radius(v, scale), grid, border) for v in radii]
     save = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (f, p, eps_t, weights))
-    coeffs, _, _ = fit_op(f.contiguous(), p.contiguous(), eps_t, weights, cf, cp, r, border, scale, backend, save)
+    coeffs, _, _ = fit_op(f.contiguous(), p.contiguous(), eps_t, weights, cf, cp, r, border, scale, path, save)
     return coeffs.to(out_dtype)
 
 
@@ -295,12 +322,12 @@ def local_linear_apply(features: torch.Tensor, coeffs: torch.Tensor, scale: int 
                              f"are {gh}x{gw}")
         sh = sw = float(s)
     work = _work_dtype(features, coeffs)
-    backend = _backend("local_linear_apply", features, work, features, coeffs)
+    path, backend = _choose("local_linear_apply", features, work)
     if _reads_data(backend):
         check_all_finite((features, "features"), (coeffs, "coeffs"), backend=backend)
     out_dtype = torch.promote_types(features.dtype, coeffs.dtype)
     f, co = features.to(work).contiguous(), coeffs.to(work).contiguous()
-    return apply_op(f, co, float(sh), float(sw), backend).to(out_dtype)
+    return apply_op(f, co, float(sh), float(sw), path).to(out_dtype)
 
 
 class LocalLinearFit(nn.Module):

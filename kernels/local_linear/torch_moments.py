@@ -3,7 +3,8 @@
 Every window quantity of the fit is a window mean of one of NM = K + C + K(K+1)/2 + KC "moment" channels, stacked
 in the order of :class:`Layout` (f_k, p_c, f_i f_j for j <= i, f_k p_c). At ``scale = s > 1`` the moments are
 first summed over s x s cells straight from the centred inputs. The solve, fit and apply that use them are in
-:mod:`.torch_path`.
+:mod:`.torch_path`. The engines are the caller's (the path the registry chose): ``box`` "opencv" or "torch" for
+the window sums (``box.torch_path``), ``numba`` for the fused cell-moment loops.
 """
 from __future__ import annotations
 
@@ -13,9 +14,8 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from ..runtime import jit
 from ..runtime.threads import n_workers, parallel_for
-from ..box.torch_path import _CV2_BORDER, _use_cv2, box_mean, box_mean_adjoint, cv2, inv_count, valid_border_
+from ..box.torch_path import _CV2_BORDER, box_mean, box_mean_adjoint, cv2, inv_count, opencv_folds, valid_border_
 
 BAND_PIXELS = 1 << 16  # grid pixels per band of the per-pixel solve (~ a few MB of working set)
 MOMENT_BAND_PIXELS = 1 << 20  # pixel-channels per band of the cell moments (4 MB of float32; smaller bands
@@ -80,14 +80,15 @@ def chunks(n: int, device) -> list[range]:
     return [range(n * i // k, n * (i + 1) // k) for i in range(k)]
 
 
-def box_mean_(x: torch.Tensor, r: int, border: str, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Window mean over the last two axes, in place where OpenCV does the sums (CPU float32), or into ``out``
-    (a contiguous tensor shaped like x; x is then left as it is)."""
+def box_mean_(x: torch.Tensor, r: int, border: str, out: torch.Tensor | None = None,
+              box: str = "torch") -> torch.Tensor:
+    """Window mean over the last two axes, in place where OpenCV does the sums (``box="opencv"``: CPU float32), or
+    into ``out`` (a contiguous tensor shaped like x; x is then left as it is)."""
     if r == 0:
         return x if out is None else out.copy_(x)
     h, w = x.shape[-2:]
     mode = "zero" if border == "valid" else border
-    if x.is_contiguous() and (out is None or out.is_contiguous()) and _use_cv2(x, r, mode):
+    if box == "opencv" and x.is_contiguous() and (out is None or out.is_contiguous()) and opencv_folds(r, mode, h, w):
         k = 2 * r + 1
         src = x.detach().view(-1, h, w)
         planes = src if out is None else out.detach().view(-1, h, w)
@@ -101,15 +102,16 @@ def box_mean_(x: torch.Tensor, r: int, border: str, out: torch.Tensor | None = N
         if border == "valid":  # rescale the border strips, all planes at once
             valid_border_(planes, r)
         return x if out is None else out
-    return box_mean(x, r, border) if out is None else out.copy_(box_mean(x, r, border))
+    m = box_mean(x, r, border, box)
+    return m if out is None else out.copy_(m)
 
 
-def box_mean_adjoint_(g: torch.Tensor, r: int, border: str) -> torch.Tensor:
+def box_mean_adjoint_(g: torch.Tensor, r: int, border: str, box: str = "torch") -> torch.Tensor:
     """The adjoint of :func:`box_mean_` (``M^T g = B(g / N)`` for "valid"), in place where OpenCV does the sums."""
     if r == 0:
         return g
     h, w = g.shape[-2:]
-    if border == "valid" and g.is_contiguous() and _use_cv2(g, r, "zero"):
+    if box == "opencv" and border == "valid" and g.is_contiguous():
         k = 2 * r + 1
         planes = g.detach().view(-1, h, w)
         inv = inv_count(h, w, r, g.device, g.dtype)
@@ -122,7 +124,7 @@ def box_mean_adjoint_(g: torch.Tensor, r: int, border: str) -> torch.Tensor:
 
         parallel_for(some, chunks(planes.shape[0], g.device), g.device)
         return g
-    return box_mean_adjoint(g, r, border)
+    return box_mean_adjoint(g, r, border, box)
 
 
 # ---------------------------------------------------------------------------------------------- moments
@@ -190,12 +192,13 @@ def _moment_pairs(K: int, C: int):
     return tuple(pairs)
 
 
-def cell_moments(f, p, cf, cp, s: int) -> torch.Tensor:
-    """Cell means (B, NM, H', W') of the moment channels of the centred f and p (no window pass yet)."""
+def cell_moments(f, p, cf, cp, s: int, numba: bool = False) -> torch.Tensor:
+    """Cell means (B, NM, H', W') of the moment channels of the centred f and p (no window pass yet); ``numba``:
+    the fused loops of the torch+numba path (CPU float32)."""
     B, K, H, W = f.shape
     C = p.shape[1]
     lay = layout(K, C)
-    if s > 1 and jit.enabled(f, p, cf, cp):  # (at s = 1 the products go straight into X: nothing to fuse)
+    if s > 1 and numba:  # (at s = 1 the products go straight into X: nothing to fuse)
         from . import cpu_path
 
         X = f.new_empty(B, lay.NM, *grid_shape(H, W, s))

@@ -17,8 +17,11 @@ centred K x K system (its Schur complement), and b = mean(p) - a . mean(f) is th
 The pivots are floored at eps_j: for a positive semi-definite Sigma the j-th pivot of Sigma + diag eps
 is at least eps_j, so the floor only removes float32 rounding.
 
-CPU. On CPU float32 OpenCV does the window sums in place; the grid is solved in bands of rows that fit
-in cache; the upsampling of ``apply`` at integer cell sizes is one strided lerp per phase of the cell.
+Engines. The path the registry chose names them (:class:`Engine`, ``local_linear/op.py``): ``box="opencv"``
+(CPU float32) has OpenCV do the window sums in place, ``"torch"`` pools; ``numba=True`` (the torch+numba path,
+CPU float32) runs the cell moments, the solve and the apply's upsampling as fused numba loops
+(:mod:`.cpu_path`). Otherwise the grid is solved in bands of rows that fit in cache and the upsampling of
+``apply`` at integer cell sizes is one strided lerp per phase of the cell.
 Each stage's independent items (planes, bands, channels) go to worker threads
 (:func:`vision.kernels.runtime.threads.own_threads`).
 """
@@ -29,7 +32,6 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from ..runtime import jit
 from ..runtime.threads import n_workers, parallel_for, threaded
 from .torch_moments import (BAND_PIXELS, UPSAMPLE_PIXELS, box_mean_, box_mean_adjoint_, cell_moments,
                             cell_moments_adjoint, chunks, layout, pair_slots, pairs, rows_per_band)
@@ -98,7 +100,7 @@ def _bands(X):
 
 # ---------------------------------------------------------------------------------------------- fit
 
-def _fit_one(X, eps, lay, r: int, border: str, cf, cp):
+def _fit_one(X, eps, lay, r: int, border: str, cf, cp, numba: bool = False, box: str = "torch"):
     """Window-averaged coefficients for the raw features from window-mean moments X (B, NM, h, w)."""
     B, K, C = X.shape[0], lay.K, lay.C
     h, w = X.shape[-2:]
@@ -110,13 +112,13 @@ def _fit_one(X, eps, lay, r: int, border: str, cf, cp):
         theta[:, :, :K, i0:i1] = a.view(B, C, K, i1 - i0, w)
         theta[:, :, K, i0:i1] = b.view(B, C, i1 - i0, w)
 
-    if jit.enabled(X, eps) and X.is_contiguous():
+    if numba:
         from . import cpu_path
 
-        cpu_path.solve_rows(X, eps.contiguous(), K, C, theta)
+        cpu_path.solve_rows(X.contiguous(), eps.contiguous(), K, C, theta)
     else:
         parallel_for(band, _bands(X), X.device)
-    theta = box_mean_(theta, r, border)
+    theta = box_mean_(theta, r, border, box=box)
     # back to raw features: a . (f - cf) + b + cp = a . f + (b - a . cf + cp)
     b = theta[:, :, K]
     b += cp[:, :, None, None]
@@ -126,8 +128,10 @@ def _fit_one(X, eps, lay, r: int, border: str, cf, cp):
 
 
 @threaded
-def fit_forward(f, p, cf, cp, eps, radii, border: str, s: int, save: bool, weights=None):
-    """Coefficients (B, C, K + 1, H', W') for the raw features, and what the backward needs.
+def fit_forward(f, p, cf, cp, eps, radii, border: str, s: int, save: bool, weights=None, numba: bool = False,
+                box: str = "torch"):
+    """Coefficients (B, C, K + 1, H', W') for the raw features, and what the backward needs (engines: see the
+    module docstring).
 
     ``radii`` is a tuple of R radii (R = 1 without ``weights``); with R > 1 the fits share one pass over the
     pixels (the cell moments) and are blended per cell, ``sum_j weights[:, j] * fit_j`` (``weights``
@@ -135,12 +139,12 @@ def fit_forward(f, p, cf, cp, eps, radii, border: str, s: int, save: bool, weigh
     """
     B, K = f.shape[:2]
     lay = layout(K, p.shape[1])
-    X0 = cell_moments(f, p, cf, cp, s)
+    X0 = cell_moments(f, p, cf, cp, s, numba=numba)
     theta, boxed, fits = None, [], []
     for j, r in enumerate(radii):
-        X = box_mean_(X0, r, border, out=None if j == len(radii) - 1 else torch.empty_like(X0))  # X0 last
+        X = box_mean_(X0, r, border, out=None if j == len(radii) - 1 else torch.empty_like(X0), box=box)  # X0 last
         boxed.append(X)
-        theta = blend_add(theta, _fit_one(X, eps, lay, r, border, cf, cp), weights, j, fits)
+        theta = blend_add(theta, _fit_one(X, eps, lay, r, border, cf, cp, numba, box), weights, j, fits)
     saved = dict(X=boxed, fits=fits, weights=weights, f=f, p=p, cf=cf, cp=cp, radii=radii, border=border,
                  s=s) if save else None
     return theta, saved
@@ -161,13 +165,13 @@ def weights_grad(g, fits: list, weights):
     return torch.stack([(g * t).sum((1, 2)) for t in fits], 1).to(weights.dtype)
 
 
-def _moments_grad(X, gt, eps, lay, cf, r: int, border: str, need_eps: bool):
+def _moments_grad(X, gt, eps, lay, cf, r: int, border: str, need_eps: bool, box: str = "torch"):
     """Gradient w.r.t. the raw cell moments (before the window pass) of one radius's fit, and d eps."""
     B, K, C = X.shape[0], lay.K, lay.C
     h, w = X.shape[-2:]
     gt = gt.clone()
     gt[:, :, :K] -= gt[:, :, K:] * cf[:, None, :, None, None]  # the intercept's - a . cf
-    gt = box_mean_adjoint_(gt, r, border)
+    gt = box_mean_adjoint_(gt, r, border, box)
     gX = torch.empty_like(X)
     I, J = (t.to(X.device) for t in pairs(K))
     bands = list(_bands(X))
@@ -200,11 +204,11 @@ def _moments_grad(X, gt, eps, lay, cf, r: int, border: str, need_eps: bool):
         gX[:, :, i0:i1] = gXb.view(B, lay.NM, i1 - i0, w)
 
     parallel_for(band, range(len(bands)), X.device)
-    return box_mean_adjoint_(gX, r, border), (torch.stack(deps_parts).sum(0) if need_eps else None)
+    return box_mean_adjoint_(gX, r, border, box), (torch.stack(deps_parts).sum(0) if need_eps else None)
 
 
 @threaded
-def fit_backward(saved, g, eps, need_eps: bool, need_weights: bool = False):
+def fit_backward(saved, g, eps, need_eps: bool, need_weights: bool = False, box: str = "torch"):
     """(df, dp, deps, dweights) from the gradient g (B, C, K + 1, H', W') of the coefficients."""
     f, p, cf, cp = saved["f"], saved["p"], saved["cf"], saved["cp"]
     weights, border, s = saved["weights"], saved["border"], saved["s"]
@@ -214,7 +218,7 @@ def fit_backward(saved, g, eps, need_eps: bool, need_weights: bool = False):
         dw = weights_grad(g, saved["fits"], weights)
     for j, (X, r) in enumerate(zip(saved["X"], saved["radii"])):
         gt = g if weights is None else g * weights[:, j, None, None]
-        gXj, dej = _moments_grad(X, gt, eps, lay, cf, r, border, need_eps)
+        gXj, dej = _moments_grad(X, gt, eps, lay, cf, r, border, need_eps, box)
         gX = gXj if gX is None else gX.add_(gXj)
         if need_eps:
             deps = dej if deps is None else deps + dej
@@ -330,12 +334,12 @@ def _cell_rows(B, C, K1, gh, gw, s_h, s_w):
     return max(1, UPSAMPLE_PIXELS // (B * s_h * gw * s_w * max(1, C * K1 // 4)))
 
 
-def _apply_cells(f, coeffs, s_h: int, s_w: int):
+def _apply_cells(f, coeffs, s_h: int, s_w: int, numba: bool = False):
     """apply_forward for integer cell sizes: the upsampling as strided lerps, never a full-size gather."""
     B, K, H, W = f.shape
     C, K1, gh, gw = coeffs.shape[1:]
     q = f.new_empty(B, C, H, W)
-    if jit.enabled(f, coeffs):
+    if numba:
         from . import cpu_path
 
         cpu_path.apply_cells(f.contiguous(), coeffs.contiguous(), s_h, s_w, q)
@@ -409,12 +413,12 @@ def _apply_cells_backward(f, coeffs, g, s_h: int, s_w: int, need_f: bool, need_c
 
 
 @threaded
-def apply_forward(f, coeffs, sh: float, sw: float):
-    """q (B, C, H, W) = sum_k up(a_k) f_k + up(b)."""
+def apply_forward(f, coeffs, sh: float, sw: float, numba: bool = False):
+    """q (B, C, H, W) = sum_k up(a_k) f_k + up(b); ``numba``: the fused loops at integer cell sizes."""
     B, K, H, W = f.shape
     C = coeffs.shape[1]
     if float(sh).is_integer() and float(sw).is_integer() and coeffs.shape[-2:] != (H, W):
-        return _apply_cells(f, coeffs, int(sh), int(sw))
+        return _apply_cells(f, coeffs, int(sh), int(sw), numba)
     q = f.new_empty(B, C, H, W)
     for y0, y1 in _apply_bands(f, coeffs, sh, sw):
         u = _upsample_band(coeffs, y0, y1, H, W, sh, sw)
@@ -444,3 +448,26 @@ def apply_backward(f, coeffs, g, sh: float, sw: float, need_f: bool, need_coeffs
             gu = torch.cat((gb[:, :, None] * fb[:, None], gb[:, :, None]), 2)
             _upsample_band_adjoint(gu, coeffs.shape, y0, y1, H, W, sh, sw, dco)
     return df, dco
+
+
+class Engine:
+    """This path's entry points on one set of engines: ``box`` "opencv" or "torch" window sums, ``numba`` fused
+    CPU loops. What ``local_linear/op.py`` registers as the implementation of its PyTorch paths."""
+
+    def __init__(self, box: str, numba: bool) -> None:
+        self.box, self.numba = box, numba
+
+    def fit_forward(self, f, p, cf, cp, eps, radii, border, s, save, weights=None):
+        return fit_forward(f, p, cf, cp, eps, radii, border, s, save, weights, numba=self.numba, box=self.box)
+
+    def fit_backward(self, saved, g, eps, need_eps, need_weights=False):
+        return fit_backward(saved, g, eps, need_eps, need_weights, box=self.box)
+
+    def apply_forward(self, f, coeffs, sh, sw):
+        return apply_forward(f, coeffs, sh, sw, numba=self.numba)
+
+    def apply_backward(self, f, coeffs, g, sh, sw, need_f, need_coeffs):
+        return apply_backward(f, coeffs, g, sh, sw, need_f, need_coeffs)
+
+    def __repr__(self) -> str:
+        return f"local_linear.Engine(box={self.box!r}, numba={self.numba})"

@@ -2,7 +2,9 @@
 
 The op takes the images as they are (any strides, 1 or 3 channels); gray conversion and centring happen
 inside it (fused into the first kernel on the Triton path). Being a ``torch.library`` custom op with a fake
-kernel and a registered backward, it stays one node under ``torch.compile(fullgraph=True)``.
+kernel and a registered backward, it stays one node under ``torch.compile(fullgraph=True)``. Its paths
+(``register_path``, each with its implementation): Triton ('valid', float32), PyTorch with OpenCV's window sums
+(CPU float32), plain PyTorch; the op and :func:`value_and_grad` run the one ``runtime.choose`` names.
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from typing import Optional
 import torch
 
 from ..border import check_border
-from ..runtime import choose, data_checks, register_path
+from ..box.torch_path import opencv_available
+from ..runtime import backend_of, choose, data_checks, implementation, register_path
 from ..validate import check_all_finite, check_finite, check_image, check_positive, check_radius
 from . import torch_path
 from .defaults import SPL_DEFAULTS
@@ -35,7 +38,7 @@ def check_magnitude(*named: tuple[torch.Tensor, str], work: torch.dtype = torch.
                              "images first, or pass float64; HDR radiance in the thousands is fine)")
 
 
-def _triton_takes(dtype: torch.dtype, border: str) -> str | None:
+def _triton_takes(dtype: torch.dtype, border: str, **_) -> str | None:
     if dtype != torch.float32:
         return f"{str(dtype).replace('torch.', '')} runs the PyTorch path (the kernels are float32)"
     if border != "valid":
@@ -43,13 +46,81 @@ def _triton_takes(dtype: torch.dtype, border: str) -> str | None:
     return None
 
 
-register_path("structure_loss", "triton", "triton", 10, supports=_triton_takes)
-register_path("structure_loss", "torch", "torch", 0)
+def _opencv_takes(dtype: torch.dtype, device, **_) -> str | None:
+    return None if opencv_available(device, dtype) else "needs CPU float32 and OpenCV"
 
 
-def _backend(x: torch.Tensor, dtype: torch.dtype, border: str) -> str:
-    """"triton" or "torch": the path :func:`vision.kernels.runtime.choose` takes for this call."""
-    return "triton" if choose("structure_loss", x, dtype=dtype, border=border) == "triton" else "torch"
+class _Triton:
+    """The Triton kernels (imported on first use: Triton may be absent); 'valid' and float32 only."""
+
+    @staticmethod
+    def forward(source, edited, mask, radius, eps, bidirectional, detach, reduction, border, need_grad,
+                need_source_grad):
+        from . import triton_path
+
+        cS, cE = triton_path.centres(source, edited)
+        out, planes, invw = triton_path.forward(source, edited, mask, cS, cE, eps, radius, bidirectional, detach,
+                                                reduction, need_grad, need_source_grad)
+        return out, planes, invw, cS, cE
+
+    @staticmethod
+    def backward(grad, source, edited, mask, cS, cE, planes, invw, radius, border, reduction):
+        from . import triton_path
+
+        return triton_path.backward(grad, source, edited, mask, cS, cE, planes, invw, radius, reduction)
+
+    @staticmethod
+    def value_and_grad(S, E, w, radius, eps, bidirectional, detach, grad_scale):
+        from . import triton_path
+
+        zero = torch.zeros(S.shape[0], device=S.device, dtype=torch.float32)
+        M = triton_path.moments(S, E, w, zero, zero, radius)
+        _, planes, part = triton_path.fit(M, w is not None, eps, radius, bidirectional, detach, False, 3, False)
+        sums = part.sum((0, 1, 2))
+        _, dE = triton_path.backward(grad_scale, S, E, w, zero, zero, planes, None, radius, "none")
+        return sums[0], sums[1], dE
+
+
+class _Torch:
+    """The PyTorch formulas (:mod:`.torch_path`) on one window-sum engine, "opencv" or "torch"."""
+
+    def __init__(self, box: str) -> None:
+        self.box = box
+
+    def forward(self, source, edited, mask, radius, eps, bidirectional, detach, reduction, border, need_grad,
+                need_source_grad):
+        cS = _gray(source, source.dtype).mean((1, 2, 3))
+        cE = _gray(edited, edited.dtype).mean((1, 2, 3))
+        res, saved = torch_path.forward(_torch_gray(source, cS), _torch_gray(edited, cE), mask, eps, radius, border,
+                                        bidirectional, detach, reduction, need_grad, need_source_grad, self.box)
+        weight = res["weight"]
+        invw = torch.where(weight > 0, 1.0 / weight.clamp_min(1e-30), 0.0)
+        out = res["map"] if reduction == "none" else res["total"] * invw
+        return out, saved["planes"] if saved is not None else None, invw, cS, cE
+
+    def backward(self, grad, source, edited, mask, cS, cE, planes, invw, radius, border, reduction):
+        g = grad.contiguous() if reduction == "none" else grad * invw
+        saved = dict(S=_torch_gray(source, cS), E=_torch_gray(edited, cE), w=mask, planes=planes, r=radius,
+                     border=border, box=self.box)
+        dS, dE = torch_path.backward(saved, g)
+        dE = dE / edited.shape[1]
+        return None if dS is None else dS / source.shape[1], dE
+
+    def value_and_grad(self, S, E, w, radius, eps, bidirectional, detach, grad_scale):
+        out, saved = torch_path.forward(S, E, w, eps, radius, "valid", bidirectional, detach, "mean", True, False,
+                                        self.box)
+        _, dE = torch_path.backward(saved, grad_scale)
+        return out["total"], out["weight"], dE
+
+
+register_path("structure_loss", "triton", "triton", 10, supports=_triton_takes, run=_Triton)
+register_path("structure_loss", "torch+opencv", "torch", 5, supports=_opencv_takes, run=_Torch("opencv"))
+register_path("structure_loss", "torch", "torch", 0, run=_Torch("torch"))
+
+
+def _choose(x: torch.Tensor, dtype: torch.dtype, border: str) -> str:
+    """The path :func:`vision.kernels.runtime.choose` takes for this call."""
+    return choose("structure_loss", x, dtype=dtype, border=border, device=x.device)
 
 
 def _torch_gray(x, c):
@@ -59,24 +130,11 @@ def _torch_gray(x, c):
 @torch.library.custom_op("vision::structure_loss", mutates_args=())
 def _spl_op(source: torch.Tensor, edited: torch.Tensor, mask: Optional[torch.Tensor], radius: int, eps: float,
             bidirectional: bool, detach: bool, reduction: str, border: str, need_grad: bool,
-            need_source_grad: bool, backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                                                            torch.Tensor]:
+            need_source_grad: bool, path: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                         torch.Tensor]:
     """(loss or map, coefficient planes (or an empty tensor), 1 / sum(omega), centre of S, centre of E)."""
-    if backend == "triton":  # _backend() chose it: float32, 'valid'
-        from . import triton_path
-
-        cS, cE = triton_path.centres(source, edited)
-        out, planes, invw = triton_path.forward(source, edited, mask, cS, cE, eps, radius, bidirectional, detach,
-                                                reduction, need_grad, need_source_grad)
-    else:
-        cS = _gray(source, source.dtype).mean((1, 2, 3))
-        cE = _gray(edited, edited.dtype).mean((1, 2, 3))
-        res, saved = torch_path.forward(_torch_gray(source, cS), _torch_gray(edited, cE), mask, eps, radius, border,
-                                        bidirectional, detach, reduction, need_grad, need_source_grad)
-        weight = res["weight"]
-        invw = torch.where(weight > 0, 1.0 / weight.clamp_min(1e-30), 0.0)
-        out = res["map"] if reduction == "none" else res["total"] * invw
-        planes = saved["planes"] if saved is not None else None
+    out, planes, invw, cS, cE = implementation("structure_loss", path).forward(
+        source, edited, mask, radius, eps, bidirectional, detach, reduction, border, need_grad, need_source_grad)
     if planes is None:
         planes = source.new_empty(0)
     return out.clone() if out is source else out, planes, invw, cS, cE
@@ -84,7 +142,7 @@ def _spl_op(source: torch.Tensor, edited: torch.Tensor, mask: Optional[torch.Ten
 
 @_spl_op.register_fake
 def _(source, edited, mask, radius, eps, bidirectional, detach, reduction, border, need_grad, need_source_grad,
-      backend):
+      path):
     b, _, h, w = source.shape
     out = source.new_empty((b, 1, h, w) if reduction == "none" else ())
     planes = source.new_empty((b, 5 if need_source_grad else 3, h, w) if need_grad else (0,))
@@ -94,41 +152,32 @@ def _(source, edited, mask, radius, eps, bidirectional, detach, reduction, borde
 @torch.library.custom_op("vision::structure_loss_backward", mutates_args=())
 def _spl_backward_op(grad: torch.Tensor, source: torch.Tensor, edited: torch.Tensor, mask: Optional[torch.Tensor],
                      cS: torch.Tensor, cE: torch.Tensor, planes: torch.Tensor, invw: torch.Tensor, radius: int,
-                     border: str, reduction: str, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+                     border: str, reduction: str, path: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(d gray(source) / C_S or an empty tensor, d gray(edited) / C_E), each (B, 1, H, W)."""
-    if backend == "triton":  # _backend() chose it: float32, 'valid'
-        from . import triton_path
-
-        dS, dE = triton_path.backward(grad, source, edited, mask, cS, cE, planes, invw, radius, reduction)
-    else:
-        g = grad.contiguous() if reduction == "none" else grad * invw
-        saved = dict(S=_torch_gray(source, cS), E=_torch_gray(edited, cE), w=mask, planes=planes, r=radius,
-                     border=border)
-        dS, dE = torch_path.backward(saved, g)
-        dE = dE / edited.shape[1]
-        dS = None if dS is None else dS / source.shape[1]
+    dS, dE = implementation("structure_loss", path).backward(grad, source, edited, mask, cS, cE, planes, invw, radius,
+                                                             border, reduction)
     return (source.new_empty(0) if dS is None else dS), dE
 
 
 @_spl_backward_op.register_fake
-def _(grad, source, edited, mask, cS, cE, planes, invw, radius, border, reduction, backend):
+def _(grad, source, edited, mask, cS, cE, planes, invw, radius, border, reduction, path):
     b, _, h, w = source.shape
     return source.new_empty((b, 1, h, w) if planes.shape[1] == 5 else (0,)), source.new_empty((b, 1, h, w))
 
 
 def _setup_context(ctx, inputs, output):
-    source, edited, mask, radius, _, _, _, reduction, border, need_grad, _, backend = inputs
+    source, edited, mask, radius, _, _, _, reduction, border, need_grad, _, path = inputs
     _, planes, invw, cS, cE = output
     ctx.save_for_backward(source, edited, mask, cS, cE, planes, invw)
-    ctx.args = (radius, border, reduction, backend, need_grad)
+    ctx.args = (radius, border, reduction, path, need_grad)
 
 
 def _backward(ctx, grad, *_):
     source, edited, mask, cS, cE, planes, invw = ctx.saved_tensors
-    radius, border, reduction, backend, need_grad = ctx.args
+    radius, border, reduction, path, need_grad = ctx.args
     if not need_grad:
         return (None,) * 12
-    dS, dE = _spl_backward_op(grad, source, edited, mask, cS, cE, planes, invw, radius, border, reduction, backend)
+    dS, dE = _spl_backward_op(grad, source, edited, mask, cS, cE, planes, invw, radius, border, reduction, path)
     dS = dS.expand(source.shape) if dS.dim() == 4 else None  # the gray mean spreads the gradient over the channels
     return dS, dE.expand(edited.shape), None, None, None, None, None, None, None, None, None, None
 
@@ -147,20 +196,8 @@ def value_and_grad(S: torch.Tensor, E: torch.Tensor, w: torch.Tensor | None, rad
     """
     if not isinstance(grad_scale, torch.Tensor):
         grad_scale = torch.tensor(float(grad_scale), dtype=S.dtype, device=S.device)
-    if _backend(S, S.dtype, "valid") == "triton":
-        from . import triton_path
-
-        zero = torch.zeros(S.shape[0], device=S.device, dtype=torch.float32)
-        M = triton_path.moments(S, E, w, zero, zero, radius)
-        _, planes, part = triton_path.fit(M, w is not None, eps, radius, bidirectional, detach_coefficients, False,
-                                          3, False)
-        sums = part.sum((0, 1, 2))
-        _, dE = triton_path.backward(grad_scale, S, E, w, zero, zero, planes, None, radius, "none")
-        return sums[0], sums[1], dE
-    out, saved = torch_path.forward(S, E, w, eps, radius, "valid", bidirectional, detach_coefficients, "mean", True,
-                                    False)
-    _, dE = torch_path.backward(saved, grad_scale)
-    return out["total"], out["weight"], dE
+    impl = implementation("structure_loss", _choose(S, S.dtype, "valid"))
+    return impl.value_and_grad(S, E, w, radius, eps, bidirectional, detach_coefficients, grad_scale)
 
 
 def _gray(x: torch.Tensor, work: torch.dtype) -> torch.Tensor:
@@ -248,7 +285,8 @@ def structure_loss(source: torch.Tensor, edited: torch.Tensor, radius: int = SPL
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     eps = check_positive(eps, "eps", "it regularises flat windows")  # symbolic under torch.compile: torch._check
     work = torch.float64 if torch.float64 in (source.dtype, edited.dtype) else torch.float32
-    backend = _backend(source, work, border)
+    path = _choose(source, work, border)
+    backend = backend_of("structure_loss", path)
     # compiled graphs cannot read tensor values either: check there as on the Triton path
     checks = "triton" if torch.compiler.is_compiling() else backend
     check_all_finite((source, "source"), (edited, "edited"), backend=checks)
@@ -262,5 +300,5 @@ def structure_loss(source: torch.Tensor, edited: torch.Tensor, radius: int = SPL
     # The fits are shift invariant: each image is centred by its mean (inside the op), which keeps the second
     # moments small, so m_SS - m_S^2 does not cancel catastrophically in float32.
     out = _spl_op(source, edited, w, radius, eps, bool(bidirectional), bool(detach_coefficients), reduction, border,
-                  need_grad, need_source, backend)[0]
+                  need_grad, need_source, path)[0]
     return out.to(out_dtype)

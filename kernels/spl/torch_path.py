@@ -33,14 +33,16 @@ from .reference import EMPTY_WEIGHT
 PLANES = ("E", "EE", "SE", "S", "SS")
 
 
-def moments(S, E, w, r, border):
-    """Weighted window means (m_S, m_E, m_SS, m_EE, m_SE), the window weight Q_1 (None: no mask), and 1/Q_1."""
+def moments(S, E, w, r, border, box: str | None = None):
+    """Weighted window means (m_S, m_E, m_SS, m_EE, m_SE), the window weight Q_1 (None: no mask), and 1/Q_1.
+
+    ``box``: the window-sum engine, "opencv" or "torch", as the path the registry chose names it."""
     if w is None:
-        m = box_mean(torch.cat((S, E, S * S, E * E, S * E), 1), r, border)
+        m = box_mean(torch.cat((S, E, S * S, E * E, S * E), 1), r, border, box)
         return m.split(1, 1), None, None
     wS, wE = w * S, w * E
     w = w.expand_as(S)
-    m = box_mean(torch.cat((w, wS, wE, wS * S, wE * E, wS * E), 1), r, border)
+    m = box_mean(torch.cat((w, wS, wE, wS * S, wE * E, wS * E), 1), r, border, box)
     q1 = m[:, :1]
     inv = torch.where(q1 > EMPTY_WEIGHT, 1.0 / q1.clamp_min(EMPTY_WEIGHT), 0.0)
     return (m[:, 1:] * inv).split(1, 1), q1, inv
@@ -89,9 +91,9 @@ def coefficients(f, eps: float, bidirectional: bool, detach: bool):
 
 
 def forward(S, E, w, eps: float, r: int, border: str, bidirectional: bool, detach: bool, reduction: str,
-            need_grad: bool, need_source_grad: bool):
+            need_grad: bool, need_source_grad: bool, box: str | None = None):
     """Returns (out, saved): out = dict(map (reduction "none"), total = sum omega D, weight = sum omega)."""
-    mom, q1, inv = moments(S, E, w, r, border)
+    mom, q1, inv = moments(S, E, w, r, border, box)
     D, f = fit(mom, eps, bidirectional)
     if q1 is not None:
         D = torch.where(q1 > EMPTY_WEIGHT, D, 0.0)
@@ -111,13 +113,13 @@ def forward(S, E, w, eps: float, r: int, border: str, bidirectional: bool, detac
     planes = [-(2.0 * mE * G_vE + mS * G_c), G_vE, G_c]
     if need_source_grad:
         planes += [-(2.0 * mS * G_vS + mE * G_c), G_vS]
-    return out, dict(S=S, E=E, w=w, planes=torch.cat(planes, 1), r=r, border=border)
+    return out, dict(S=S, E=E, w=w, planes=torch.cat(planes, 1), r=r, border=border, box=box)
 
 
 def backward(saved, g):
     """(dS or None, dE) from the upstream per-window gradient ``g``: a 0-d tensor or a (B, 1, H, W) map."""
     S, E, w, planes = saved["S"], saved["E"], saved["w"], saved["planes"]
-    u = box_mean_adjoint(planes * g, saved["r"], saved["border"])
+    u = box_mean_adjoint(planes * g, saved["r"], saved["border"], saved.get("box"))
     dE = u[:, 0:1] + 2.0 * E * u[:, 1:2] + S * u[:, 2:3]
     dS = u[:, 3:4] + 2.0 * S * u[:, 4:5] + E * u[:, 2:3] if planes.shape[1] == 5 else None
     if w is not None:
