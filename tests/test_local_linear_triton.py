@@ -201,6 +201,21 @@ def test_padded_border_huge_radius_is_bounded_and_right(border, monkeypatch):
     np.testing.assert_allclose(co[0].double().numpy(), want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("border", ["reflect", "symmetric", "replicate"])
+def test_padded_border_huge_radius_on_the_cpu_paths_sums_image_sized_windows(border, monkeypatch):
+    """The PyTorch paths (OpenCV's window sums on CPU float32) reduce r = 10^6 to image-sized windows first
+    (box.large_radius): OpenCV once folded a replicate window of 2 * 10^6 + 1 taps, 43 s on 64 x 64."""
+    g = torch.Generator().manual_seed(2)
+    f = torch.rand(1, 2, 24, 20, generator=g)
+    p = torch.rand(1, 1, 24, 20, generator=g) + f[:, :1]
+    seen = windows_summed(monkeypatch)
+    with use_backend("torch"):
+        co = local_linear_fit(f, p, 10**6, 1e-2, 1, border)
+    assert seen and all(k <= 4 * 24 + 1 for _, k in seen), seen  # r reduced below about twice the side
+    want = _plain_fit_padded(f, p, 10**6, 1e-2, border)
+    np.testing.assert_allclose(co[0].double().numpy(), want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 def test_torch_compile_fullgraph(backend):
     """Both ops are torch.library custom ops: fit + apply trace as one graph, forward and backward."""

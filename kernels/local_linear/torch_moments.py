@@ -16,6 +16,7 @@ import torch
 
 from ..runtime.threads import n_workers, parallel_for
 from ..box.torch_path import _CV2_BORDER, box_mean, box_mean_adjoint, cv2, inv_count, opencv_folds, valid_border_
+from ..box import large_radius
 
 BAND_PIXELS = 1 << 16  # grid pixels per band of the per-pixel solve (~ a few MB of working set)
 MOMENT_BAND_PIXELS = 1 << 20  # pixel-channels per band of the cell moments (4 MB of float32; smaller bands
@@ -88,7 +89,11 @@ def box_mean_(x: torch.Tensor, r: int, border: str, out: torch.Tensor | None = N
         return x if out is None else out.copy_(x)
     h, w = x.shape[-2:]
     mode = "zero" if border == "valid" else border
-    if box == "opencv" and x.is_contiguous() and (out is None or out.is_contiguous()) and opencv_folds(r, mode, h, w):
+    # a window past the image is reduced exactly to one of the image's size (box.large_radius) before any engine
+    # sums it: OpenCV would fold a replicate window of 2r + 1 taps at r = 10^6 (seconds per plane)
+    reduce = large_radius.needs_reduction(h, w, r, border)
+    if box == "opencv" and not reduce and x.is_contiguous() and (out is None or out.is_contiguous()) \
+            and opencv_folds(r, mode, h, w):
         k = 2 * r + 1
         src = x.detach().view(-1, h, w)
         planes = src if out is None else out.detach().view(-1, h, w)
