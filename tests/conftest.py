@@ -16,13 +16,19 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the slow marks added here count for `-m "not slow"`
 def pytest_collection_modifyitems(config, items):
+    """Without a GPU: CUDA tests are skipped, and every Triton case (a test or parameter named ``triton``) is
+    marked ``slow``, since it runs in Triton's interpreter (seconds to minutes each on 2 cores); the fast tier
+    ``-m "not slow"`` still runs each op's PyTorch paths against the same references."""
     if HAS_CUDA:
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+        elif "triton" in item.nodeid.lower():
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

@@ -76,6 +76,7 @@ def test_layers_match_setup_py():
     assert {k: ROOT / v for k, v in setup_layers.items()} == LAYERS and set(RANK) == set(LAYERS)
 
 
+@pytest.mark.slow
 def test_layers_import_downwards():
     """kernels/ imports nothing from vision/ or pipelines/; vision/ never imports pipelines/ (imports inside
     functions and registries of module names count)."""
@@ -118,6 +119,7 @@ def _cycles(graph: dict[str, set[str]], allowed=lambda cycle: False) -> list[str
     return cycles
 
 
+@pytest.mark.slow
 def test_no_cycle_between_sibling_folders():
     """Sibling folders of pipelines/ and vision/ (pipelines/bench and pipelines/cli, vision/denoise and vision/data,
     ...) import one way: an import from a.x.y to b.z is an edge from folder a to folder b when a and b share a
@@ -155,6 +157,7 @@ def _run(code: str, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", ["vision", "vision.kernels", "vision.denoise"])
 def test_light_imports(module):
     res = _run(f"import sys, {module}\nprint(sorted(m for m in ('timm', 'diffusers', 'transformers') if m in sys.modules))")
@@ -162,6 +165,7 @@ def test_light_imports(module):
     assert res.stdout.strip() == "[]", f"import {module} loads {res.stdout.strip()}"
 
 
+@pytest.mark.slow
 def test_backbones_register_when_timm_is_imported():
     # libraries probe with find_spec("timm") before anyone imports it: the probe must not disarm the hook
     res = _run("import vision, importlib.util\nimportlib.util.find_spec('timm')\nimport timm\n"
@@ -170,6 +174,7 @@ def test_backbones_register_when_timm_is_imported():
     assert res.stdout.strip() == "ViG"
 
 
+@pytest.mark.slow
 def test_checkout_root_does_not_shadow_huggingface_kernels():
     """Python started in the repository root sees kernels/ as a top-level package; transformers imports the name."""
     pytest.importorskip("diffusers")
@@ -196,6 +201,7 @@ def test_no_module_over_500_lines():
     assert not long, long
 
 
+@pytest.mark.slow
 def test_lazy_op_names_survive_their_subpackages_import():
     """Importing an op's subpackage first (which binds it on vision.kernels) leaves every public name the op."""
     res = _run("import vision.kernels.linear_attention.chunked, vision.kernels.box\nimport vision.kernels as K\n"
@@ -218,6 +224,7 @@ def test_no_public_name_is_a_subpackage_name():
     assert len(packages) >= 2 and not clashes, clashes
 
 
+@pytest.mark.slow
 def test_no_module_class_swap():
     """No module object gets its class replaced (``sys.modules[...].__class__ = ...``, a ``ModuleType`` subclass):
     packages are plain modules with PEP 562 ``__getattr__``. The one ``__class__`` assignment left is the per-

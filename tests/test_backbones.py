@@ -216,6 +216,7 @@ def test_parameter_counts_match_official_and_published(name):
 
 # ------------------------------------------------------------------ running
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ALL)
 def test_every_model_runs_at_224_and_non_square(name):
     model = timm.create_model(name, pretrained=False).eval()
@@ -440,6 +441,7 @@ def render_shapes(n, size=64, seed=0):
     return (img - 0.5) / 0.25, labels
 
 
+@pytest.mark.slow
 def test_tiny_vig_learns_rendered_shapes():
     """A 2-block, 64-wide ViG (165k parameters) on 1024 rendered 64x64 images of four shapes, 8 epochs
     of AdamW on CPU: validation accuracy on 256 held-out images goes from chance (0.25) to >= 0.9
@@ -478,6 +480,7 @@ def test_tiny_vig_learns_rendered_shapes():
 
 # ------------------------------------------------------------------ acceptance 4 (CPU): memory at 1024^2
 
+@pytest.mark.slow
 def test_vig_tiny_uses_less_memory_than_deit_tiny_at_1024():
     """Peak tensor memory of one inference forward at 1024x1024 (batch 1, random weights), timm's DeiT-T as
     shipped (fused scaled-dot-product attention, itself linear in memory on CPU)."""

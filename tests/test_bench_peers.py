@@ -94,6 +94,7 @@ def test_cumsum_float32_error_is_small_on_noise(rng):
     assert np.abs(g32[0].double().numpy() - want).max() < 1e-4
 
 
+@pytest.mark.slow
 def test_cumsum_peers_gradients_are_autograd_correct(rng):
     I = torch.from_numpy(rng.random((1, 3, 6, 7))).requires_grad_(True)
     p = torch.from_numpy(rng.random((1, 1, 6, 7))).requires_grad_(True)
@@ -117,6 +118,7 @@ def test_parse_size():
             parse_size(bad)
 
 
+@pytest.mark.slow
 def test_bench_guided_filter_runs_end_to_end(tmp_path, capsys):
     from vision.kernels import guided_filter  # noqa: F401  (fails loudly until the operators exist)
     from vision.pipelines.cli import main

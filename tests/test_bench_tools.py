@@ -28,6 +28,7 @@ def test_bench_gpu_refuses_cuda_without_a_gpu(capsys):
     assert "no CUDA device" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bench_startup(tmp_path, capsys):
     out = tmp_path / "s.json"
     assert main(["bench", "startup", "--repeat", "1", "--json", str(out)]) == 0

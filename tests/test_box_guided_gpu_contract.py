@@ -37,6 +37,7 @@ def test_box_no_host_sync(border, rng):
 @needs_interp
 @pytest.mark.parametrize("channels,scale,border", [(1, 1, "valid"), (3, 1, "valid"), (1, 2, "valid"),
                                                    (3, 2, "reflect"), (1, 1, "symmetric")])
+@pytest.mark.slow
 def test_guided_no_host_sync(channels, scale, border, rng):
     guide = torch.tensor(rng.random((2, channels, 20, 23)), dtype=torch.float32, requires_grad=True)
     src = torch.tensor(rng.random((2, 2, 20, 23)), dtype=torch.float32, requires_grad=True)
@@ -161,6 +162,7 @@ def test_huge_guide_gives_finite_output(backend, channels, scale, rng):
     np.testing.assert_allclose(got, guided_filter_reference(guide, src, 2, 1e-2, scale=scale), atol=1e-3)
 
 
+@pytest.mark.slow
 def test_compile_fullgraph(rng):
     x = torch.tensor(rng.random((1, 3, 16, 18)), dtype=torch.float32)
 
@@ -180,6 +182,7 @@ def test_compile_fullgraph(rng):
     torch.testing.assert_close(xg.grad, xr.grad)
 
 
+@pytest.mark.slow
 def test_custom_ops_registered():
     from torch.library import opcheck
 

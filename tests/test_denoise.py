@@ -537,6 +537,7 @@ def test_bench_device_timing_runs_every_method_on_resident_tensors(frames, capsy
     assert "--cuda-size must look like 1280x720" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bench_denoise_rows_and_acceptance_lines(frames, tmp_path, capsys):
     """`vision bench denoise` on the bundled scenes: every row, the acceptance lines, and the joint-upsampling
     rows are FLR on the 2 x 2 means / the top-left samples of the 1-spp frame."""

@@ -254,6 +254,7 @@ def test_triton_fill_compiles_for_hopper_without_spills():
         assert stack == 0 and regs <= 128
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["flr", "flnr"])
 def test_denoiser_code_under_no_host_sync(frame, model, monkeypatch):
     """The whole denoise() call under tests/sync_trap.no_host_sync() on the Triton path (interpreted), with the

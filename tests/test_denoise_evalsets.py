@@ -61,6 +61,7 @@ def rendered(tmp_path_factory):
     return out, json.loads(res.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_lighting_properties(rendered):
     _, visible = rendered
     # the hidden and indirect scenes never show their light; the emitter scene shows one in every view

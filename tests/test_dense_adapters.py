@@ -101,6 +101,7 @@ def _train(cfg, run, data, **kw):
     return train(cfg, run, train_set=data, val_set=data, progress=False, log=_quiet, **kw)
 
 
+@pytest.mark.slow
 def test_resume_is_bit_identical_to_training_in_one_go(tmp_path):
     data = Crop("depth")
     cfg = dict(epochs=2, lora_dropout=0.1)  # dropout and flips: the RNG must be restored too
@@ -117,6 +118,7 @@ def test_resume_is_bit_identical_to_training_in_one_go(tmp_path):
             assert torch.equal(a[k], b[k]), (name, k)
 
 
+@pytest.mark.slow
 def test_cli_one_plus_one_epochs_with_resume_equals_two(tmp_path):
     from vision.pipelines.cli import main
 

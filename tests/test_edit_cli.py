@@ -90,6 +90,7 @@ def test_working_size_edits_small_and_post_processes_full(tmp_path, tiny_model):
     assert float(structure_loss(src, full)) < float(structure_loss(src, plain))
 
 
+@pytest.mark.slow
 def test_importing_vision_pipelines_does_not_import_diffusers():
     import subprocess
 

@@ -277,6 +277,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_accelerate_two_cpu_processes_agree(tmp_path):
     """``accelerate launch --multi_gpu --num_processes 2`` on a machine without GPU: DDP over gloo (accelerate's
     MULTI_CPU); each rank trains on its half of every epoch and both end with the same weights."""
@@ -426,6 +427,7 @@ class _SignalAt(Crop):
         return super().__getitem__(i)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [15, 2])
 def test_a_signal_mid_epoch_stops_after_the_step_and_resume_equals_the_run_never_stopped(tmp_path, signum):
     import signal

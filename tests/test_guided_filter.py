@@ -124,6 +124,7 @@ def test_matches_kornia(channels, border, scale, rng):
     torch.testing.assert_close(got, ref, atol=2e-5, rtol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("channels", [1, 3])
 @pytest.mark.parametrize("border", BORDERS)
 def test_gradcheck(one_thread, channels, border):
@@ -209,6 +210,7 @@ def test_gradients_across_tiles(backend, channels, rng):
 @pytest.mark.slow
 @pytest.mark.parametrize("channels,radius,width,gpu_rows", [(1, 6, 120, False), (3, 6, 70, False),
                                                           (1, 2, 64, True), (3, 2, 64, True)])
+@pytest.mark.slow
 def test_sliding_backward_strips_and_chunks(monkeypatch, channels, radius, width, gpu_rows, rng):
     """The fused sliding backward over two column strips and two row chunks, at the interpreter's row step and at
     the GPU's (1-2 rows), against the float64 closed form of the PyTorch path (which gradcheck validates)."""

@@ -180,6 +180,7 @@ def test_lora_on_a_random_backbone_is_refused_and_the_default_trains_it_whole(tm
 
 # ---------------------------------------------------------------- 4. LoRA on convolutions (ResNet)
 
+@pytest.mark.slow
 def test_resnet_takes_lora_on_its_convolutions(tmp_path):
     import timm
 

@@ -43,6 +43,7 @@ def _run(backend, fn):
         return fn()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_box_filter_matches_float64(backend):
     @_settings(backend)
@@ -59,6 +60,7 @@ def test_box_filter_matches_float64(backend):
     check()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_guided_filter_matches_float64(backend):
     @_settings(backend)

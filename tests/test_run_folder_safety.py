@@ -106,6 +106,7 @@ def _equal(a, b):
     return set(a) == set(b) and all((a[k] == b[k]).all() for k in a)
 
 
+@pytest.mark.slow
 def test_a_killed_save_leaves_a_staging_folder_that_resume_ignores(runs, tmp_path):
     def damage(run):  # killed while writing the epoch-2 checkpoint: a staging folder, its optimizer.bin empty
         shutil.copytree(run / "state", run / ".state.tmp")

@@ -32,6 +32,7 @@ def _pair(rng, shape):
 @pytest.mark.parametrize("case", [dict(), dict(masked=True), dict(bidirectional=False, reduction="none"),
                                   dict(masked=True, detach_coefficients=False, reduction="none")],
                          ids=["plain", "masked", "forward-fit-map", "masked-true-gradient-map"])
+@pytest.mark.slow
 def test_structure_loss_forward_and_backward_never_read_the_device(rng, triton_backend, case):
     case = dict(case)
     shape = (2, 3, 24, 30)
@@ -58,6 +59,7 @@ def test_structure_loss_forward_and_backward_never_read_the_device(rng, triton_b
         assert np.abs(grad.cpu().double().numpy() - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
+@pytest.mark.slow
 def test_restore_loop_never_reads_the_device(rng, triton_backend):
     from vision import restore_structure
 
@@ -70,6 +72,7 @@ def test_restore_loop_never_reads_the_device(rng, triton_backend):
     assert out.shape == e0.shape and bool(torch.isfinite(out).all())
 
 
+@pytest.mark.slow
 def test_fused_restore_step_matches_the_objective_and_sgd(rng, triton_backend):
     """The fused SGD step against RestoreObjective's closed-form gradient (the PyTorch path) and torch's SGD."""
     from vision.kernels.runtime import use_backend
@@ -152,6 +155,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_every_shipped_kernel_compiles_for_sm90_without_spills(tmp_path):
     pytest.importorskip("triton")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -168,6 +172,7 @@ def test_every_shipped_kernel_compiles_for_sm90_without_spills(tmp_path):
         assert seconds <= 10.0, desc
 
 
+@pytest.mark.slow
 def test_restore_with_a_callback_reports_the_same_losses_on_both_backends(rng):
     """With a callback the fused loop reads the objective each step (the only host reads it makes)."""
     from vision import restore_structure

@@ -118,6 +118,7 @@ def test_limits_are_each_archs():
     assert problems(dict(label="k", arch=86, num_warps=1, error="ptxas error", seconds=1.0))
 
 
+@pytest.mark.slow
 def test_representative_configs_fit_ampere_ada_and_hopper():
     """One configuration per kernel (widest radius, largest system, every flag on) for each arch family: sm_86
     (Ampere and Ada share Triton's code generation; sm_86 allows the least shared memory of the four) and sm_90,
