@@ -4,13 +4,13 @@ guides, and kernels that compile for sm_90 without spilling."""
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 import torch
 
 from sync_trap import no_host_sync
+from window_sums import window_sums
 from vision.kernels import box_filter, guided_filter
 from vision.kernels.border import source_index
 from vision.kernels.box.reference import box_filter_reference
@@ -96,28 +96,6 @@ def test_large_radius_is_exact(backend, border, shape, rng):
         np.testing.assert_allclose(got, ref, atol=2e-6)
 
 
-def window_sums(monkeypatch) -> list:
-    """Record (window side, largest plane side) of every window sum the PyTorch paths run: they all sum through
-    OpenCV's ``boxFilter`` or ``avg_pool2d`` (a padded plane pooled by a (2r+1)-wide window), so these sizes are
-    what a call costs. Timing lives in ``vision bench guided-filter --huge-radius``."""
-    import cv2
-    import torch.nn.functional as F
-
-    seen, box, pool = [], cv2.boxFilter, F.avg_pool2d
-
-    def box_filter(src, ddepth, ksize, *args, **kwargs):
-        seen.append((max(ksize), max(src.shape[:2])))
-        return box(src, ddepth, ksize, *args, **kwargs)
-
-    def avg_pool2d(x, kernel_size, *args, **kwargs):
-        seen.append((kernel_size if isinstance(kernel_size, int) else max(kernel_size), max(x.shape[-2:])))
-        return pool(x, kernel_size, *args, **kwargs)
-
-    monkeypatch.setattr(cv2, "boxFilter", box_filter)
-    monkeypatch.setattr(F, "avg_pool2d", avg_pool2d)
-    return seen
-
-
 @pytest.mark.parametrize("border", BORDERS)
 def test_huge_radius_costs_the_image(border, monkeypatch):
     """Radius 10^6 on 128 x 128 sums no wider window and no larger padded plane than radius 128 does, and at
@@ -137,8 +115,8 @@ def test_huge_radius_costs_the_image(border, monkeypatch):
             assert torch.isfinite(out).all()
     for base, huge in zip(*sizes.values()):  # box, then guided
         assert base and huge
-        assert max(k for k, _ in huge) <= min(4 * 128 + 1, max(k for k, _ in base)), (huge, base)
-        assert max(n for _, n in huge) <= min(5 * 128, max(n for _, n in base)), (huge, base)
+        assert max(k for _, k in huge) <= min(4 * 128 + 1, max(k for _, k in base)), (huge, base)
+        assert max(n for n, _ in huge) <= min(5 * 128, max(n for n, _ in base)), (huge, base)
     if border == "valid":  # the same windows: radius max(H, W) - 1 both times
         assert sizes[128] == sizes[10**6]
 

@@ -244,25 +244,13 @@ def test_denoise_huge_radius_costs_what_the_image_costs(tmp_path, monkeypatch):
     sums exactly the windows of radius 128 and writes the same image (it ran for minutes at up to 4.9 GB before).
     The window sums are recorded at the primitives every CPU path sums through (OpenCV's ``boxFilter``,
     ``avg_pool2d``); the times are measured by ``vision bench local-regression --huge-radius``."""
-    import cv2
-    import torch.nn.functional as F
+    from window_sums import window_sums
 
     from vision.bundled import asset_path
     from vision.data import read_exr
 
     frame = asset_path("scenes", "scene_00000", "frame_00.exr")
-    seen, box, pool = [], cv2.boxFilter, F.avg_pool2d
-
-    def box_filter(src, ddepth, ksize, *args, **kwargs):
-        seen.append((max(src.shape[:2]), max(ksize)))
-        return box(src, ddepth, ksize, *args, **kwargs)
-
-    def avg_pool2d(x, kernel_size, *args, **kwargs):
-        seen.append((max(x.shape[-2:]), kernel_size if isinstance(kernel_size, int) else max(kernel_size)))
-        return pool(x, kernel_size, *args, **kwargs)
-
-    monkeypatch.setattr(cv2, "boxFilter", box_filter)
-    monkeypatch.setattr(F, "avg_pool2d", avg_pool2d)
+    seen = window_sums(monkeypatch)
     windows, images = {}, {}
     for radius in (128, 1000000):
         out = tmp_path / f"r{radius}"  # a fresh folder: nothing to skip

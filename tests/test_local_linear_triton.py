@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from sync_trap import no_host_sync
+from window_sums import window_sums
 from vision.kernels import local_linear_apply, local_linear_fit
 from vision.kernels.border import source_index
 from vision.kernels.runtime import triton_available, use_backend
@@ -98,36 +99,6 @@ def _global_fit(f, p, eps):
     return window_fit(f64, p64, omega, np.full(f64.shape[0], eps))  # (C, K + 1)
 
 
-def windows_summed(monkeypatch) -> list:
-    """Record (axis or plane side, window side) of every window pass a fit runs: the Triton path's tap tables
-    (``triton_path.taps_table``: an (n, 2R + 1) table per axis, R the taps each pass visits) and the PyTorch
-    paths' window sums (OpenCV's ``boxFilter``, ``avg_pool2d``). These sizes are what the passes cost; the
-    times are measured by ``vision bench local-regression --huge-radius``."""
-    import cv2
-    import torch.nn.functional as F
-    from vision.kernels.local_linear import triton_path
-
-    seen, table, box, pool = [], triton_path.taps_table, cv2.boxFilter, F.avg_pool2d
-
-    def taps_table(n, r, border, device, adjoint=False):
-        t, R = table(n, r, border, device, adjoint)
-        seen.append((n, t.shape[1]))
-        return t, R
-
-    def box_filter(src, ddepth, ksize, *args, **kwargs):
-        seen.append((max(src.shape[:2]), max(ksize)))
-        return box(src, ddepth, ksize, *args, **kwargs)
-
-    def avg_pool2d(x, kernel_size, *args, **kwargs):
-        seen.append((max(x.shape[-2:]), kernel_size if isinstance(kernel_size, int) else max(kernel_size)))
-        return pool(x, kernel_size, *args, **kwargs)
-
-    monkeypatch.setattr(triton_path, "taps_table", taps_table)
-    monkeypatch.setattr(cv2, "boxFilter", box_filter)
-    monkeypatch.setattr(F, "avg_pool2d", avg_pool2d)
-    return seen
-
-
 @pytest.mark.parametrize("backend,scale", [("torch", 1), ("triton", 2)])
 def test_radius_beyond_the_image_costs_what_the_image_costs(backend, scale, monkeypatch):
     """Radius 10^6 on 128 x 128 ("valid" border): exactly the window passes of radius 128 (both clamp to the
@@ -138,7 +109,7 @@ def test_radius_beyond_the_image_costs_what_the_image_costs(backend, scale, monk
     g = torch.Generator().manual_seed(1)
     f = torch.rand(1, 3, 128, 128, generator=g)
     p = torch.rand(1, 2, 128, 128, generator=g) + 0.5 * f[:, :2]
-    seen = windows_summed(monkeypatch)
+    seen = window_sums(monkeypatch)
     passes = {}
     with use_backend(backend):
         for r in (128, 10**6):
@@ -188,7 +159,7 @@ def test_padded_border_huge_radius_is_bounded_and_right(border, monkeypatch):
     g = torch.Generator().manual_seed(2)
     f = torch.rand(1, 2, 24, 20, generator=g)
     p = torch.rand(1, 1, 24, 20, generator=g) + f[:, :1]
-    seen = windows_summed(monkeypatch)
+    seen = window_sums(monkeypatch)
     passes = {}
     with use_backend("triton"):
         for r in (128, 10**6):
@@ -208,7 +179,7 @@ def test_padded_border_huge_radius_on_the_cpu_paths_sums_image_sized_windows(bor
     g = torch.Generator().manual_seed(2)
     f = torch.rand(1, 2, 24, 20, generator=g)
     p = torch.rand(1, 1, 24, 20, generator=g) + f[:, :1]
-    seen = windows_summed(monkeypatch)
+    seen = window_sums(monkeypatch)
     with use_backend("torch"):
         co = local_linear_fit(f, p, 10**6, 1e-2, 1, border)
     assert seen and all(k <= 4 * 24 + 1 for _, k in seen), seen  # r reduced below about twice the side
