@@ -11,7 +11,6 @@ import torch
 
 pytest.importorskip("diffusers")
 
-from diffusers import LCMScheduler  # noqa: E402
 from diffusers.models.attention_processor import AttnProcessor  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -23,13 +22,7 @@ from vision.pipelines.editing import attention_control as ac  # noqa: E402
 
 @pytest.fixture(scope="module")
 def pipe():
-    from vision.pipelines import StructurePreservingEditPipeline
-
-    c = tiny.sd_components(LCMScheduler())
-    p = StructurePreservingEditPipeline(vae=c["vae"], text_encoder=c["text_encoder"], tokenizer=c["tokenizer"],
-                                        unet=c["unet"], scheduler=c["scheduler"])
-    p.set_progress_bar_config(disable=True)
-    return p
+    return tiny.edit_pipeline()
 
 
 class Recorder(_StoreCrossAttention):

@@ -119,15 +119,9 @@ def _lcm_img2img():
 
 
 def _edit_pipe():
-    from diffusers import LCMScheduler
-    from vision.pipelines import StructurePreservingEditPipeline
     import tiny_diffusers as tiny
 
-    c = tiny.sd_components(LCMScheduler())
-    pipe = StructurePreservingEditPipeline(vae=c["vae"], text_encoder=c["text_encoder"], tokenizer=c["tokenizer"],
-                                           unet=c["unet"], scheduler=c["scheduler"])
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
+    return tiny.edit_pipeline()
 
 
 def _hub_cache(cwd: Path, monkeypatch, repo: str, save: Callable[[Path], None]):

@@ -175,12 +175,7 @@ def test_model_offload_keeps_the_denoiser_on_the_device(images, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- StructurePreservingEditPipeline
-def _edit_pipe(scheduler=None):
-    c = tiny.sd_components(LCMScheduler())
-    pipe = StructurePreservingEditPipeline(vae=c["vae"], text_encoder=c["text_encoder"], tokenizer=c["tokenizer"],
-                                           unet=c["unet"], scheduler=scheduler or c["scheduler"])
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
+_edit_pipe = tiny.edit_pipeline
 
 
 def _edit(pipe, src, generator=None, **kw):

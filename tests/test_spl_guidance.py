@@ -245,14 +245,7 @@ def test_bad_inputs_are_clear():
 
 
 # ----------------------------------------------------------------------------- StructurePreservingEditPipeline
-def _edit_pipe():
-    from vision.pipelines import StructurePreservingEditPipeline
-
-    c = tiny.sd_components(LCMScheduler())
-    pipe = StructurePreservingEditPipeline(vae=c["vae"], text_encoder=c["text_encoder"], tokenizer=c["tokenizer"],
-                                           unet=c["unet"], scheduler=c["scheduler"])
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
+_edit_pipe = tiny.edit_pipeline
 
 
 def _edit(pipe, src, seed=0, **kw):

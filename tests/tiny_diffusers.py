@@ -183,6 +183,20 @@ def sd_components(scheduler):
                 image_encoder=None, **({} if lcm else {"requires_safety_checker": False}))
 
 
+def edit_pipeline(scheduler=None):
+    """A tiny StructurePreservingEditPipeline: the LCM components of :func:`sd_components` (``scheduler`` replaces
+    their LCMScheduler when given), progress bar off."""
+    from diffusers import LCMScheduler
+
+    from vision.pipelines import StructurePreservingEditPipeline
+
+    c = sd_components(LCMScheduler())
+    pipe = StructurePreservingEditPipeline(vae=c["vae"], text_encoder=c["text_encoder"], tokenizer=c["tokenizer"],
+                                           unet=c["unet"], scheduler=scheduler or c["scheduler"])
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
 def sdxl_components(scheduler):
     te1, tok1 = tiny_text_encoder(seed=0)
     te2, tok2 = tiny_text_encoder(seed=1, projection=True)
