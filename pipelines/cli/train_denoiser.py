@@ -308,8 +308,9 @@ def run(args) -> int:
         print(f"vision train-denoiser: error: {_lost_write(args, res)}", file=sys.stderr)
         return 1
     if res.signum:
-        name = "SIGTERM" if res.signum == 15 else "Ctrl-C" if res.signum == 2 else f"signal {res.signum}"
-        print(f"stopped by {name} in epoch {res.epochs + 1}: checkpoint in {res.folder}, best weights so far "
+        from vision.pipelines.training.signals import signal_name
+
+        print(f"stopped by {signal_name(res.signum)} in epoch {res.epochs + 1}: checkpoint in {res.folder}, best weights so far "
               f"(epoch {res.best_epoch}, {res.best:.2f} dB) in {res.path}; add --resume to continue", file=sys.stderr)
         return 128 + res.signum
     same = f", identical on {res.processes} processes" if res.processes > 1 else ""

@@ -35,7 +35,7 @@ from .curves import write_history
 from .dense_model import DenseConfig, build_model, predict_raw, save_run_files, trainable_state
 from .run_state import (CHECKPOINT_FORMAT, RESUME, STATE, find_checkpoint, guard_run, read_resume,
                         removed_on_failure, save_resume)
-from .signals import StopOnSignal, agree
+from .signals import StopOnSignal, agree, signal_name
 
 
 class TrainingStopped(RuntimeError):
@@ -44,8 +44,7 @@ class TrainingStopped(RuntimeError):
 
     def __init__(self, signum: int, epochs: int, run: Path):
         self.signum, self.epochs, self.run = signum, epochs, run
-        name = "SIGTERM" if signum == 15 else "Ctrl-C" if signum == 2 else f"signal {signum}"
-        super().__init__(f"stopped by {name} after {epochs} complete epoch{'s' if epochs != 1 else ''}"
+        super().__init__(f"stopped by {signal_name(signum)} after {epochs} complete epoch{'s' if epochs != 1 else ''}"
                          + (f"; add --resume (resume=True) to continue {run}" if epochs else "; nothing was saved"))
 
 

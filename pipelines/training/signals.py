@@ -52,3 +52,8 @@ def agree(acc, signum: int, elapsed: float) -> tuple[int, float]:
     t = torch.tensor([float(signum), elapsed], dtype=torch.float64, device=acc.device)
     torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
     return int(t[0]), float(t[1])
+
+
+def signal_name(signum: int) -> str:
+    """How a message names the signal that stopped a run: "SIGTERM", "Ctrl-C", else "signal N"."""
+    return {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C"}.get(signum, f"signal {signum}")
