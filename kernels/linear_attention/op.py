@@ -1,9 +1,12 @@
 """Public gated linear attention: ``gla`` (one direction) and ``gla_bidirectional`` (both, one call).
 
-Dispatch: on CUDA, when flash-linear-attention's kernels import (``pip install locallinear-vision[cuda]``
-installs ``fla-core``), ``fla.ops.gla.chunk_gla`` runs; everywhere else, and whenever
-``VISION_BACKEND=torch`` is set, our chunked PyTorch path (``chunked.py``) runs. fla is imported
-lazily and only for CUDA tensors, so CPU-only installs never touch it.
+The paths (op ``gla`` in ``runtime``'s registry, which both functions ask once per call): "fla", on the Triton
+backend, runs flash-linear-attention's ``fla.ops.gla.chunk_gla`` on CUDA tensors when it imports (``pip install
+locallinear-vision[cuda]`` installs ``fla-core``); "torch" runs our chunked PyTorch scan (``chunked.py``) everywhere
+else, and whenever ``VISION_BACKEND=torch`` is set. ``runtime.explain("gla", q, device=q.device)`` says which.
+fla is imported lazily and only for CUDA tensors, so CPU-only installs never touch it. The torch scan's
+intra-chunk forms (``chunked.py``) are not engines: each is an exact formula of the same PyTorch code, picked per
+chunk group by the gates' shape and strength so that no exponent overflows.
 """
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from functools import lru_cache
 
 import torch
 
-from ..runtime import forced_backend
+from ..runtime import choose, implementation, register_path
 from ..validate import check_positive, is_symbolic, reads_data
 from .chunked import chunk_gla_scan
 
@@ -33,8 +36,10 @@ def fla_available() -> bool:
     return _fla_chunk_gla() is not None
 
 
-def _use_fla(q: torch.Tensor) -> bool:
-    return q.device.type == "cuda" and forced_backend() != "torch" and fla_available()
+def _fla_takes(device: torch.device, **_) -> str | None:
+    if device.type != "cuda":
+        return f"fla's kernels run on CUDA tensors, not {device.type}"
+    return None if fla_available() else "flash-linear-attention (fla.ops.gla.chunk_gla) does not import"
 
 
 def _validate(q, k, v, g, scale):
@@ -83,6 +88,58 @@ def _fla_gla(q, k, v, g, scale):
     return o.to(v.dtype)
 
 
+def _merge(o_fwd, o_bwd, merge):
+    if merge is None:
+        return o_fwd, o_bwd
+    needs_grad = torch.is_grad_enabled() and (o_fwd.requires_grad or o_bwd.requires_grad)
+    o = o_fwd + o_bwd if needs_grad else o_fwd.add_(o_bwd)  # o_fwd is this call's own buffer
+    return o.mul_(0.5) if merge == "mean" else o
+
+
+class _Fla:
+    """flash-linear-attention's ``chunk_gla`` (CUDA): a reversed scan runs on flipped sequences, and both
+    directions run as one launch on the forward and flipped sequences stacked on the batch axis."""
+
+    @staticmethod
+    def scan(q, k, v, g, scale, reverse):
+        if reverse:
+            q, k, v, g = (t.flip(1) for t in (q, k, v, g))
+        o = _fla_gla(q, k, v, g, scale)
+        return o.flip(1) if reverse else o
+
+    @staticmethod
+    def both(q, k, v, g, k_reverse, g_reverse, scale, merge):
+        stack = lambda a, b: torch.cat([a, b.flip(1)], dim=0)  # noqa: E731
+        o = _fla_gla(stack(q, q), stack(k, k_reverse), stack(v, v), stack(g, g_reverse), scale)
+        o_fwd, o_bwd = o.chunk(2, dim=0)
+        return _merge(o_fwd, o_bwd.flip(1), merge)
+
+
+class _Torch:
+    """Our chunked PyTorch scan (``chunked.py``), any device; both directions stacked chunk group by chunk group
+    (no flipped copy of the sequence), merged there when ``merge`` is set."""
+
+    @staticmethod
+    def scan(q, k, v, g, scale, reverse):
+        o_fwd, o_bwd = chunk_gla_scan(None if reverse else (q, k, v, g), (q, k, v, g) if reverse else None, scale,
+                                      form=_form())
+        return o_bwd if reverse else o_fwd
+
+    @staticmethod
+    def both(q, k, v, g, k_reverse, g_reverse, scale, merge):
+        return chunk_gla_scan((q, k, v, g), (q, k_reverse, v, g_reverse), scale, merge=merge, form=_form())
+
+
+register_path("gla", "fla", "triton", 10, supports=_fla_takes, run=_Fla)
+register_path("gla", "torch", "torch", 0, run=_Torch)
+
+
+def _path(q: torch.Tensor):
+    """The implementation of the path the registry chooses for ``q`` (what ``explain("gla", q, device=q.device)``
+    names)."""
+    return implementation("gla", choose("gla", q, device=q.device))
+
+
 def gla(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
         reverse: bool = False, scale: float | None = None) -> torch.Tensor:
     """Gated linear attention (Yang et al., ICML 2024, arXiv 2312.06635).
@@ -109,14 +166,7 @@ def gla(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
     g, scale = _validate(q, k, v, g, scale)
     if q.shape[1] == 0:
         return v.new_zeros(v.shape)
-    if _use_fla(q):
-        if reverse:
-            q, k, v, g = (t.flip(1) for t in (q, k, v, g))
-        o = _fla_gla(q, k, v, g, scale)
-        return o.flip(1) if reverse else o
-    o_fwd, o_bwd = chunk_gla_scan(None if reverse else (q, k, v, g), (q, k, v, g) if reverse else None, scale,
-                                  form=_form())
-    return o_bwd if reverse else o_fwd
+    return _path(q).scan(q, k, v, g, scale, reverse)
 
 
 def gla_bidirectional(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
@@ -149,18 +199,6 @@ def gla_bidirectional(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torc
     if g.shape != g_reverse.shape:
         raise ValueError(f"gla_bidirectional: g and g_reverse must share a shape, got {tuple(g.shape)} and {tuple(g_reverse.shape)}")
     if q.shape[1] == 0:
-        o_fwd = o_bwd = v.new_zeros(v.shape)
-    elif _use_fla(q):
-        stack = lambda a, b: torch.cat([a, b.flip(1)], dim=0)  # noqa: E731
-        o = _fla_gla(stack(q, q), stack(k, k_reverse), stack(v, v), stack(g, g_reverse), scale)
-        o_fwd, o_bwd = o.chunk(2, dim=0)
-        o_bwd = o_bwd.flip(1)
-    elif merge is not None:
-        return chunk_gla_scan((q, k, v, g), (q, k_reverse, v, g_reverse), scale, merge=merge, form=_form())
-    else:
-        o_fwd, o_bwd = chunk_gla_scan((q, k, v, g), (q, k_reverse, v, g_reverse), scale, form=_form())
-    if merge is None:
-        return o_fwd, o_bwd
-    needs_grad = torch.is_grad_enabled() and (o_fwd.requires_grad or o_bwd.requires_grad)
-    o = o_fwd + o_bwd if needs_grad else o_fwd.add_(o_bwd)  # o_fwd is this call's own buffer
-    return o.mul_(0.5) if merge == "mean" else o
+        zeros = v.new_zeros(v.shape)
+        return _merge(zeros, zeros, merge)
+    return _path(q).both(q, k, v, g, k_reverse, g_reverse, scale, merge)
