@@ -24,6 +24,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from vision.kernels.runtime import decide, register_path
+
+from .engines import NUMBA, TORCH, numba_takes
 from .reproject import NO_HISTORY, Tolerances, _same_surface, bilinear_taps
 
 CAP = 2       # frames an edge pixel's output history counts at most (2, 3 and 4 compared on the Blender sequences)
@@ -61,18 +64,22 @@ def edge_history(out: torch.Tensor, history: torch.Tensor | None, offset: torch.
     None; ``prev_keys`` / ``cur_keys``: the frames' ``depth`` / ``normal`` / ``index`` buffers (the same ones in
     both). Returns ``(result, history)``.
     """
-    from vision.kernels.runtime import jit
-
-    from .layout import cpu_path
-
     keys = {k: v for k, v in cur_keys.items() if v is not None}
     if history is None or not keys or prev_keys is None:
         return out, torch.cat([out, torch.ones_like(out[:, :1])], 1)
-    tensors = [out, history, offset, *keys.values(), *(prev_keys[k] for k in keys)]
-    if cpu_path(out) and jit.enabled(*tensors):
-        from . import reproject_cpu
+    tensors = (out, history, offset, *keys.values(), *(prev_keys[k] for k in keys))
+    return decide("denoise.edge_history", out, tensors=tensors).run(out, history, offset, prev_keys, cur_keys, tol,
+                                                                   cap, gamma)
 
-        return reproject_cpu.edge_history(out, history, offset, prev_keys, cur_keys, tol, cap, gamma, NO_HISTORY)
+
+def _edge_history_numba(out, history, offset, prev_keys, cur_keys, tol, cap, gamma):
+    from . import reproject_cpu
+
+    return reproject_cpu.edge_history(out, history, offset, prev_keys, cur_keys, tol, cap, gamma, NO_HISTORY)
+
+
+def _edge_history_torch(out, history, offset, prev_keys, cur_keys, tol, cap, gamma):
+    keys = {k: v for k, v in cur_keys.items() if v is not None}
     footprint = [{k: _shift(v.to(out.dtype), dy, dx) for k, v in keys.items()} for dy, dx in SHIFTS]
     prev, weight = bilinear_taps(history, offset, prev_keys, footprint, tol)
     has = weight > 0
@@ -83,3 +90,8 @@ def edge_history(out: torch.Tensor, history: torch.Tensor | None, offset: torch.
     n = torch.where(use, (prev[:, 3:4] + 1).clamp_max(float(cap)), torch.ones_like(prev[:, 3:4]))
     result = torch.where(use, old + (out - old) / n, out)
     return result, torch.cat([result, n], 1)
+
+
+register_path("denoise.edge_history", NUMBA, "torch", 5, supports=lambda tensors: numba_takes(*tensors),
+              run=_edge_history_numba)
+register_path("denoise.edge_history", TORCH, "torch", 0, run=_edge_history_torch)

@@ -4,8 +4,9 @@ from __future__ import annotations
 import torch
 
 from vision.data.fields import REGRESSION_ORDER, guide_list  # noqa: F401 (re-exported)
+from vision.kernels.runtime import decide, register_path
 
-from .layout import cpu_path
+from .engines import NUMBA, TORCH, numba_takes
 
 # Guides in the order they are taken until the regression's 8 feature channels are full.
 GUIDE_ORDER = REGRESSION_ORDER
@@ -14,16 +15,30 @@ GUIDE_ORDER = REGRESSION_ORDER
 def log_depth(depth: torch.Tensor) -> torch.Tensor:
     """``log(depth)``, where pixels with no surface (depth <= 0, e.g. the sky) take the frame's largest depth.
     On the CPU path, (B, 1, H, W) float32 depth takes one numba pass instead of four tensor ops
-    (:mod:`.log_cpu`)."""
-    from vision.kernels.runtime import jit
+    (:mod:`.log_cpu`); the registry decides (op ``denoise.log_depth``)."""
+    return decide("denoise.log_depth", depth, tensors=(depth,), shape=tuple(depth.shape)).run(depth)
 
-    if depth.dim() == 4 and depth.shape[1] == 1 and cpu_path(depth) and jit.enabled(depth):
-        from . import log_cpu
 
-        return log_cpu.log_depth(depth)
+def _log_depth_torch(depth: torch.Tensor) -> torch.Tensor:
     far = depth.amax()  # the largest valid depth, when there is one (invalid ones are <= 0)
     far = torch.where(far > 0, far, torch.ones_like(far))  # on the device: no host read
     return torch.log(torch.where(depth > 0, depth, far).clamp_min(1e-6))
+
+
+def _log_depth_numba(depth: torch.Tensor) -> torch.Tensor:
+    from . import log_cpu
+
+    return log_cpu.log_depth(depth)
+
+
+def _numba_log_depth_takes(tensors, shape) -> str | None:
+    if len(shape) != 4 or shape[1] != 1:
+        return "takes (B, 1, H, W) depth"
+    return numba_takes(*tensors)
+
+
+register_path("denoise.log_depth", NUMBA, "torch", 5, supports=_numba_log_depth_takes, run=_log_depth_numba)
+register_path("denoise.log_depth", TORCH, "torch", 0, run=_log_depth_torch)
 
 
 def raw_features(buffers: dict[str, torch.Tensor | None]) -> tuple[torch.Tensor | None, list[str]]:

@@ -23,6 +23,10 @@ from dataclasses import dataclass
 
 import torch
 
+from vision.kernels.runtime import decide, register_path
+
+from .engines import NUMBA, TORCH, numba_takes
+
 CONVENTIONS = ("cycles", "offset")
 NO_HISTORY = 1e-4  # a pixel whose valid taps weigh less than this in total has no history
 
@@ -98,16 +102,23 @@ def reproject(history: torch.Tensor, offset: torch.Tensor, prev_keys: dict, cur_
     keys = [k for k, v in cur_keys.items() if v is not None]
     if any(prev_keys.get(k) is None for k in keys):
         raise ValueError(f"the previous frame lacks key buffer(s) the current one has ({', '.join(keys)})")
-    from vision.kernels.runtime import jit
+    tensors = (history, offset, *(cur_keys[k] for k in keys), *(prev_keys[k] for k in keys))
+    return decide("denoise.reproject", history, tensors=tensors).run(history, offset, prev_keys, cur_keys, tol)
 
-    from .layout import cpu_path
 
-    tensors = [history, offset, *(cur_keys[k] for k in keys), *(prev_keys[k] for k in keys)]
-    if cpu_path(history) and jit.enabled(*tensors):
-        from . import reproject_cpu
+def _reproject_numba(history, offset, prev_keys, cur_keys, tol):
+    from . import reproject_cpu
 
-        return reproject_cpu.reproject(history, offset, prev_keys, cur_keys, tol, NO_HISTORY)
+    return reproject_cpu.reproject(history, offset, prev_keys, cur_keys, tol, NO_HISTORY)
+
+
+def _reproject_torch(history, offset, prev_keys, cur_keys, tol):
     return bilinear_taps(history, offset, prev_keys, [{k: v for k, v in cur_keys.items() if v is not None}], tol)
+
+
+register_path("denoise.reproject", NUMBA, "torch", 5, supports=lambda tensors: numba_takes(*tensors),
+              run=_reproject_numba)
+register_path("denoise.reproject", TORCH, "torch", 0, run=_reproject_torch)
 
 
 def bilinear_taps(history: torch.Tensor, offset: torch.Tensor, prev_keys: dict, surfaces: list[dict],

@@ -1,0 +1,53 @@
+"""The engines of the denoiser's stages as registry ops (issue 40).
+
+A stage with more than one implementation (a fused numba loop, PyTorch bands of rows, PyTorch formulas over the
+whole frame, a Triton kernel) registers them beside its code as the paths of one op
+(:func:`vision.kernels.runtime.register_path`), and its call site runs the implementation that
+:func:`vision.kernels.runtime.decide` returns and nothing else, so ``explain(op, x, **call)`` names the engine
+that runs. Every op is called with ``tensors=`` (the stage's inputs, the one that decides the backend first), plus
+the stage's own conditions. This module holds what their ``supports`` share: why the numba loops may not take a
+call (:func:`numba_takes`, :func:`vision.kernels.runtime.jit.enabled` with its reasons).
+
+==========================  ===================================  =====================================
+op                          paths (priority)                     where
+==========================  ===================================  =====================================
+``denoise.log_depth``       torch+numba (5), torch (0)           :mod:`.features`
+``denoise.reproject``       torch+numba (5), torch (0)           :mod:`.reproject`
+``denoise.edge_history``    torch+numba (5), torch (0)           :mod:`.edge_history`
+``denoise.repair``          triton (10), torch (0)               :mod:`.repair`
+``denoise.fill``            triton (10), torch (0)               :mod:`.repair`
+``denoise.flnr.prepare``    torch+numba (5), torch (0)           :mod:`.flnr`
+``denoise.flnr.cells``      torch+numba (5), torch (0)           :mod:`.flnr`
+``denoise.flnr.head``       torch+numba (5), torch+bands (3),    :mod:`.flnr_stages`
+                            torch (0)
+``denoise.flnr.finish``     torch+numba (5), torch+bands (3),    :mod:`.flnr_stages`
+                            torch (0)
+``denoise.flnr.detail``     torch+numba (5), torch (0)           :mod:`.flnr_stages`
+==========================  ===================================  =====================================
+"""
+from __future__ import annotations
+
+import torch
+
+from vision.kernels.runtime import jit, numba_enabled
+
+from .layout import cpu_path
+
+NUMBA, BANDS, TORCH = "torch+numba", "torch+bands", "torch"
+
+
+def numba_takes(*tensors: torch.Tensor | None) -> str | None:
+    """None when the numba loops may take these tensors (the first on the CPU path, then ``jit.enabled``; None
+    entries are absent buffers), else why not."""
+    tensors = [t for t in tensors if t is not None]
+    if not cpu_path(tensors[0]):
+        return "needs the CPU path (a CPU tensor on the PyTorch backend)"
+    if jit.enabled(*tensors):
+        return None
+    if not numba_enabled():
+        return "numba is off (VISION_NUMBA=0)"
+    if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in tensors):
+        return "needs CPU float32"
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return "autograd is on"
+    return "numba does not import"
