@@ -11,10 +11,13 @@ Step sizes do not depend on the image size: each mean-loss is multiplied by (its
 512^2 (see :class:`RestoreObjective`), so the published settings (SGD, lr 1, momentum 0.9, weights
 1e4 / 1e3, tuned on 512 x 512 images) behave the same at any resolution.
 
-On the Triton path an SGD step is four fused launches (``vision.kernels.spl.restore_step``) and reads nothing
-on the host; on CUDA, without a callback or progress bar, the whole loop is captured once per shape and
-settings as a CUDA graph and replayed on later calls (``VISION_CUDA_GRAPHS=off``, ``runtime.set_cuda_graphs(False)``
-or ``with runtime.use_cuda_graphs(False)`` launches eagerly instead).
+The step's engine is a registry decision (op ``restore_step``, chosen once per call; ``runtime.explain(
+"restore_step", e0, optimizer=...)`` says which): on the Triton backend an SGD step is four fused launches
+(path "fused-sgd", ``vision.kernels.spl.restore_step``) and reads nothing on the host; on CUDA, without a
+callback or progress bar, the whole loop is captured once per shape and settings as a CUDA graph and replayed on
+later calls (``VISION_CUDA_GRAPHS=off``, ``runtime.set_cuda_graphs(False)`` or ``with
+runtime.use_cuda_graphs(False)`` launches eagerly instead). Adam, and every call on the torch backend, take path
+"torch": the objective's closed-form gradient stepped by a ``torch.optim`` optimizer.
 
     >>> restored = restore_structure(source, edited)                       # (B, 3, H, W), same range and dtype
     >>> restored = restore_structure(source, edited, mask=m, optimizer="adam", steps=200)
@@ -28,7 +31,7 @@ from typing import Callable
 
 import torch
 
-from vision.kernels.runtime import backend_for, cuda_graphs_enabled, data_checks
+from vision.kernels.runtime import backend_for, choose, cuda_graphs_enabled, data_checks, implementation, register_path
 from vision.kernels.spl.op import check_magnitude, check_mask, value_and_grad
 from vision.kernels.validate import check_finite, check_radius
 from vision.kernels.spl.defaults import SPL_DEFAULTS
@@ -134,7 +137,7 @@ class RestoreObjective:
         self.edited, self.channels = e0, e0.shape[1]
         self.radius, self.eps, self.bidirectional = radius, float(eps), bool(bidirectional)
         self.spl_weight, self.color_weight = float(spl_weight), float(color_weight)
-        checks = backend_for(e0)
+        checks = backend_for(e0)  # data_checks' question (may values be read on the host?), not an engine choice
         self.mask = None if mask is None else check_mask(mask, e0, checks).to(torch.float32).contiguous()
         self.color_mask = None if color_mask is None else check_mask(color_mask, e0, checks).to(torch.float32)
         src = source.to(torch.float32)
@@ -221,6 +224,7 @@ def restore_structure(source: torch.Tensor, edited: torch.Tensor, mask: torch.Te
     radius = check_radius(radius)
     if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0):
         raise ValueError(f"eps must be a positive float, got {eps!r}")
+    # backend_for below asks data_checks' question (may values be read on the host?); restore_step picks the engine
     for name, x in (("source", source), ("edited", edited)):
         if x.is_floating_point():
             check_finite(x, name, backend_for(x))
@@ -237,10 +241,8 @@ def restore_structure(source: torch.Tensor, edited: torch.Tensor, mask: torch.Te
     src = (source.to(torch.float32) - lo) / span
     e0 = ((edited.to(torch.float32) - lo) / span).contiguous()
     objective = RestoreObjective(src, e0, mask, color_mask, spl_weight, color_weight, radius, eps, bidirectional)
-    if optimizer == "sgd" and backend_for(e0) == "triton":
-        x = _restore_fused(objective, e0, steps, lr, momentum, rng is not None, callback, progress)
-    else:
-        x = _restore_eager(objective, e0, steps, lr, momentum, optimizer, rng is not None, callback, progress)
+    step = implementation("restore_step", choose("restore_step", e0, optimizer=optimizer))
+    x = step(objective, e0, steps, lr, momentum, optimizer, rng is not None, callback, progress)
     out = x * span + lo
     if not out_dtype.is_floating_point:
         out = out.round().clamp(rng[0], rng[1])
@@ -303,9 +305,10 @@ def _fused(objective, e0, lr, momentum, clamp):
                     o.bidirectional, lr, momentum, clamp)
 
 
-def _restore_fused(objective, e0, steps, lr, momentum, clamp, callback, progress):
-    """SGD with momentum on the fused Triton step (4 launches a step); on CUDA, without a callback or a
-    progress bar, all steps replay from one CUDA graph per shape and settings."""
+def _restore_fused(objective, e0, steps, lr, momentum, optimizer, clamp, callback, progress):
+    """SGD with momentum on the fused Triton step (4 launches a step; ``optimizer`` is "sgd", as the path's
+    ``supports`` requires); on CUDA, without a callback or a progress bar, all steps replay from one CUDA graph
+    per shape and settings."""
     if e0.is_cuda and steps and callback is None and not progress and cuda_graphs_enabled():
         out = _graph_run(objective, e0, steps, lr, momentum, clamp)
         if out is not None:
@@ -322,6 +325,16 @@ def _restore_fused(objective, e0, steps, lr, momentum, clamp, callback, progress
     finally:
         bar.close()
     return x
+
+
+def _fused_takes(optimizer: str, **_) -> str | None:
+    return None if optimizer == "sgd" else f"{optimizer} runs the torch path (the fused step is SGD with momentum)"
+
+
+# each path runs its engine's whole loop, chosen once per call: (objective, e0, steps, lr, momentum, optimizer,
+# clamp, callback, progress) -> x
+register_path("restore_step", "fused-sgd", "triton", 10, supports=_fused_takes, run=_restore_fused)
+register_path("restore_step", "torch", "torch", 0, run=_restore_eager)
 
 
 _GRAPHS: dict = {}  # settings and shapes -> (static inputs, x, graph); a few entries, oldest dropped first
