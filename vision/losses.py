@@ -36,6 +36,7 @@ def _check_pair(reference: torch.Tensor, edited: torch.Tensor, what: str) -> Non
 def _checks(x: torch.Tensor) -> str:
     """Which data checks apply: those of the backend the SPL kernels run on for ``x`` (none by default on a GPU,
     where reading values stalls the device), and none inside a compiled graph."""
+    # not an engine choice (the colour loss runs the same code on every backend): data_checks' may-we-read question
     return "triton" if torch.compiler.is_compiling() else backend_for(x)
 
 
