@@ -58,15 +58,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vision.kernels.runtime import jit
-
 from . import buffers as B
 from .flnr_config import check_config, check_weights_file
 from .flnr_hub import FLNRHubMixin, is_pretrained_folder
 from .flnr_net import (CELL, FEATURES, GUIDES, NET_IN, FLNRNet, _pointwise, _pool, _resize, cell_guides,  # noqa: F401
                        cell_inputs, frame_stats, guide_buffers, guide_stats)
-from .flnr_stages import (FINISH_BAND_PIXELS, HEAD_BAND_PIXELS, _banded, _cv2_planes, _finish_bands,  # noqa: F401
-                          _head_bands, _mean3, antialias, detail_blend, local_contrast)
+from .flnr_stages import (FINISH_BAND_PIXELS, HEAD_BAND_PIXELS, PRUNE_STRIDE, _banded, _cv2_planes,  # noqa: F401
+                          _finish_bands, _head_bands, _mean3, _nhwc, antialias, detail_blend, local_contrast)
+from .flnr_stages import cells as _cells, finish as _finish, head as _head, prepare as _prepare
 from .flnr_surgery import head_rows, pruned, widened, with_outputs
 from .flr import area_down, fit_radius, full_size, sample_down, upsample_factor, check_phase, run_tiles
 
@@ -80,18 +79,12 @@ CONFIG_KEY = "vision.flnr.config"
 # FLNR's antialias at the start of training: logit = BLEND_BIAS + EDGE_GAIN c(albedo), the weight 0.5 sigmoid(logit)
 EDGE_GAIN, BLEND_BIAS = 200.0, -5.0
 DETAIL_BIAS = -6.0  # FLNR's detail blend at the start of training: weight sigmoid(-6) = 0.25 % everywhere
-PRUNE_STRIDE = 7  # :meth:`FLNR.pruned` samples every 7th pixel's hidden activations
 
 
 def _layout(t: torch.Tensor) -> torch.memory_format:
     """channels_last for (B, C > 1, H, W) tensors laid out as HWC (what HWC arrays become), else contiguous."""
     interleaved = t.shape[1] > 1 and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
     return torch.channels_last if interleaved else torch.contiguous_format
-
-
-def _nhwc(t: torch.Tensor) -> torch.Tensor:
-    """(B, C, H, W) -> (B, H, W, C) contiguous: a view for channels-last tensors (what HWC arrays become)."""
-    return t.permute(0, 2, 3, 1).contiguous()
 
 
 class FLNR(nn.Module, FLNRHubMixin):
@@ -185,46 +178,13 @@ class FLNR(nn.Module, FLNRHubMixin):
         """The Q learned guides (B, Q, H, W), with the :func:`antialias` logit as channel Q+1 when the model has
         one, and the radius logits on the 4 x 4 cell grid (B, R, h, w)."""
         dt = self.log_eps.dtype
-        b, _, h, w = target_full.shape
-        banded = _banded(target_full, self)
-        fused = banded and jit.enabled(target_full, mask_full, *(v for v in buffers if v is not None))
-        if fused:
-            from . import flnr_cpu  # the cell statistics in one pass over the pixels
-
-            cells, rest = flnr_cpu.cells(buffers, target_full, mask_full, CELL)
-        else:
-            cells = cell_guides(buffers, target_full, (h, w))
+        cells, inputs = _cells(self, buffers, target_full, mask_full)
         mean, std = guide_stats(cells) if stats is None else stats
-        x = torch.cat([(cells - mean) / std, rest], 1) if fused else cell_inputs((cells - mean) / std, target_full,
-                                                                                   mask_full)
+        x = inputs((cells - mean) / std)
         out = self.net(x.to(dt).contiguous(memory_format=torch.channels_last))
-        width = self.head_in.out_features
         weight = self.head_in.weight.t()[None] / std.reshape(-1, FEATURES, 1).to(dt)  # (B or 1, 8, width)
         bias = self.head_in.bias - (mean.reshape(-1, 1, FEATURES).to(dt) @ weight)  # (B or 1, 1, width)
-        if banded:
-            return _head_bands(self, out[:, :width], buffers, weight, bias, (h, w)), out[:, width:]
-        # per pixel, on (B, H W, C) rows: up(code) + W1 diag(1/std) (f_raw - mean), one product per buffer
-        up = F.interpolate(out[:, :width], scale_factor=CELL, mode="bilinear", align_corners=False)
-        acc = _nhwc(up[..., :h, :w]).view(b, h * w, width)
-        acc += bias
-        at = 0
-        for name, v in zip(GUIDES, buffers):
-            n = B.CHANNELS[name]
-            if v is not None:
-                rows = _nhwc(v.to(dt)).view(v.shape[0], h * w, n)
-                wn = weight[:, at:at + n]
-                if rows.shape[0] == 1 and wn.shape[0] == 1:
-                    acc.view(-1, width).addmm_(rows.view(-1, n), wn[0])
-                else:
-                    acc.baddbmm_(rows.expand(b, -1, -1), wn.expand(b, -1, -1))
-            at += n
-        if self.head_out is not None:
-            acc = F.leaky_relu(acc, 0.1, inplace=not acc.requires_grad)
-            if self._record is not None:  # :meth:`pruned` collects every 7th pixel's hidden activations
-                self._record.append(acc.detach().reshape(-1, width)[::PRUNE_STRIDE].clone())
-            acc = torch.addmm(self.head_out.bias, acc.view(-1, width), self.head_out.weight.t())
-        g = acc.view(b, h, w, -1).permute(0, 3, 1, 2).to(target_full.dtype).contiguous()
-        return g, out[:, width:].to(target_full.dtype)
+        return _head(self, out, buffers, weight, bias, target_full)
 
     def forward(self, color: torch.Tensor, guides: dict, radius: int | None = None, eps=None,
                 scale: int | None = None, stats=None, phase=None) -> torch.Tensor:
@@ -242,19 +202,8 @@ class FLNR(nn.Module, FLNRHubMixin):
         result_layout = _layout(color)
         albedo, emission = guides.get("albedo"), guides.get("emission")
         radii = self.config["radii"] if radius is None else [int(radius)]
-        if u == 1 and B.cpu_path(color) and jit.enabled(color, *(v for v in (albedo, emission) if v is not None)):
-            from . import flnr_cpu  # one pass over the buffers as they lie: demodulation, mask, planes
-
-            target, factor, add, mask, albedo, emission = flnr_cpu.prepare(color, albedo, emission,
-                                                                           fit_radius(FILL_RADIUS, u), B.ALBEDO_FLOOR)
-        else:
-            color = color.contiguous()
-            albedo, emission = (None if v is None else v.contiguous() for v in (albedo, emission))
-            emission_lo = sample_down(emission, u, phase)
-            mask = B.emitter_mask(emission_lo, color)
-            target, factor, add = B.demodulate(color, sample_down(albedo, u, phase), emission_lo,
-                                               fit_radius(FILL_RADIUS, u), mask=mask)
-            mask = torch.zeros_like(color[:, :1]) if mask is None else mask.expand(color.shape[0], -1, -1, -1)
+        color, target, factor, add, mask, albedo, emission = _prepare(color, albedo, emission, u, phase,
+                                                                      fit_radius(FILL_RADIUS, u))
         guides = dict(guides, albedo=albedo, emission=emission)
         if u > 1:
             t_full = F.interpolate(target, scale_factor=u, mode="nearest")[..., :hf, :wf]
@@ -289,13 +238,7 @@ class FLNR(nn.Module, FLNRHubMixin):
                                                       device=color.device), albedo, emission, 0)
         # the result in the colour's layout (HWC arrays come in as channels-last views: no copy back to HWC)
         out = None if fitted.requires_grad else torch.empty_like(fitted, memory_format=result_layout)
-        if blend is not None and out is not None and B.cpu_path(out):
-            res = _finish_bands(self, fitted, factor, add, blend, albedo, out)  # clamps band by band
-        elif blend is None:
-            fitted = fitted.clamp_min_(0) if not fitted.requires_grad else fitted.clamp_min(0)
-            res = torch.addcmul(add, fitted, factor, out=out)
-        else:  # the emission buffer is a pixel mean already: only the light is blended
-            res = torch.add(self._blended_light(fitted, factor, blend, albedo), add, out=out)
+        res = _finish(self, fitted, factor, add, blend, albedo, out)
         return res if detail is None or u > 1 else detail_blend(res, add, factor, target, detail, mask)
 
     def _blended_light(self, fitted, factor, blend, albedo):

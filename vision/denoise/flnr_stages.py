@@ -1,6 +1,8 @@
-"""FLNR's per-pixel stages on CPU without autograd, band by band of rows (the guide head and the last steps), and
-the antialias blend they share with the full-frame path. Split from :mod:`vision.denoise.flnr`, which re-exports
-every name.
+"""FLNR's stages that have several engines, each a registry op with its paths (:mod:`.engines`): the demodulation
+(``denoise.flnr.prepare``), the cell statistics (``denoise.flnr.cells``), the guide head (``denoise.flnr.head``),
+the last steps (``denoise.flnr.finish``) and the detail blend (``denoise.flnr.detail``). On CPU without autograd
+they run as numba loops (:mod:`.flnr_cpu`) or band by band of rows, else as PyTorch formulas over the whole frame;
+the antialias blend is shared by all. Split from :mod:`vision.denoise.flnr`, which re-exports every name.
 """
 from __future__ import annotations
 
@@ -8,16 +10,150 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vision.kernels.runtime import jit
+from vision.kernels.runtime import decide, register_path
 
 from . import buffers as B
-from .flnr_net import CELL, GUIDES
+from .engines import BANDS, NUMBA, TORCH, numba_takes
+from .flnr_net import CELL, GUIDES, cell_guides, cell_inputs
+from .flr import sample_down
+
+PRUNE_STRIDE = 7  # :meth:`FLNR.pruned` samples every 7th pixel's hidden activations
+
+
+def _nhwc(t: torch.Tensor) -> torch.Tensor:
+    """(B, C, H, W) -> (B, H, W, C) contiguous: a view for channels-last tensors (what HWC arrays become)."""
+    return t.permute(0, 2, 3, 1).contiguous()
+
 
 def _banded(target: torch.Tensor, model: nn.Module) -> bool:
     """Whether the guide head may take :func:`_head_bands` (CPU, and nothing to differentiate)."""
-    if not B.cpu_path(target) or getattr(model, "_record", None) is not None:
-        return False
-    return not torch.is_grad_enabled() or not (target.requires_grad or any(p.requires_grad for p in model.parameters()))
+    return _unbanded(target, model) is None
+
+
+def _unbanded(target: torch.Tensor, model: nn.Module) -> str | None:
+    """Why the guide head and the cell statistics may not go band by band or through numba (None: they may)."""
+    if not B.cpu_path(target):
+        return "needs the CPU path (a CPU tensor on the PyTorch backend)"
+    if getattr(model, "_record", None) is not None:
+        return "pruning records the guide head's hidden layer"
+    if torch.is_grad_enabled() and (target.requires_grad or any(p.requires_grad for p in model.parameters())):
+        return "autograd is on"
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ demodulation
+
+def prepare(color, albedo, emission, u: int, phase, fill_radius: int):
+    """FLNR's signal: ``(color, target, factor, add, mask, albedo, emission)``, the demodulated colour of
+    :func:`~.buffers.demodulate` and the emitter mask; the registry picks the engine (op ``denoise.flnr.prepare``:
+    one numba pass over the buffers as they lie, or PyTorch on planar copies)."""
+    return decide("denoise.flnr.prepare", color, tensors=(color, albedo, emission), u=u).run(
+        color, albedo, emission, u, phase, fill_radius)
+
+
+def _prepare_numba(color, albedo, emission, u, phase, fill_radius):
+    from . import flnr_cpu  # one pass over the buffers as they lie: demodulation, mask, planes
+
+    return (color, *flnr_cpu.prepare(color, albedo, emission, fill_radius, B.ALBEDO_FLOOR))
+
+
+def _prepare_torch(color, albedo, emission, u, phase, fill_radius):
+    color = color.contiguous()
+    albedo, emission = (None if v is None else v.contiguous() for v in (albedo, emission))
+    emission_lo = sample_down(emission, u, phase)
+    mask = B.emitter_mask(emission_lo, color)
+    target, factor, add = B.demodulate(color, sample_down(albedo, u, phase), emission_lo, fill_radius, mask=mask)
+    mask = torch.zeros_like(color[:, :1]) if mask is None else mask.expand(color.shape[0], -1, -1, -1)
+    return color, target, factor, add, mask, albedo, emission
+
+
+register_path("denoise.flnr.prepare", NUMBA, "torch", 5, run=_prepare_numba,
+              supports=lambda tensors, u: "colour smaller than the guides" if u != 1 else numba_takes(*tensors))
+register_path("denoise.flnr.prepare", TORCH, "torch", 0, run=_prepare_torch)
+
+
+# ------------------------------------------------------------------------------------------------ cell statistics
+
+def cells(model, buffers: list, target: torch.Tensor, mask: torch.Tensor):
+    """``(cells, inputs)``: the 4 x 4 cell means of the guide buffers (B, 8, h, w) and ``inputs(standardised
+    cells)``, the network's input; the registry picks the engine (op ``denoise.flnr.cells``: the statistics in one
+    numba pass over the pixels, or :func:`~.flnr_net.cell_guides` and :func:`~.flnr_net.cell_inputs`)."""
+    return decide("denoise.flnr.cells", target, tensors=(target, mask, *buffers),
+                  bands=_unbanded(target, model)).run(buffers, target, mask)
+
+
+def _cells_numba(buffers, target, mask):
+    from . import flnr_cpu
+
+    stats, rest = flnr_cpu.cells(buffers, target, mask, CELL)
+    return stats, lambda std: torch.cat([std, rest], 1)
+
+
+def _cells_torch(buffers, target, mask):
+    return cell_guides(buffers, target, tuple(target.shape[-2:])), lambda std: cell_inputs(std, target, mask)
+
+
+register_path("denoise.flnr.cells", NUMBA, "torch", 5, run=_cells_numba,
+              supports=lambda tensors, bands: bands or numba_takes(*tensors))
+register_path("denoise.flnr.cells", TORCH, "torch", 0, run=_cells_torch)
+
+
+# ------------------------------------------------------------------------------------------------ guide head
+
+def head(model, out: torch.Tensor, buffers: list, weight: torch.Tensor, bias: torch.Tensor, target: torch.Tensor):
+    """The guide head of :meth:`FLNR.learned_guides` on the network's output ``out`` (the code, then the radius
+    logits): ``(learned guides (B, Q, H, W), radius logits)``; the registry picks the engine (op
+    ``denoise.flnr.head``: numba, PyTorch band by band (:func:`_head_bands`), or PyTorch on the whole frame)."""
+    return decide("denoise.flnr.head", out, tensors=(out, weight, bias, *buffers),
+                  bands=_unbanded(target, model)).run(model, out, buffers, weight, bias, target)
+
+
+def _head_numba(model, out, buffers, weight, bias, target):
+    from . import flnr_cpu
+
+    width = model.head_in.out_features
+    return flnr_cpu.head(model, out[:, :width], buffers, weight, bias, tuple(target.shape[-2:]), CELL), \
+        out[:, width:]
+
+
+def _head_banded(model, out, buffers, weight, bias, target):
+    width = model.head_in.out_features
+    return _head_bands(model, out[:, :width], buffers, weight, bias, tuple(target.shape[-2:])), out[:, width:]
+
+
+def _head_frame(model, out, buffers, weight, bias, target):
+    """The guide head per pixel on (B, H W, C) rows: up(code) + W1 diag(1/std) (f_raw - mean), one product per
+    buffer, then the output layer."""
+    dt = model.log_eps.dtype
+    b, _, h, w = target.shape
+    width = model.head_in.out_features
+    up = F.interpolate(out[:, :width], scale_factor=CELL, mode="bilinear", align_corners=False)
+    acc = _nhwc(up[..., :h, :w]).view(b, h * w, width)
+    acc += bias
+    at = 0
+    for name, v in zip(GUIDES, buffers):
+        n = B.CHANNELS[name]
+        if v is not None:
+            rows = _nhwc(v.to(dt)).view(v.shape[0], h * w, n)
+            wn = weight[:, at:at + n]
+            if rows.shape[0] == 1 and wn.shape[0] == 1:
+                acc.view(-1, width).addmm_(rows.view(-1, n), wn[0])
+            else:
+                acc.baddbmm_(rows.expand(b, -1, -1), wn.expand(b, -1, -1))
+        at += n
+    if model.head_out is not None:
+        acc = F.leaky_relu(acc, 0.1, inplace=not acc.requires_grad)
+        if model._record is not None:  # :meth:`pruned` collects every 7th pixel's hidden activations
+            model._record.append(acc.detach().reshape(-1, width)[::PRUNE_STRIDE].clone())
+        acc = torch.addmm(model.head_out.bias, acc.view(-1, width), model.head_out.weight.t())
+    g = acc.view(b, h, w, -1).permute(0, 3, 1, 2).to(target.dtype).contiguous()
+    return g, out[:, width:].to(target.dtype)
+
+
+register_path("denoise.flnr.head", NUMBA, "torch", 5, run=_head_numba,
+              supports=lambda tensors, bands: bands or numba_takes(*tensors))
+register_path("denoise.flnr.head", BANDS, "torch", 3, run=_head_banded, supports=lambda tensors, bands: bands)
+register_path("denoise.flnr.head", TORCH, "torch", 0, run=_head_frame)
 
 
 HEAD_BAND_PIXELS = 1 << 16  # pixels per band of the banded guide head (its hidden layer: 4 MB of float32; smaller bands
@@ -25,7 +161,8 @@ HEAD_BAND_PIXELS = 1 << 16  # pixels per band of the banded guide head (its hidd
 
 
 def _head_bands(model, code: torch.Tensor, buffers: list, weight: torch.Tensor, bias: torch.Tensor, size):
-    """The guide head of :meth:`FLNR.learned_guides` without autograd, band by band of cell rows.
+    """The guide head of :meth:`FLNR.learned_guides` without autograd, band by band of cell rows (path
+    ``torch+bands`` of ``denoise.flnr.head``).
 
     The same function as the full-frame path (``g = W2 leaky(up(code) + W f + b) + b2``, or
     ``up(code) + W f + b`` for a linear head), in (channels, pixels) planes: the code is upsampled along x
@@ -41,10 +178,6 @@ def _head_bands(model, code: torch.Tensor, buffers: list, weight: torch.Tensor, 
     from vision.kernels.local_linear.torch_path import cells_band, cells_horizontal
     from vision.kernels.runtime.threads import own_threads, parallel_for
 
-    if jit.enabled(code, weight, bias, *(v for v in buffers if v is not None)):
-        from . import flnr_cpu
-
-        return flnr_cpu.head(model, code, buffers, weight, bias, size, CELL)
     h, w = size
     b, width, gh, gw = code.shape
     q = model.head_out.out_features if model.head_out is not None else width
@@ -85,12 +218,29 @@ def _head_bands(model, code: torch.Tensor, buffers: list, weight: torch.Tensor, 
     return g
 
 
-FINISH_BAND_PIXELS = 1 << 17  # output pixels per band of :func:`_finish_bands`
+FINISH_BAND_PIXELS = 1 << 17  # output pixels per band of :func:`_finish_rows`
 
 
-def _finish_bands(model, fitted, factor, add, blend, albedo, out):
-    """FLNR's last steps without autograd, band by band of rows: ``out = antialias(max(fitted, 0) factor, blend
-    + edge_gain local_contrast(albedo), blend_max) + add``, written into ``out`` (any layout).
+def finish(model, fitted, factor, add, blend, albedo, out):
+    """FLNR's last steps: ``antialias(max(fitted, 0) factor, blend + edge_gain local_contrast(albedo), blend_max)
+    + add`` (``max(fitted, 0) factor + add`` without ``blend``), written into ``out`` when it is given (any
+    layout). The registry picks the engine (op ``denoise.flnr.finish``): without autograd on CPU numba rows or
+    PyTorch bands (:func:`_finish_rows`), else PyTorch on the whole frame."""
+    return decide("denoise.flnr.finish", fitted, tensors=(fitted, factor, add, blend, out, albedo)).run(
+        model, fitted, factor, add, blend, albedo, out)
+
+
+_finish_bands = finish  # the name the tests know it by
+
+
+def _finish_numba(model, fitted, factor, add, blend, albedo, out):
+    from . import flnr_cpu
+
+    return flnr_cpu.finish_frame(model, fitted, factor, add, blend, albedo, out)
+
+
+def _finish_rows(model, fitted, factor, add, blend, albedo, out):
+    """FLNR's last steps without autograd, band by band of rows, into ``out``.
 
     :meth:`FLNR._blended_light` band by band (the 3 x 3 means of every band see one row of its neighbours, so
     they equal the frame's): each band's light, contrast, weights and
@@ -99,10 +249,6 @@ def _finish_bands(model, fitted, factor, add, blend, albedo, out):
     :func:`vision.kernels.runtime.threads.own_threads`."""
     from vision.kernels.runtime.threads import own_threads, parallel_for
 
-    if jit.enabled(fitted, factor, add, blend, out, *(() if albedo is None else (albedo,))) and fitted.shape[1] == 3:
-        from . import flnr_cpu
-
-        return flnr_cpu.finish_frame(model, fitted, factor, add, blend, albedo, out)
     h, w = fitted.shape[-2:]
     rows = max(1, FINISH_BAND_PIXELS // max(w, 1))
 
@@ -116,6 +262,32 @@ def _finish_bands(model, fitted, factor, add, blend, albedo, out):
     with own_threads(fitted.device):
         parallel_for(one, range(0, h, rows), fitted.device)
     return out
+
+
+def _finish_frame(model, fitted, factor, add, blend, albedo, out):
+    if blend is None:
+        fitted = fitted.clamp_min_(0) if not fitted.requires_grad else fitted.clamp_min(0)
+        return torch.addcmul(add, fitted, factor, out=out)
+    # the emission buffer is a pixel mean already: only the light is blended
+    return torch.add(model._blended_light(fitted, factor, blend, albedo), add, out=out)
+
+
+def _rows_take(tensors) -> str | None:
+    fitted, factor, add, blend, out, albedo = tensors
+    if blend is None:
+        return "no antialias blend: one product, nothing to band"
+    if out is None:
+        return "autograd is on"
+    return None if B.cpu_path(out) else "needs the CPU path (a CPU tensor on the PyTorch backend)"
+
+
+def _numba_finishes(tensors) -> str | None:
+    return _rows_take(tensors) or (numba_takes(*tensors) if tensors[0].shape[1] == 3 else "takes 3 channels")
+
+
+register_path("denoise.flnr.finish", NUMBA, "torch", 5, supports=_numba_finishes, run=_finish_numba)
+register_path("denoise.flnr.finish", BANDS, "torch", 3, supports=_rows_take, run=_finish_rows)
+register_path("denoise.flnr.finish", TORCH, "torch", 0, run=_finish_frame)
 
 
 def antialias(x: torch.Tensor, logit: torch.Tensor, top=0.0) -> torch.Tensor:
@@ -152,14 +324,22 @@ def detail_blend(res: torch.Tensor, add: torch.Tensor, factor: torch.Tensor, tar
     ``res`` (B, 3, H, W) is the denoised result (the shrinkage treats it as a constant: no gradient flows
     through ``s``), ``target``, ``factor`` and ``add`` are :func:`~.buffers.demodulate`'s, ``logit`` and ``mask``
     (B, 1, H, W). Moments in float32 here (the numba pass accumulates in float64); where they overflow the
-    shrinkage is 0."""
+    shrinkage is 0. The registry picks the engine (op ``denoise.flnr.detail``: one numba pass on CPU float32
+    without autograd, else PyTorch)."""
     grad = res.requires_grad or logit.requires_grad
-    if not grad and res.shape[1] == 3 and B.cpu_path(res) and jit.enabled(res, add, factor, target, logit, mask):
-        from . import flnr_cpu  # one pass on CPU float32: the 3 x 3 sums, weights and blend per row
+    return decide("denoise.flnr.detail", res, tensors=(res, add, factor, target, logit, mask), grad=grad).run(
+        res, add, factor, target, logit, mask, grad)
 
-        b = res.shape[0]
-        flnr_cpu.detail(res, *(t.expand(b, -1, -1, -1).contiguous() for t in (add, factor, target, logit, mask)))
-        return res
+
+def _detail_numba(res, add, factor, target, logit, mask, grad):
+    from . import flnr_cpu  # one pass on CPU float32: the 3 x 3 sums, weights and blend per row
+
+    b = res.shape[0]
+    flnr_cpu.detail(res, *(t.expand(b, -1, -1, -1).contiguous() for t in (add, factor, target, logit, mask)))
+    return res
+
+
+def _detail_torch(res, add, factor, target, logit, mask, grad):
     t = target.clamp_min(0)
     n = F.avg_pool2d(torch.ones_like(t[:, :1]), 3, 1, 1, count_include_pad=True) * 9  # pixels inside the frame
     k = n - 1
@@ -174,6 +354,16 @@ def detail_blend(res: torch.Tensor, add: torch.Tensor, factor: torch.Tensor, tar
     shrink = torch.where((k >= 2) & (diff2 > 0) & torch.isfinite(shrink), shrink, torch.zeros_like(shrink))
     w = torch.sigmoid(logit.to(res.dtype)) * (1 - mask.to(res.dtype)) * shrink
     return torch.lerp(res, smooth, w) if grad else res.lerp_(smooth, w)
+
+
+def _numba_details(tensors, grad) -> str | None:
+    if grad:
+        return "the result or the weight requires grad"
+    return numba_takes(*tensors) if tensors[0].shape[1] == 3 else "takes 3 channels"
+
+
+register_path("denoise.flnr.detail", NUMBA, "torch", 5, supports=_numba_details, run=_detail_numba)
+register_path("denoise.flnr.detail", TORCH, "torch", 0, run=_detail_torch)
 
 
 def local_contrast(x: torch.Tensor) -> torch.Tensor:
