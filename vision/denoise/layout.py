@@ -63,12 +63,14 @@ def host_reads(t: torch.Tensor) -> bool:
     from vision.kernels.runtime import backend_for
     from vision.kernels.runtime import data_checks
 
+    # a data_checks question (may values be read on the host), not an engine choice: engines are registry paths
     return data_checks(backend_for(t))
 
 
 def cpu_path(t: torch.Tensor) -> bool:
     """Whether ``t`` takes the denoiser's CPU-specialised code (OpenCV, numba loops, bands of rows): a CPU tensor on
-    the PyTorch backend. On the Triton path, interpreted on CPU, the code is the one CUDA runs."""
+    the PyTorch backend. On the Triton path, interpreted on CPU, the code is the one CUDA runs. The stages' engine
+    choices ask it inside their registry paths' ``supports`` (:mod:`.engines`), not at their call sites."""
     from vision.kernels.runtime import backend_for
 
     return t.device.type == "cpu" and backend_for(t) == "torch"

@@ -7,6 +7,8 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+from vision.kernels.runtime import decide, register_path
+
 from .layout import dense, host_reads
 
 # tolerances of the range checks: renderers write albedo slightly above 1 and normals slightly off unit
@@ -29,38 +31,55 @@ def repair_nonfinite(x: torch.Tensor, name: str, warn: bool = True) -> tuple[tor
     reads = host_reads(x)
     if reads and bool(torch.isfinite(dense(x).sum(dtype=torch.float32))):  # one reduction in the common case
         return x, 0
-    if not reads and _fused_fill(x):
-        from .fill_triton import fill
+    fixed, count = decide("denoise.repair", x, dtype=x.dtype, grad=_needs_grad(x), reads=reads).run(x, reads)
+    if warn and reads and count:
+        warnings.warn(f"{name}: {count} NaN/Inf value(s) repaired with the mean of their finite neighbours",
+                      BufferWarning, stacklevel=3)
+    return fixed, count
 
-        return fill(x)
+
+def _repair_triton(x: torch.Tensor, reads: bool):
+    from .fill_triton import fill
+
+    return fill(x)
+
+
+def _repair_torch(x: torch.Tensor, reads: bool):
     bad = ~torch.isfinite(x)
     count = bad.sum()
     if reads:
         count = int(count)
         if not count:
             return x, 0
-    fixed = fill_from_neighbours(x, bad)
-    if warn and reads:
-        warnings.warn(f"{name}: {count} NaN/Inf value(s) repaired with the mean of their finite neighbours",
-                      BufferWarning, stacklevel=3)
-    return fixed, count
+    return fill_from_neighbours(x, bad), count
 
 
-def _fused_fill(x: torch.Tensor) -> bool:
-    """Whether :mod:`.fill_triton` may do the repair: the Triton path, a float32/16 buffer, nothing to differentiate."""
-    from vision.kernels.runtime import backend_for
+def _needs_grad(x: torch.Tensor) -> bool:
+    return x.requires_grad and torch.is_grad_enabled()
 
-    return (backend_for(x) == "triton" and x.dtype in (torch.float32, torch.float16, torch.bfloat16)
-            and not (x.requires_grad and torch.is_grad_enabled()))
+
+def _fill_takes(dtype: torch.dtype, grad: bool, **_) -> str | None:
+    """Whether :mod:`.fill_triton` may do the repair (on the Triton backend): a float32/16 buffer, nothing to
+    differentiate."""
+    if dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        return "takes float32, float16 or bfloat16"
+    return "autograd is on" if grad else None
 
 
 def fill_from_neighbours(x: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
     """``x`` with its ``bad`` samples (a boolean mask broadcastable to ``x``) replaced by the mean of the good
-    ones among their 3x3 neighbours inside the frame (0 if none); good samples are returned as they are."""
-    if bad.shape[1] == 1 and _fused_fill(x):  # per-pixel flags: one pass in Triton (x is finite here)
-        from .fill_triton import fill
+    ones among their 3x3 neighbours inside the frame (0 if none); good samples are returned as they are. The
+    registry picks the engine (op ``denoise.fill``: per-pixel flags in one Triton pass, else PyTorch)."""
+    return decide("denoise.fill", x, dtype=x.dtype, grad=_needs_grad(x), flags=bad.shape[1]).run(x, bad)
 
-        return fill(x, bad)[0]
+
+def _fill_triton(x: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
+    from .fill_triton import fill  # per-pixel flags: one pass (x is finite here)
+
+    return fill(x, bad)[0]
+
+
+def _fill_torch(x: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
     bad = bad.expand_as(x) if bad.shape[1] != x.shape[1] else bad
     good = (~bad).to(x.dtype)
     clean = torch.where(bad, torch.zeros_like(x), x)
@@ -68,6 +87,15 @@ def fill_from_neighbours(x: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
     den = F.avg_pool2d(good, 3, 1, 1, count_include_pad=False)
     fill = torch.where(den > 0, num / den.clamp_min(1e-12), torch.zeros_like(x))
     return torch.where(bad, fill, x)
+
+
+# on the Triton backend, without a host read (VISION_CHECKS=on reads the count): one pass finds and fills
+register_path("denoise.repair", "triton", "triton", 10, run=_repair_triton,
+              supports=lambda reads, **call: "reads the count on the host" if reads else _fill_takes(**call))
+register_path("denoise.repair", "torch", "torch", 0, run=_repair_torch)
+register_path("denoise.fill", "triton", "triton", 10, run=_fill_triton,
+              supports=lambda flags, **call: "takes per-pixel flags" if flags != 1 else _fill_takes(**call))
+register_path("denoise.fill", "torch", "torch", 0, run=_fill_torch)
 
 
 # Fireflies: a colour sample whose light (colour minus emission, largest channel) exceeds FIREFLY_RATIO times the 0.9
