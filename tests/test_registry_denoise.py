@@ -1,0 +1,254 @@
+"""The denoiser's stages choose their engine through the registry (issue 40): for every denoiser op and each of its
+paths, a call forced onto that path (numba on or off, autograd, dtype, the backend) runs exactly that path's
+implementation, and ``explain`` for the same call names it.
+
+Each test spies on every path of the op (a counting proxy in place of ``Path.run``), records what the stage asked
+the registry (its module's ``decide``), calls the public stage and checks both. The Triton paths of the sample repair
+run on CPU with the backend forced to "triton" and a stub (the PyTorch formulas) in place of the kernel, as
+tests/test_registry_runs.py does.
+"""
+import ast
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from vision.denoise import edge_history as EH, features, flnr_stages, repair, reproject as RP
+from vision.denoise.flnr import FLNR
+from vision.kernels import runtime
+from vision.kernels.runtime import paths
+
+ROOT = Path(__file__).resolve().parents[1]
+DECIDERS = (features, RP, EH, flnr_stages, repair)  # the modules whose stages call decide
+OPS = {"denoise.log_depth": ["torch+numba", "torch"], "denoise.reproject": ["torch+numba", "torch"],
+       "denoise.edge_history": ["torch+numba", "torch"], "denoise.repair": ["triton", "torch"],
+       "denoise.fill": ["triton", "torch"], "denoise.flnr.prepare": ["torch+numba", "torch"],
+       "denoise.flnr.cells": ["torch+numba", "torch"], "denoise.flnr.head": ["torch+numba", "torch+bands", "torch"],
+       "denoise.flnr.finish": ["torch+numba", "torch+bands", "torch"], "denoise.flnr.detail": ["torch+numba", "torch"]}
+
+
+class _Spy:
+    """Counts the calls into an implementation and forwards them."""
+
+    def __init__(self, inner, hits: list, name: str):
+        self._inner, self._hits, self._name = inner, hits, name
+
+    def __call__(self, *args, **kwargs):
+        self._hits.append(self._name)
+        return self._inner(*args, **kwargs)
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """spy(op, stubs={name: implementation}) -> (hits, asked): the paths of ``op`` that ran, and what each call
+    asked the registry for ``op`` ((x, call) per call)."""
+    asked: dict[str, list] = {}
+    real = paths.decide
+
+    def decide(op, x, **call):
+        asked.setdefault(op, []).append((x, call))
+        return real(op, x, **call)
+
+    for module in DECIDERS:
+        monkeypatch.setattr(module, "decide", decide)
+
+    def install(op, stubs=None):
+        hits: list = []
+        for p in paths.paths(op):
+            monkeypatch.setattr(p, "run", _Spy((stubs or {}).get(p.name, p.run), hits, p.name))
+        return hits, asked.setdefault(op, [])
+
+    return install
+
+
+def _check(op, name, hits, asked):
+    """Exactly path ``name`` of ``op`` ran, and ``explain`` for the call the stage made names it."""
+    assert asked, f"{op} asked the registry nothing"
+    x, call = asked[-1]
+    first = runtime.explain(op, x, **call).splitlines()[0]
+    assert first.endswith(f": {name} ({paths.path(op, name).backend})"), first
+    assert hits and set(hits) == {name}, hits
+
+
+def _engine(name):
+    """(numba on, autograd on, dtype) that force path ``name`` of a numba/PyTorch stage."""
+    return {"torch+numba": (True, False, torch.float32), "torch": (False, False, torch.float32),
+            "torch/autograd": (True, True, torch.float32), "torch/float64": (True, False, torch.float64)}[name]
+
+
+def test_every_denoiser_op_has_its_engines_as_paths():
+    for op, names in OPS.items():
+        assert [p.name for p in paths.paths(op)] == names, op
+
+
+@pytest.mark.parametrize("case", ["torch+numba", "torch", "torch/autograd", "torch/float64", "torch/rgb"])
+def test_log_depth_runs_the_path_it_explains(case, spy):
+    hits, asked = spy("denoise.log_depth")
+    numba, grad, dtype = _engine("torch" if case == "torch/rgb" else case)
+    depth = torch.rand(1, 3 if case == "torch/rgb" else 1, 6, 7, dtype=dtype).requires_grad_(grad)
+    with runtime.use_numba(numba or case == "torch/rgb"):
+        features.log_depth(depth)
+        _check("denoise.log_depth", case.split("/")[0], hits, asked)
+
+
+def _keys(dtype, h=9, w=11):
+    torch.manual_seed(0)
+    keys = {"depth": torch.rand(1, 1, h, w, dtype=dtype) + 1, "normal": torch.rand(1, 3, h, w, dtype=dtype) - 0.5,
+            "index": torch.randint(0, 3, (1, 1, h, w)).to(dtype)}
+    return keys, {k: v.clone() for k, v in keys.items()}, torch.rand(1, 2, h, w, dtype=dtype) - 0.5
+
+
+@pytest.mark.parametrize("case", ["torch+numba", "torch", "torch/autograd", "torch/float64"])
+def test_reproject_runs_the_path_it_explains(case, spy):
+    hits, asked = spy("denoise.reproject")
+    numba, grad, dtype = _engine(case)
+    prev, cur, offset = _keys(dtype)
+    history = torch.rand(1, 4, 9, 11, dtype=dtype, requires_grad=grad)
+    with runtime.use_numba(numba):
+        RP.reproject(history, offset, prev, cur)
+        _check("denoise.reproject", case.split("/")[0], hits, asked)
+
+
+@pytest.mark.parametrize("case", ["torch+numba", "torch", "torch/autograd", "torch/float64"])
+def test_edge_history_runs_the_path_it_explains(case, spy):
+    hits, asked = spy("denoise.edge_history")
+    numba, grad, dtype = _engine(case)
+    prev, cur, offset = _keys(dtype)
+    out = torch.rand(1, 3, 9, 11, dtype=dtype, requires_grad=grad)
+    with runtime.use_numba(numba):
+        EH.edge_history(out, torch.rand(1, 4, 9, 11, dtype=dtype), offset, prev, cur)
+        _check("denoise.edge_history", case.split("/")[0], hits, asked)
+
+
+# ------------------------------------------------------------------------------------------------ FLNR's stages
+
+FLNR_OPS = ("denoise.flnr.prepare", "denoise.flnr.cells", "denoise.flnr.head", "denoise.flnr.finish",
+            "denoise.flnr.detail")
+# the path of each FLNR op when the forward runs with numba on, numba off, and with autograd
+FLNR_PATHS = {"numba": ("torch+numba", "torch+numba", "torch+numba", "torch+numba", "torch+numba"),
+              "no-numba": ("torch", "torch", "torch+bands", "torch+bands", "torch"),
+              "autograd": ("torch", "torch", "torch", "torch", "torch")}
+
+
+@pytest.fixture(scope="module")
+def frame():
+    torch.manual_seed(0)
+    h, w = 20, 24
+    guides = {"albedo": torch.rand(1, 3, h, w) * 0.8 + 0.1, "normal": torch.rand(1, 3, h, w) * 2 - 1,
+              "depth": torch.rand(1, 1, h, w) + 1, "ao": torch.rand(1, 1, h, w), "emission": torch.zeros(1, 3, h, w)}
+    return torch.rand(1, 3, h, w), guides
+
+
+def _model(**kw):
+    torch.manual_seed(0)
+    return FLNR(widths=(8, 8, 8, 8), hidden=8, **kw).eval()
+
+
+@pytest.mark.parametrize("case", list(FLNR_PATHS))
+def test_flnr_stages_run_the_paths_they_explain(case, spy, frame):
+    spies = {op: spy(op) for op in FLNR_OPS}
+    color, guides = frame
+    model = _model(antialias=True, detail=True)
+    with runtime.use_numba(case != "no-numba"), torch.set_grad_enabled(case == "autograd"):
+        model(color.clone().requires_grad_(case == "autograd"), guides)
+        for op, name in zip(FLNR_OPS, FLNR_PATHS[case]):
+            _check(op, name, *spies[op])
+
+
+def test_flnr_float64_takes_the_pytorch_bands(spy, frame):
+    spies = {op: spy(op) for op in FLNR_OPS}
+    color, guides = frame
+    with torch.no_grad():
+        _model(antialias=True, detail=True).double()(color.double(), {k: v.double() for k, v in guides.items()})
+        for op, name in zip(FLNR_OPS, FLNR_PATHS["no-numba"]):
+            _check(op, name, *spies[op])
+
+
+def test_flnr_without_a_blend_finishes_on_the_whole_frame_and_upsampling_prepares_in_pytorch(spy, frame):
+    finish, prepare = spy("denoise.flnr.finish"), spy("denoise.flnr.prepare")
+    color, guides = frame
+    with torch.no_grad():
+        _model()(color, guides)
+        _check("denoise.flnr.finish", "torch", *finish)
+        prepare[0].clear()
+        _model()(color[..., ::2, ::2], guides)
+        _check("denoise.flnr.prepare", "torch", *prepare)
+    assert "no antialias blend" in runtime.explain("denoise.flnr.finish", *finish[1][0][:1], **finish[1][0][1])
+
+
+def test_the_reasons_name_the_condition():
+    def why(d, shape=(1, 1, 4, 4)):
+        return runtime.explain("denoise.log_depth", d, tensors=(d,), shape=shape)
+
+    d = torch.rand(1, 1, 4, 4)
+    with runtime.use_numba(False):
+        assert "not taken: numba is off" in why(d)
+    assert "not taken: autograd is on" in why(d.clone().requires_grad_())
+    assert "not taken: needs CPU float32" in why(d.double())
+    assert "not taken: takes (B, 1, H, W) depth" in why(d, (1, 3, 4, 4))
+
+
+# ------------------------------------------------------------------------------------------------ sample repair
+
+def _force_triton(monkeypatch):
+    """The registry and host_reads see the Triton backend (CPU tensors: no host reads under VISION_CHECKS=auto)."""
+    monkeypatch.setattr(paths, "backend_for", lambda x: "triton")
+    monkeypatch.setattr(runtime, "backend_for", lambda x: "triton")
+
+
+def _fill_stub(x, bad):
+    return repair._fill_torch(x, bad)
+
+
+def _repair_stub(x, reads):
+    bad = ~torch.isfinite(x)
+    return repair._fill_torch(x, bad), bad.sum()
+
+
+def _nonfinite(dtype=torch.float32):
+    x = torch.rand(1, 3, 8, 9, dtype=dtype)
+    x[0, 1, 2, 3] = float("nan")
+    return x
+
+
+@pytest.mark.parametrize("case", ["triton", "torch", "torch/float64", "torch/triton-reads"])
+def test_repair_runs_the_path_it_explains(case, spy, monkeypatch):
+    hits, asked = spy("denoise.repair", {"triton": _repair_stub})
+    spy("denoise.fill", {"triton": _fill_stub})
+    x = _nonfinite(torch.float64 if case == "torch/float64" else torch.float32)
+    if case in ("triton", "torch/float64", "torch/triton-reads"):
+        _force_triton(monkeypatch)
+    with runtime.checks("on" if case == "torch/triton-reads" else "auto"), warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        fixed, _ = repair.repair_nonfinite(x, "color")
+        _check("denoise.repair", case.split("/")[0], hits, asked)
+    assert bool(torch.isfinite(fixed).all())
+    assert bool(w) == (case in ("torch", "torch/triton-reads"))  # only a host read of the count warns
+
+
+@pytest.mark.parametrize("case", ["triton", "torch", "torch/channels", "torch/autograd"])
+def test_fill_runs_the_path_it_explains(case, spy, monkeypatch):
+    hits, asked = spy("denoise.fill", {"triton": _fill_stub})
+    x = torch.rand(1, 3, 8, 9, requires_grad=case == "torch/autograd")
+    bad = torch.rand(1, 3 if case == "torch/channels" else 1, 8, 9) > 0.8
+    if case != "torch":
+        _force_triton(monkeypatch)
+    repair.fill_from_neighbours(x, bad)
+    _check("denoise.fill", case.split("/")[0], hits, asked)
+
+
+# ------------------------------------------------------------------------------------------------ no second decision
+
+def test_no_denoiser_call_site_decides_an_engine_itself():
+    """jit.enabled is asked only by the registry paths' supports (engines.py); backend_for only where layout.py asks
+    which backend a tensor takes (host reads, the CPU path)."""
+    found = []
+    for path in sorted((ROOT / "vision" / "denoise").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call):
+                name = ast.unparse(node.func)
+                if (name.endswith("jit.enabled") and path.name != "engines.py") or \
+                        (name == "backend_for" and path.name != "layout.py"):
+                    found.append(f"{path.name}:{node.lineno} {name}")
+    assert not found, found
