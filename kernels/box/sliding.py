@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_index import src_index, window_count
+from ..window_blocks import load_rows, row_window_sums, strip_keep, strip_start, window_count
 
 RB = 8          # rows per step
 CHUNKS = (64, 32, 16)  # output rows per program (the running sums restart there), longest first
@@ -37,12 +37,8 @@ def strip_width(r: int) -> int:
 @triton.jit
 def _row_vals(x_ptr, rows, cols, rmask, H, W, cvals, MODE: tl.constexpr, KIND: tl.constexpr, R: tl.constexpr):
     """Centred input values of rows ``rows`` ([RB, 1], unmapped) at strip columns ``cols``, 0 where absent."""
-    ry = src_index(rows, H, MODE)
-    rx = src_index(cols, W, MODE)
-    inside = rmask & (rows == rows) & (cols == cols)
-    if MODE == 0:
-        inside = inside & (rows >= 0) & (rows < H) & (cols >= 0) & (cols < W)
-    t = tl.load(x_ptr + ry * W + rx, mask=inside, other=0.0).to(tl.float32)
+    t, inside = load_rows(x_ptr, rows, cols, H, W, MODE)
+    inside = inside & rmask
     if KIND == 1:  # the valid adjoint sums x / N, N the count of the window centred on each input pixel
         t = t / tl.maximum(window_count(rows, H, R) * window_count(cols, W, R), 1).to(tl.float32)
     return tl.where(inside, t - cvals, 0.0)
@@ -56,11 +52,7 @@ def _row_sums(x_ptr, rows, lrows, cols, rmask, H, W, cvals, MODE: tl.constexpr, 
     t = _row_vals(x_ptr, rows, cols, rmask, H, W, cvals, MODE, KIND, R)
     if LEAVE:
         t = t - _row_vals(x_ptr, lrows, cols, rmask, H, W, cvals, MODE, KIND, R)
-    j = tl.arange(0, BWI)[None, :] + rows * 0
-    s = tl.cumsum(t, axis=1)
-    hi = tl.minimum(j + 2 * R, BWI - 1)
-    lo = tl.maximum(j - 1, 0)
-    return tl.gather(s, hi, axis=1) - tl.where(j >= 1, tl.gather(s, lo, axis=1), 0.0)
+    return row_window_sums(t, R, BWI)
 
 
 @triton.jit
@@ -68,15 +60,10 @@ def _sliding_box_kernel(x_ptr, out_ptr, H, W, HO, WO, OFF, R: tl.constexpr, MODE
                         KIND: tl.constexpr, BWI: tl.constexpr, CH: tl.constexpr, RB: tl.constexpr):
     # KIND 0: window mean (HO, WO = H, W). KIND 1: adjoint of the valid mean, sum of x/N (H, W).
     # KIND 2: zero-outside window sums on the grid padded by OFF = R (HO = H + 2R), folded afterwards.
-    plane = tl.program_id(0).to(tl.int64)
-    y0 = tl.program_id(1) * CH
-    x0 = tl.program_id(2) * (BWI - 2 * R)
+    plane, _, y0, k, j, cols, oc = strip_start(1, R, BWI, CH, RB)
+    cols -= OFF                       # input columns of the strip: output column oc sits at lane j + R
     x_ptr += plane * H * W
     out_ptr += plane * HO * WO
-    k = tl.arange(0, RB)[:, None]
-    j = tl.arange(0, BWI)[None, :]
-    cols = x0 - OFF - R + j           # input columns of the strip (output column x0 + j sits at j + R)
-    oc = x0 + j                       # output columns of the window sums (valid for j < BWI - 2R)
     # per-program centre: mean of the in-image pixels of the first rows this program reads
     first = tl.minimum(tl.maximum(y0 - OFF, 0), H - 1) + k
     cmask = (first >= 0) & (first < H) & (cols >= 0) & (cols < W)
@@ -105,7 +92,7 @@ def _sliding_box_kernel(x_ptr, out_ptr, H, W, HO, WO, OFF, R: tl.constexpr, MODE
         total = v + c * n
         if KIND == 0:
             total = total / tl.maximum(n, 1.0)
-        keep = (oy < HO) & (oy < y0 + CH) & (j < BWI - 2 * R) & (oc < WO)
+        keep = strip_keep(oy, oc, j, y0, HO, WO, R, BWI, CH)
         tl.store(out_ptr + oy * WO + oc, total, mask=keep)
 
 

@@ -16,12 +16,12 @@ import triton.language as tl
 
 from ..box.sliding import chunk_rows, strip_width
 from ..runtime.arch import device_arch
+from ..window_blocks import centre, load_rows, row_window_sums, strip_keep, strip_start, window_pixels
 
 # rows per step: the fit keeps 4 moments of entering and leaving rows live, so it steps 2 rows at a time to stay
 # within 255 registers of one warp without spilling; the apply keeps 2
 FIT_RB = 2
 APPLY_RB = 4
-from ..box.triton_index import src_index, window_count
 
 
 def fit_rows(mode: int, bwi: int, arch: int | None = None) -> int:
@@ -31,45 +31,9 @@ def fit_rows(mode: int, bwi: int, arch: int | None = None) -> int:
 
 
 @triton.jit
-def _load(ptr, rows, cols, H, W, MODE: tl.constexpr):
-    inside = (rows == rows) & (cols == cols)
-    if MODE == 0:
-        inside = inside & (rows >= 0) & (rows < H) & (cols >= 0) & (cols < W)
-    t = tl.load(ptr + src_index(rows, H, MODE) * W + src_index(cols, W, MODE), mask=inside, other=0.0)
-    return t.to(tl.float32), inside
-
-
-@triton.jit
-def _hsum(t, R: tl.constexpr, BWI: tl.constexpr):
-    """Horizontal window sums along the rows of t; column j holds the window starting at j."""
-    j = tl.arange(0, BWI)[None, :] + tl.zeros_like(t).to(tl.int32)
-    s = tl.cumsum(t, axis=1)
-    return tl.gather(s, tl.minimum(j + 2 * R, BWI - 1), axis=1) - \
-        tl.where(j >= 1, tl.gather(s, tl.maximum(j - 1, 0), axis=1), 0.0)
-
-
-@triton.jit
-def _centre(ptr, rows, cols, H, W):
-    """Mean of the in-image values among (rows, cols), and their largest distance from it."""
-    t, inside = _load(ptr, rows, cols, H, W, 0)
-    c = tl.sum(tl.sum(t, axis=1), axis=0) / tl.maximum(tl.sum(tl.sum(inside.to(tl.float32), axis=1), axis=0), 1.0)
-    m = tl.max(tl.max(tl.where(inside, tl.abs(t - c), 0.0), axis=1), axis=0)
-    return c, m
-
-
-@triton.jit
-def _count(oy, oc, H, W, R: tl.constexpr, MODE: tl.constexpr):
-    if MODE == 0:
-        n = (window_count(oy, H, R) * window_count(oc, W, R)).to(tl.float32)
-    else:
-        n = (oy * 0 + oc * 0 + (2 * R + 1) * (2 * R + 1)).to(tl.float32)
-    return tl.maximum(n, 1.0)
-
-
-@triton.jit
 def _centred2(I_ptr, p_ptr, rows, cols, H, W, cI, cp, sc, MODE: tl.constexpr):
-    I, inside = _load(I_ptr, rows, cols, H, W, MODE)
-    p, _ = _load(p_ptr, rows, cols, H, W, MODE)
+    I, inside = load_rows(I_ptr, rows, cols, H, W, MODE)
+    p, _ = load_rows(p_ptr, rows, cols, H, W, MODE)
     return tl.where(inside, (I - cI) / sc, 0.0), tl.where(inside, p - cp, 0.0)
 
 
@@ -83,25 +47,18 @@ def _fit_rows(I_ptr, p_ptr, rows, lrows, cols, H, W, cI, cp, sc, LEAVE: tl.const
         LI, Lp = _centred2(I_ptr, p_ptr, lrows, cols, H, W, cI, cp, sc, MODE)
     else:
         LI, Lp = I * 0.0, p * 0.0
-    return (_hsum(I - LI, R, BWI), _hsum(p - Lp, R, BWI), _hsum(I * I - LI * LI, R, BWI),
-            _hsum(I * p - LI * Lp, R, BWI))
+    return (row_window_sums(I - LI, R, BWI), row_window_sums(p - Lp, R, BWI), row_window_sums(I * I - LI * LI, R, BWI),
+            row_window_sums(I * p - LI * Lp, R, BWI))
 
 
 @triton.jit
 def _fit_gray_kernel(I_ptr, p_ptr, a_ptr, b_ptr, eps_ptr, C, H, W, R: tl.constexpr, MODE: tl.constexpr,
                      BWI: tl.constexpr, CH: tl.constexpr, RB: tl.constexpr):
-    pc = tl.program_id(0).to(tl.int64)
-    bi = pc // C
-    y0 = tl.program_id(1) * CH
-    x0 = tl.program_id(2) * (BWI - 2 * R)
+    pc, bi, y0, k, j, cols, oc = strip_start(C, R, BWI, CH, RB)
     I_ptr += bi * H * W
     p_ptr += pc * H * W
-    k = tl.arange(0, RB)[:, None]
-    j = tl.arange(0, BWI)[None, :]
-    cols = x0 - R + j
-    oc = x0 + j
-    cI, mI0 = _centre(I_ptr, y0 + k, cols, H, W)
-    cp, _ = _centre(p_ptr, y0 + k, cols, H, W)
+    cI, mI0 = centre(I_ptr, y0 + k, cols, H, W)
+    cp, _ = centre(p_ptr, y0 + k, cols, H, W)
     sc = tl.where(mI0 > 4294967296.0, mI0, 1.0)
     eps = tl.load(eps_ptr + bi)
     zero = tl.zeros([BWI], dtype=tl.float32)
@@ -118,7 +75,7 @@ def _fit_gray_kernel(I_ptr, p_ptr, a_ptr, b_ptr, eps_ptr, C, H, W, R: tl.constex
         dI, dp, dII, dIp = _fit_rows(I_ptr, p_ptr, yb + R + k, yb - R - 1 + k, cols, H, W, cI, cp, sc, True, MODE,
                                      R, BWI)
         oy = yb + k
-        inv_n = 1.0 / _count(oy, oc, H, W, R, MODE)
+        inv_n = 1.0 / window_pixels(oy, oc, H, W, R, MODE)
         mI = (aI[None, :] + tl.cumsum(dI, axis=0)) * inv_n
         mp = (ap[None, :] + tl.cumsum(dp, axis=0)) * inv_n
         var = tl.maximum((aII[None, :] + tl.cumsum(dII, axis=0)) * inv_n - mI * mI, 0.0)
@@ -129,7 +86,7 @@ def _fit_gray_kernel(I_ptr, p_ptr, a_ptr, b_ptr, eps_ptr, C, H, W, R: tl.constex
         aIp += tl.sum(dIp, axis=0)
         a = cov / (var * sc + eps / sc)
         b = mp + cp - a * (mI * sc + cI)
-        keep = (oy < H) & (oy < y0 + CH) & (j < BWI - 2 * R) & (oc < W)
+        keep = strip_keep(oy, oc, j, y0, H, W, R, BWI, CH)
         out = pc * H * W + oy * W + oc
         tl.store(a_ptr + out, a, mask=keep)
         tl.store(b_ptr + out, b, mask=keep)
@@ -138,34 +95,27 @@ def _fit_gray_kernel(I_ptr, p_ptr, a_ptr, b_ptr, eps_ptr, C, H, W, R: tl.constex
 @triton.jit
 def _ab_rows(a_ptr, b_ptr, rows, lrows, cols, H, W, ca, cb, LEAVE: tl.constexpr, MODE: tl.constexpr,
              R: tl.constexpr, BWI: tl.constexpr):
-    a, inside = _load(a_ptr, rows, cols, H, W, MODE)
-    b, _ = _load(b_ptr, rows, cols, H, W, MODE)
+    a, inside = load_rows(a_ptr, rows, cols, H, W, MODE)
+    b, _ = load_rows(b_ptr, rows, cols, H, W, MODE)
     a = tl.where(inside, a - ca, 0.0)
     b = tl.where(inside, b - cb, 0.0)
     if LEAVE:
-        la, linside = _load(a_ptr, lrows, cols, H, W, MODE)
-        lb, _ = _load(b_ptr, lrows, cols, H, W, MODE)
+        la, linside = load_rows(a_ptr, lrows, cols, H, W, MODE)
+        lb, _ = load_rows(b_ptr, lrows, cols, H, W, MODE)
         a -= tl.where(linside, la - ca, 0.0)
         b -= tl.where(linside, lb - cb, 0.0)
-    return _hsum(a, R, BWI), _hsum(b, R, BWI)
+    return row_window_sums(a, R, BWI), row_window_sums(b, R, BWI)
 
 
 @triton.jit
 def _apply_gray_kernel(a_ptr, b_ptr, I_ptr, q_ptr, ma_ptr, mb_ptr, C, H, W, R: tl.constexpr, MODE: tl.constexpr,
                        APPLY: tl.constexpr, STORE_MA: tl.constexpr, BWI: tl.constexpr, CH: tl.constexpr,
                        RB: tl.constexpr):
-    pc = tl.program_id(0).to(tl.int64)
-    bi = pc // C
-    y0 = tl.program_id(1) * CH
-    x0 = tl.program_id(2) * (BWI - 2 * R)
+    pc, bi, y0, k, j, cols, oc = strip_start(C, R, BWI, CH, RB)
     a_ptr += pc * H * W
     b_ptr += pc * H * W
-    k = tl.arange(0, RB)[:, None]
-    j = tl.arange(0, BWI)[None, :]
-    cols = x0 - R + j
-    oc = x0 + j
-    ca, _ = _centre(a_ptr, y0 + k, cols, H, W)
-    cb, _ = _centre(b_ptr, y0 + k, cols, H, W)
+    ca, _ = centre(a_ptr, y0 + k, cols, H, W)
+    cb, _ = centre(b_ptr, y0 + k, cols, H, W)
     zero = tl.zeros([BWI], dtype=tl.float32)
     sa, sb = zero, zero
     for w0 in range(0, 2 * R + 1, RB):
@@ -177,12 +127,12 @@ def _apply_gray_kernel(a_ptr, b_ptr, I_ptr, q_ptr, ma_ptr, mb_ptr, C, H, W, R: t
     for yb in range(y0, tl.minimum(y0 + CH, H), RB):
         da, db = _ab_rows(a_ptr, b_ptr, yb + R + k, yb - R - 1 + k, cols, H, W, ca, cb, True, MODE, R, BWI)
         oy = yb + k
-        inv_n = 1.0 / _count(oy, oc, H, W, R, MODE)
+        inv_n = 1.0 / window_pixels(oy, oc, H, W, R, MODE)
         ma = (sa[None, :] + tl.cumsum(da, axis=0)) * inv_n + ca
         mb = (sb[None, :] + tl.cumsum(db, axis=0)) * inv_n + cb
         sa += tl.sum(da, axis=0)
         sb += tl.sum(db, axis=0)
-        keep = (oy < H) & (oy < y0 + CH) & (j < BWI - 2 * R) & (oc < W)
+        keep = strip_keep(oy, oc, j, y0, H, W, R, BWI, CH)
         pix = oy * W + oc
         if APPLY:
             guide = tl.load(I_ptr + bi * H * W + pix, mask=keep, other=0.0).to(tl.float32)

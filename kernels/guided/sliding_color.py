@@ -12,7 +12,8 @@ import triton
 import triton.language as tl
 
 from ..box.sliding import chunk_rows, strip_width
-from .sliding import _centre, _count, _hsum, _load
+from ..window_blocks import (centre, load_rows, row_window_sums, strip_keep, strip_start, sym3_adjugate, sym3_times,
+                             window_pixels)
 
 FIT_RB = 1
 APPLY_RB = 2
@@ -20,10 +21,10 @@ APPLY_RB = 2
 
 @triton.jit
 def _centred4(I_ptr, p_ptr, plane, rows, cols, H, W, c0, c1, c2, cp, sc, MODE: tl.constexpr):
-    I0, inside = _load(I_ptr, rows, cols, H, W, MODE)
-    I1, _ = _load(I_ptr + plane, rows, cols, H, W, MODE)
-    I2, _ = _load(I_ptr + 2 * plane, rows, cols, H, W, MODE)
-    p, _ = _load(p_ptr, rows, cols, H, W, MODE)
+    I0, inside = load_rows(I_ptr, rows, cols, H, W, MODE)
+    I1, _ = load_rows(I_ptr + plane, rows, cols, H, W, MODE)
+    I2, _ = load_rows(I_ptr + 2 * plane, rows, cols, H, W, MODE)
+    p, _ = load_rows(p_ptr, rows, cols, H, W, MODE)
     return (tl.where(inside, (I0 - c0) / sc, 0.0), tl.where(inside, (I1 - c1) / sc, 0.0),
             tl.where(inside, (I2 - c2) / sc, 0.0), tl.where(inside, p - cp, 0.0))
 
@@ -38,30 +39,23 @@ def _rows13(I_ptr, p_ptr, plane, rows, lrows, cols, H, W, c0, c1, c2, cp, sc, LE
         L0, L1, L2, lp = _centred4(I_ptr, p_ptr, plane, lrows, cols, H, W, c0, c1, c2, cp, sc, MODE)
     else:
         L0, L1, L2, lp = I0 * 0.0, I1 * 0.0, I2 * 0.0, p * 0.0
-    return (_hsum(I0 - L0, R, BWI), _hsum(I1 - L1, R, BWI), _hsum(I2 - L2, R, BWI), _hsum(p - lp, R, BWI),
-            _hsum(I0 * I0 - L0 * L0, R, BWI), _hsum(I0 * I1 - L0 * L1, R, BWI), _hsum(I0 * I2 - L0 * L2, R, BWI),
-            _hsum(I1 * I1 - L1 * L1, R, BWI), _hsum(I1 * I2 - L1 * L2, R, BWI), _hsum(I2 * I2 - L2 * L2, R, BWI),
-            _hsum(I0 * p - L0 * lp, R, BWI), _hsum(I1 * p - L1 * lp, R, BWI), _hsum(I2 * p - L2 * lp, R, BWI))
+    return (row_window_sums(I0 - L0, R, BWI), row_window_sums(I1 - L1, R, BWI), row_window_sums(I2 - L2, R, BWI), row_window_sums(p - lp, R, BWI),
+            row_window_sums(I0 * I0 - L0 * L0, R, BWI), row_window_sums(I0 * I1 - L0 * L1, R, BWI), row_window_sums(I0 * I2 - L0 * L2, R, BWI),
+            row_window_sums(I1 * I1 - L1 * L1, R, BWI), row_window_sums(I1 * I2 - L1 * L2, R, BWI), row_window_sums(I2 * I2 - L2 * L2, R, BWI),
+            row_window_sums(I0 * p - L0 * lp, R, BWI), row_window_sums(I1 * p - L1 * lp, R, BWI), row_window_sums(I2 * p - L2 * lp, R, BWI))
 
 
 @triton.jit
 def _fit_color_kernel(I_ptr, p_ptr, a_ptr, b_ptr, eps_ptr, C, H, W, R: tl.constexpr, MODE: tl.constexpr,
                       BWI: tl.constexpr, CH: tl.constexpr, RB: tl.constexpr):
-    pc = tl.program_id(0).to(tl.int64)
-    bi = pc // C
-    y0 = tl.program_id(1) * CH
-    x0 = tl.program_id(2) * (BWI - 2 * R)
+    pc, bi, y0, k, j, cols, oc = strip_start(C, R, BWI, CH, RB)
     plane = H * W
     I_ptr += bi * 3 * plane
     p_ptr += pc * plane
-    k = tl.arange(0, RB)[:, None]
-    j = tl.arange(0, BWI)[None, :]
-    cols = x0 - R + j
-    oc = x0 + j
-    c0, m0 = _centre(I_ptr, y0 + k, cols, H, W)
-    c1, m1 = _centre(I_ptr + plane, y0 + k, cols, H, W)
-    c2, m2 = _centre(I_ptr + 2 * plane, y0 + k, cols, H, W)
-    cp, _ = _centre(p_ptr, y0 + k, cols, H, W)
+    c0, m0 = centre(I_ptr, y0 + k, cols, H, W)
+    c1, m1 = centre(I_ptr + plane, y0 + k, cols, H, W)
+    c2, m2 = centre(I_ptr + 2 * plane, y0 + k, cols, H, W)
+    cp, _ = centre(p_ptr, y0 + k, cols, H, W)
     mx = tl.maximum(tl.maximum(m0, m1), m2)
     sc = tl.where(mx > 4294967296.0, mx, 1.0)
     eps = tl.load(eps_ptr + bi) / sc / sc
@@ -89,7 +83,7 @@ def _fit_color_kernel(I_ptr, p_ptr, a_ptr, b_ptr, eps_ptr, C, H, W, R: tl.conste
         d0, d1, d2, dp, d00, d01, d02, d11, d12, d22, d0p, d1p, d2p = _rows13(
             I_ptr, p_ptr, plane, yb + R + k, yb - R - 1 + k, cols, H, W, c0, c1, c2, cp, sc, True, MODE, R, BWI)
         oy = yb + k
-        inv_n = 1.0 / _count(oy, oc, H, W, R, MODE)
+        inv_n = 1.0 / window_pixels(oy, oc, H, W, R, MODE)
         # window means of the RB rows: running sum before the step plus the scan of this step's changes
         v0 = (s0[None, :] + tl.cumsum(d0, axis=0)) * inv_n
         v1 = (s1[None, :] + tl.cumsum(d1, axis=0)) * inv_n
@@ -117,18 +111,14 @@ def _fit_color_kernel(I_ptr, p_ptr, a_ptr, b_ptr, eps_ptr, C, H, W, R: tl.conste
         s0p += tl.sum(d0p, axis=0)
         s1p += tl.sum(d1p, axis=0)
         s2p += tl.sum(d2p, axis=0)
-        k00 = q11 * q22 - q12 * q12
-        k01 = q02 * q12 - q01 * q22
-        k02 = q01 * q12 - q02 * q11
-        k11 = q00 * q22 - q02 * q02
-        k12 = q01 * q02 - q00 * q12
-        k22 = q00 * q11 - q01 * q01
-        inv_det = 1.0 / ((q00 * k00 + q01 * k01 + q02 * k02) * sc)
-        a0 = (k00 * u0 + k01 * u1 + k02 * u2) * inv_det
-        a1 = (k01 * u0 + k11 * u1 + k12 * u2) * inv_det
-        a2 = (k02 * u0 + k12 * u1 + k22 * u2) * inv_det
+        k00, k01, k02, k11, k12, k22, det = sym3_adjugate(q00, q01, q02, q11, q12, q22)
+        inv_det = 1.0 / (det * sc)
+        a0, a1, a2 = sym3_times(k00, k01, k02, k11, k12, k22, u0, u1, u2)
+        a0 *= inv_det
+        a1 *= inv_det
+        a2 *= inv_det
         b = vp + cp - a0 * (v0 * sc + c0) - a1 * (v1 * sc + c1) - a2 * (v2 * sc + c2)
-        keep = (oy < H) & (oy < y0 + CH) & (j < BWI - 2 * R) & (oc < W)
+        keep = strip_keep(oy, oc, j, y0, H, W, R, BWI, CH)
         pix = oy * W + oc
         tl.store(a_ptr + (pc * 3 + 0) * plane + pix, a0, mask=keep)
         tl.store(a_ptr + (pc * 3 + 1) * plane + pix, a1, mask=keep)
@@ -139,33 +129,26 @@ def _fit_color_kernel(I_ptr, p_ptr, a_ptr, b_ptr, eps_ptr, C, H, W, R: tl.conste
 @triton.jit
 def _rows4(a_ptr, b_ptr, plane, rows, cols, H, W, c0, c1, c2, cb, MODE: tl.constexpr, R: tl.constexpr,
            BWI: tl.constexpr):
-    a0, inside = _load(a_ptr, rows, cols, H, W, MODE)
-    a1, _ = _load(a_ptr + plane, rows, cols, H, W, MODE)
-    a2, _ = _load(a_ptr + 2 * plane, rows, cols, H, W, MODE)
-    b, _ = _load(b_ptr, rows, cols, H, W, MODE)
-    return (_hsum(tl.where(inside, a0 - c0, 0.0), R, BWI), _hsum(tl.where(inside, a1 - c1, 0.0), R, BWI),
-            _hsum(tl.where(inside, a2 - c2, 0.0), R, BWI), _hsum(tl.where(inside, b - cb, 0.0), R, BWI))
+    a0, inside = load_rows(a_ptr, rows, cols, H, W, MODE)
+    a1, _ = load_rows(a_ptr + plane, rows, cols, H, W, MODE)
+    a2, _ = load_rows(a_ptr + 2 * plane, rows, cols, H, W, MODE)
+    b, _ = load_rows(b_ptr, rows, cols, H, W, MODE)
+    return (row_window_sums(tl.where(inside, a0 - c0, 0.0), R, BWI), row_window_sums(tl.where(inside, a1 - c1, 0.0), R, BWI),
+            row_window_sums(tl.where(inside, a2 - c2, 0.0), R, BWI), row_window_sums(tl.where(inside, b - cb, 0.0), R, BWI))
 
 
 @triton.jit
 def _apply_color_kernel(a_ptr, b_ptr, I_ptr, q_ptr, ma_ptr, mb_ptr, C, H, W, R: tl.constexpr, MODE: tl.constexpr,
                         APPLY: tl.constexpr, STORE_MA: tl.constexpr, BWI: tl.constexpr, CH: tl.constexpr,
                         RB: tl.constexpr):
-    pc = tl.program_id(0).to(tl.int64)
-    bi = pc // C
-    y0 = tl.program_id(1) * CH
-    x0 = tl.program_id(2) * (BWI - 2 * R)
+    pc, bi, y0, k, j, cols, oc = strip_start(C, R, BWI, CH, RB)
     plane = H * W
     a_ptr += pc * 3 * plane
     b_ptr += pc * plane
-    k = tl.arange(0, RB)[:, None]
-    j = tl.arange(0, BWI)[None, :]
-    cols = x0 - R + j
-    oc = x0 + j
-    c0, _ = _centre(a_ptr, y0 + k, cols, H, W)
-    c1, _ = _centre(a_ptr + plane, y0 + k, cols, H, W)
-    c2, _ = _centre(a_ptr + 2 * plane, y0 + k, cols, H, W)
-    cb, _ = _centre(b_ptr, y0 + k, cols, H, W)
+    c0, _ = centre(a_ptr, y0 + k, cols, H, W)
+    c1, _ = centre(a_ptr + plane, y0 + k, cols, H, W)
+    c2, _ = centre(a_ptr + 2 * plane, y0 + k, cols, H, W)
+    cb, _ = centre(b_ptr, y0 + k, cols, H, W)
     z = tl.zeros([BWI], dtype=tl.float32)
     s0, s1, s2, sb = z, z, z, z
     for w0 in range(0, 2 * R + 1, RB):
@@ -182,7 +165,7 @@ def _apply_color_kernel(a_ptr, b_ptr, I_ptr, q_ptr, ma_ptr, mb_ptr, C, H, W, R: 
         d1 = e1 - l1
         d2 = e2 - l2
         oy = yb + k
-        inv_n = 1.0 / _count(oy, oc, H, W, R, MODE)
+        inv_n = 1.0 / window_pixels(oy, oc, H, W, R, MODE)
         ma0 = (s0[None, :] + tl.cumsum(d0, axis=0)) * inv_n + c0
         ma1 = (s1[None, :] + tl.cumsum(d1, axis=0)) * inv_n + c1
         ma2 = (s2[None, :] + tl.cumsum(d2, axis=0)) * inv_n + c2
@@ -191,7 +174,7 @@ def _apply_color_kernel(a_ptr, b_ptr, I_ptr, q_ptr, ma_ptr, mb_ptr, C, H, W, R: 
         s1 += tl.sum(d1, axis=0)
         s2 += tl.sum(d2, axis=0)
         sb += tl.sum(eb - lb, axis=0)
-        keep = (oy < H) & (oy < y0 + CH) & (j < BWI - 2 * R) & (oc < W)
+        keep = strip_keep(oy, oc, j, y0, H, W, R, BWI, CH)
         pix = oy * W + oc
         if APPLY:
             g0 = tl.load(I_ptr + (bi * 3 + 0) * plane + pix, mask=keep, other=0.0).to(tl.float32)

@@ -24,9 +24,9 @@ import triton
 import triton.language as tl
 
 from ..box.sliding import chunk_rows, strip_width
-from ..box.triton_index import window_count
 from ..runtime import interpreting
-from .sliding import _centre, _count, _hsum
+from ..window_blocks import (adjoint_centre, adjoint_step, adjoint_warm, centre, frame, row_window_sums, strip_keep,
+                             strip_start, window_pixels)
 
 # rows per step: B1 keeps 6 running sums (4 statistics, 2 adjoint sums) and its chain rule in one warp, which
 # at 2 rows needs all 255 registers; one row leaves room. B2 keeps 4 sums and takes 2 rows
@@ -42,55 +42,6 @@ def rows_per_step(gpu_rb: int) -> int:
 
 
 @triton.jit
-def _frame(rows, cols, H, W, R: tl.constexpr):
-    """Flat offsets (clamped to the image, for safe addresses), in-image mask and 1 / N at (rows, cols), N the
-    pixel count of the window centred there: what every load of a row set shares."""
-    inside = (rows >= 0) & (rows < H) & (cols >= 0) & (cols < W)
-    offs = tl.minimum(tl.maximum(rows, 0), H - 1) * W + tl.minimum(tl.maximum(cols, 0), W - 1)
-    n = tl.maximum(window_count(rows, H, R) * window_count(cols, W, R), 1).to(tl.float32)
-    return offs, inside, 1.0 / n
-
-
-@triton.jit
-def _adj_centre(ptr, I_ptr, cI, rows, cols, H, W, R: tl.constexpr, PROD: tl.constexpr):
-    """Mean over the in-image (rows, cols) of x / N, or of x / N (I - cI) when PROD."""
-    offs, inside, inv = _frame(rows, cols, H, W, R)
-    t = tl.load(ptr + offs, mask=inside, other=0.0) * inv
-    if PROD:
-        t = t * (tl.load(I_ptr + offs, mask=inside, other=0.0) - cI)
-    n = tl.sum(tl.sum(inside.to(tl.float32), axis=1), axis=0)
-    return tl.sum(tl.sum(tl.where(inside, t, 0.0), axis=1), axis=0) / tl.maximum(n, 1.0)
-
-
-@triton.jit
-def _adj_diff(ptr, eo, ei, en, lo, li, ln, c, LEAVE: tl.constexpr, R: tl.constexpr, BWI: tl.constexpr):
-    """Horizontal window sums of x / N - c over the entering rows (frame eo, ei, en) less those over the leaving
-    rows (lo, li, ln) when LEAVE: the sums are linear, so one scan of the difference serves both."""
-    t = tl.where(ei, tl.load(ptr + eo, mask=ei, other=0.0) * en - c, 0.0)
-    if LEAVE:
-        t -= tl.where(li, tl.load(ptr + lo, mask=li, other=0.0) * ln - c, 0.0)
-    return _hsum(t, R, BWI)
-
-
-@triton.jit
-def _adj_warm(ptr, y0, k, cols, H, W, c, R: tl.constexpr, BWI: tl.constexpr, RB: tl.constexpr):
-    """Running adjoint sum (about c) of the window of row y0 - 1, per strip column."""
-    s = tl.zeros([BWI], dtype=tl.float32)
-    for w0 in range(0, 2 * R + 1, RB):
-        o, i, v = _frame(y0 - 1 - R + w0 + k, cols, H, W, R)
-        i = i & ((w0 + k) < 2 * R + 1)
-        s += tl.sum(_adj_diff(ptr, o, i, v, o, i, v, c, False, R, BWI), axis=0)
-    return s
-
-
-@triton.jit
-def _adj_step(ptr, eo, ei, en, lo, li, ln, c, s, n, R: tl.constexpr, BWI: tl.constexpr):
-    """M^T(x) at the RB rows of this step (n: their window pixel counts) and the running sum after them."""
-    d = _adj_diff(ptr, eo, ei, en, lo, li, ln, c, True, R, BWI)
-    return s[None, :] + tl.cumsum(d, axis=0) + c * n, s + tl.sum(d, axis=0)
-
-
-@triton.jit
 def _vals_gray(I_ptr, p_ptr, g_ptr, offs, inside, inv, cI, cp, cg, cgI):
     It = tl.where(inside, tl.load(I_ptr + offs, mask=inside, other=0.0) - cI, 0.0)
     pt = tl.where(inside, tl.load(p_ptr + offs, mask=inside, other=0.0) - cp, 0.0)
@@ -102,36 +53,29 @@ def _vals_gray(I_ptr, p_ptr, g_ptr, offs, inside, inv, cI, cp, cg, cgI):
 def _moment_rows_gray(I_ptr, p_ptr, g_ptr, rows, lrows, cols, H, W, cI, cp, cg, cgI, LEAVE: tl.constexpr,
                       R: tl.constexpr, BWI: tl.constexpr):
     """Horizontal window sums of I, p, I^2, I p, g / N and g I / N (centred) over ``rows`` less ``lrows``."""
-    offs, inside, inv = _frame(rows, cols, H, W, R)
+    offs, inside, inv = frame(rows, cols, H, W, R)
     I, p, g, gI = _vals_gray(I_ptr, p_ptr, g_ptr, offs, inside, inv, cI, cp, cg, cgI)
     if LEAVE:
-        offs, inside, inv = _frame(lrows, cols, H, W, R)
+        offs, inside, inv = frame(lrows, cols, H, W, R)
         LI, Lp, Lg, LgI = _vals_gray(I_ptr, p_ptr, g_ptr, offs, inside, inv, cI, cp, cg, cgI)
     else:
         LI, Lp, Lg, LgI = I * 0.0, p * 0.0, g * 0.0, gI * 0.0
-    return (_hsum(I - LI, R, BWI), _hsum(p - Lp, R, BWI), _hsum(I * I - LI * LI, R, BWI),
-            _hsum(I * p - LI * Lp, R, BWI), _hsum(g - Lg, R, BWI), _hsum(gI - LgI, R, BWI))
+    return (row_window_sums(I - LI, R, BWI), row_window_sums(p - Lp, R, BWI), row_window_sums(I * I - LI * LI, R, BWI),
+            row_window_sums(I * p - LI * Lp, R, BWI), row_window_sums(g - Lg, R, BWI), row_window_sums(gI - LgI, R, BWI))
 
 
 @triton.jit
 def _grad_moments_gray(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.constexpr, BWI: tl.constexpr,
                        CH: tl.constexpr, RB: tl.constexpr):
-    pc = tl.program_id(0).to(tl.int64)
-    bi = pc // C
-    y0 = tl.program_id(1) * CH
-    x0 = tl.program_id(2) * (BWI - 2 * R)
+    pc, bi, y0, k, j, cols, oc = strip_start(C, R, BWI, CH, RB)
     plane = H * W
     I_ptr += bi * plane
     p_ptr += pc * plane
     g_ptr += pc * plane
-    k = tl.arange(0, RB)[:, None]
-    j = tl.arange(0, BWI)[None, :]
-    cols = x0 - R + j
-    oc = x0 + j
-    cI, _ = _centre(I_ptr, y0 + k, cols, H, W)
-    cp, _ = _centre(p_ptr, y0 + k, cols, H, W)
-    cg = _adj_centre(g_ptr, I_ptr, cI, y0 + k, cols, H, W, R, False)
-    cgI = _adj_centre(g_ptr, I_ptr, cI, y0 + k, cols, H, W, R, True)
+    cI, _ = centre(I_ptr, y0 + k, cols, H, W)
+    cp, _ = centre(p_ptr, y0 + k, cols, H, W)
+    cg = adjoint_centre(g_ptr, I_ptr, cI, y0 + k, cols, H, W, R, False)
+    cgI = adjoint_centre(g_ptr, I_ptr, cI, y0 + k, cols, H, W, R, True)
     eps = tl.load(eps_ptr + bi)
     z = tl.zeros([BWI], dtype=tl.float32)
     sI, sp, sII, sIp, sg, sgI = z, z, z, z, z, z
@@ -151,7 +95,7 @@ def _grad_moments_gray(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.con
         dI, dp, dII, dIp, dg, dgI = _moment_rows_gray(I_ptr, p_ptr, g_ptr, yb + R + k, yb - R - 1 + k, cols, H, W,
                                                       cI, cp, cg, cgI, True, R, BWI)
         oy = yb + k
-        n = _count(oy, oc, H, W, R, 0)
+        n = window_pixels(oy, oc, H, W, R, 0)
         inv_n = 1.0 / n
         mIt = (sI[None, :] + tl.cumsum(dI, axis=0)) * inv_n
         mpt = (sp[None, :] + tl.cumsum(dp, axis=0)) * inv_n
@@ -170,7 +114,7 @@ def _grad_moments_gray(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.con
         mI = mIt + cI
         g_cov = g_a / denom
         g_var = tl.where(var_raw > 0, -g_cov * a, 0.0)
-        keep = (oy < H) & (oy < y0 + CH) & (j < BWI - 2 * R) & (oc < W)
+        keep = strip_keep(oy, oc, j, y0, H, W, R, BWI, CH)
         base = out_ptr + pc * plane + oy * W + oc
         tl.store(base, -g_b * a - g_cov * (mpt + cp) - 2.0 * g_var * mI, mask=keep)
         tl.store(base + step, g_var, mask=keep)
@@ -182,10 +126,7 @@ def _grad_moments_gray(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.con
 @triton.jit
 def _grad_inputs_gray(I_ptr, p_ptr, g_ptr, ma_ptr, mom_ptr, dI_ptr, dp_ptr, C, H, W, R: tl.constexpr,
                       BWI: tl.constexpr, CH: tl.constexpr, RB: tl.constexpr):
-    pc = tl.program_id(0).to(tl.int64)
-    bi = pc // C
-    y0 = tl.program_id(1) * CH
-    x0 = tl.program_id(2) * (BWI - 2 * R)
+    pc, bi, y0, k, j, cols, oc = strip_start(C, R, BWI, CH, RB)
     plane = H * W
     step = (C * 0 + tl.num_programs(0)).to(tl.int64) * plane
     # per-image sums over channels of the shared terms sit at planes bi of the first two kinds
@@ -193,29 +134,25 @@ def _grad_inputs_gray(I_ptr, p_ptr, g_ptr, ma_ptr, mom_ptr, dI_ptr, dp_ptr, C, H
     s_mII = s_mI + step
     o_mp = mom_ptr + 2 * step + pc * plane
     o_cov = o_mp + step
-    k = tl.arange(0, RB)[:, None]
-    j = tl.arange(0, BWI)[None, :]
-    cols = x0 - R + j
-    oc = x0 + j
-    c0 = _adj_centre(s_mI, s_mI, 0.0, y0 + k, cols, H, W, R, False)
-    c1 = _adj_centre(s_mII, s_mII, 0.0, y0 + k, cols, H, W, R, False)
-    c2 = _adj_centre(o_mp, o_mp, 0.0, y0 + k, cols, H, W, R, False)
-    c3 = _adj_centre(o_cov, o_cov, 0.0, y0 + k, cols, H, W, R, False)
-    s0 = _adj_warm(s_mI, y0, k, cols, H, W, c0, R, BWI, RB)
-    s1 = _adj_warm(s_mII, y0, k, cols, H, W, c1, R, BWI, RB)
-    s2 = _adj_warm(o_mp, y0, k, cols, H, W, c2, R, BWI, RB)
-    s3 = _adj_warm(o_cov, y0, k, cols, H, W, c3, R, BWI, RB)
+    c0 = adjoint_centre(s_mI, s_mI, 0.0, y0 + k, cols, H, W, R, False)
+    c1 = adjoint_centre(s_mII, s_mII, 0.0, y0 + k, cols, H, W, R, False)
+    c2 = adjoint_centre(o_mp, o_mp, 0.0, y0 + k, cols, H, W, R, False)
+    c3 = adjoint_centre(o_cov, o_cov, 0.0, y0 + k, cols, H, W, R, False)
+    s0 = adjoint_warm(s_mI, y0, k, cols, H, W, c0, R, BWI, RB)
+    s1 = adjoint_warm(s_mII, y0, k, cols, H, W, c1, R, BWI, RB)
+    s2 = adjoint_warm(o_mp, y0, k, cols, H, W, c2, R, BWI, RB)
+    s3 = adjoint_warm(o_cov, y0, k, cols, H, W, c3, R, BWI, RB)
     first = (pc % C == 0).to(tl.float32)  # shared terms once per image
     for yb in range(y0, tl.minimum(y0 + CH, H), RB):
-        eo, ei, en = _frame(yb + R + k, cols, H, W, R)
-        lo, li, ln = _frame(yb - R - 1 + k, cols, H, W, R)
+        eo, ei, en = frame(yb + R + k, cols, H, W, R)
+        lo, li, ln = frame(yb - R - 1 + k, cols, H, W, R)
         oy = yb + k
-        n = _count(oy, oc, H, W, R, 0)
-        t_mI, s0 = _adj_step(s_mI, eo, ei, en, lo, li, ln, c0, s0, n, R, BWI)
-        t_mII, s1 = _adj_step(s_mII, eo, ei, en, lo, li, ln, c1, s1, n, R, BWI)
-        t_mp, s2 = _adj_step(o_mp, eo, ei, en, lo, li, ln, c2, s2, n, R, BWI)
-        t_cov, s3 = _adj_step(o_cov, eo, ei, en, lo, li, ln, c3, s3, n, R, BWI)
-        keep = (oy < H) & (oy < y0 + CH) & (j < BWI - 2 * R) & (oc < W)
+        n = window_pixels(oy, oc, H, W, R, 0)
+        t_mI, s0 = adjoint_step(s_mI, eo, ei, en, lo, li, ln, c0, s0, n, R, BWI)
+        t_mII, s1 = adjoint_step(s_mII, eo, ei, en, lo, li, ln, c1, s1, n, R, BWI)
+        t_mp, s2 = adjoint_step(o_mp, eo, ei, en, lo, li, ln, c2, s2, n, R, BWI)
+        t_cov, s3 = adjoint_step(o_cov, eo, ei, en, lo, li, ln, c3, s3, n, R, BWI)
+        keep = strip_keep(oy, oc, j, y0, H, W, R, BWI, CH)
         pix = oy * W + oc
         I = tl.load(I_ptr + bi * plane + pix, mask=keep, other=0.0)
         p = tl.load(p_ptr + pc * plane + pix, mask=keep, other=0.0)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .sliding import _centre, _count, _hsum
-from .triton_backward import _adj_centre, _adj_step, _adj_warm, _frame, walk
+from ..window_blocks import (adjoint_centre, adjoint_step, adjoint_warm, centre, frame, row_window_sums, strip_keep,
+                             strip_start, sym3_adjugate, sym3_times, window_pixels)
+from .triton_backward import walk
 
 MOMENTS_RB = 1
 INPUTS_RB = 1
@@ -41,45 +42,38 @@ def _vals8(I_ptr, p_ptr, g_ptr, plane, offs, inside, inv, c0, c1, c2, cp, cg, cg
 def _rows17(I_ptr, p_ptr, g_ptr, plane, rows, lrows, cols, H, W, c0, c1, c2, cp, cg, cg0, cg1, cg2,
             LEAVE: tl.constexpr, R: tl.constexpr, BWI: tl.constexpr):
     """Horizontal window sums of the 13 moments and 4 adjoint terms over ``rows`` less ``lrows`` (when LEAVE)."""
-    offs, inside, inv = _frame(rows, cols, H, W, R)
+    offs, inside, inv = frame(rows, cols, H, W, R)
     J0, J1, J2, p, g, gJ0, gJ1, gJ2 = _vals8(I_ptr, p_ptr, g_ptr, plane, offs, inside, inv, c0, c1, c2, cp, cg,
                                              cg0, cg1, cg2)
     if LEAVE:
-        offs, inside, inv = _frame(lrows, cols, H, W, R)
+        offs, inside, inv = frame(lrows, cols, H, W, R)
         L0, L1, L2, lp, lg, lg0, lg1, lg2 = _vals8(I_ptr, p_ptr, g_ptr, plane, offs, inside, inv, c0, c1, c2, cp,
                                                    cg, cg0, cg1, cg2)
     else:
         L0, L1, L2, lp, lg, lg0, lg1, lg2 = J0 * 0.0, J1 * 0.0, J2 * 0.0, p * 0.0, g * 0.0, g * 0.0, g * 0.0, g * 0.0
-    return (_hsum(J0 - L0, R, BWI), _hsum(J1 - L1, R, BWI), _hsum(J2 - L2, R, BWI), _hsum(p - lp, R, BWI),
-            _hsum(J0 * J0 - L0 * L0, R, BWI), _hsum(J0 * J1 - L0 * L1, R, BWI), _hsum(J0 * J2 - L0 * L2, R, BWI),
-            _hsum(J1 * J1 - L1 * L1, R, BWI), _hsum(J1 * J2 - L1 * L2, R, BWI), _hsum(J2 * J2 - L2 * L2, R, BWI),
-            _hsum(J0 * p - L0 * lp, R, BWI), _hsum(J1 * p - L1 * lp, R, BWI), _hsum(J2 * p - L2 * lp, R, BWI),
-            _hsum(g - lg, R, BWI), _hsum(gJ0 - lg0, R, BWI), _hsum(gJ1 - lg1, R, BWI), _hsum(gJ2 - lg2, R, BWI))
+    return (row_window_sums(J0 - L0, R, BWI), row_window_sums(J1 - L1, R, BWI), row_window_sums(J2 - L2, R, BWI), row_window_sums(p - lp, R, BWI),
+            row_window_sums(J0 * J0 - L0 * L0, R, BWI), row_window_sums(J0 * J1 - L0 * L1, R, BWI), row_window_sums(J0 * J2 - L0 * L2, R, BWI),
+            row_window_sums(J1 * J1 - L1 * L1, R, BWI), row_window_sums(J1 * J2 - L1 * L2, R, BWI), row_window_sums(J2 * J2 - L2 * L2, R, BWI),
+            row_window_sums(J0 * p - L0 * lp, R, BWI), row_window_sums(J1 * p - L1 * lp, R, BWI), row_window_sums(J2 * p - L2 * lp, R, BWI),
+            row_window_sums(g - lg, R, BWI), row_window_sums(gJ0 - lg0, R, BWI), row_window_sums(gJ1 - lg1, R, BWI), row_window_sums(gJ2 - lg2, R, BWI))
 
 
 @triton.jit
 def _grad_moments_color(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.constexpr, BWI: tl.constexpr,
                         CH: tl.constexpr, RB: tl.constexpr):
-    pc = tl.program_id(0).to(tl.int64)
-    bi = pc // C
-    y0 = tl.program_id(1) * CH
-    x0 = tl.program_id(2) * (BWI - 2 * R)
+    pc, bi, y0, k, j, cols, oc = strip_start(C, R, BWI, CH, RB)
     plane = H * W
     I_ptr += bi * 3 * plane
     p_ptr += pc * plane
     g_ptr += pc * plane
-    k = tl.arange(0, RB)[:, None]
-    j = tl.arange(0, BWI)[None, :]
-    cols = x0 - R + j
-    oc = x0 + j
-    c0, _ = _centre(I_ptr, y0 + k, cols, H, W)
-    c1, _ = _centre(I_ptr + plane, y0 + k, cols, H, W)
-    c2, _ = _centre(I_ptr + 2 * plane, y0 + k, cols, H, W)
-    cp, _ = _centre(p_ptr, y0 + k, cols, H, W)
-    cg = _adj_centre(g_ptr, I_ptr, 0.0, y0 + k, cols, H, W, R, False)
-    cg0 = _adj_centre(g_ptr, I_ptr, c0, y0 + k, cols, H, W, R, True)
-    cg1 = _adj_centre(g_ptr, I_ptr + plane, c1, y0 + k, cols, H, W, R, True)
-    cg2 = _adj_centre(g_ptr, I_ptr + 2 * plane, c2, y0 + k, cols, H, W, R, True)
+    c0, _ = centre(I_ptr, y0 + k, cols, H, W)
+    c1, _ = centre(I_ptr + plane, y0 + k, cols, H, W)
+    c2, _ = centre(I_ptr + 2 * plane, y0 + k, cols, H, W)
+    cp, _ = centre(p_ptr, y0 + k, cols, H, W)
+    cg = adjoint_centre(g_ptr, I_ptr, 0.0, y0 + k, cols, H, W, R, False)
+    cg0 = adjoint_centre(g_ptr, I_ptr, c0, y0 + k, cols, H, W, R, True)
+    cg1 = adjoint_centre(g_ptr, I_ptr + plane, c1, y0 + k, cols, H, W, R, True)
+    cg2 = adjoint_centre(g_ptr, I_ptr + 2 * plane, c2, y0 + k, cols, H, W, R, True)
     eps = tl.load(eps_ptr + bi)
     z = tl.zeros([BWI], dtype=tl.float32)
     s0, s1, s2, sp, s00, s01, s02, s11, s12, s22, s0p, s1p, s2p = z, z, z, z, z, z, z, z, z, z, z, z, z
@@ -112,7 +106,7 @@ def _grad_moments_color(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.co
             I_ptr, p_ptr, g_ptr, plane, yb + R + k, yb - R - 1 + k, cols, H, W, c0, c1, c2, cp, cg, cg0, cg1, cg2,
             True, R, BWI)
         oy = yb + k
-        n = _count(oy, oc, H, W, R, 0)
+        n = window_pixels(oy, oc, H, W, R, 0)
         inv_n = 1.0 / n
         # window means of the RB rows: running sum before the step plus the scan of this step's changes
         m0 = (s0[None, :] + tl.cumsum(d0, axis=0)) * inv_n
@@ -153,25 +147,16 @@ def _grad_moments_color(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.co
         q00 = tl.maximum(r00, 0.0) + eps
         q11 = tl.maximum(r11, 0.0) + eps
         q22 = tl.maximum(r22, 0.0) + eps
-        k00 = q11 * q22 - q12 * q12
-        k01 = q02 * q12 - q01 * q22
-        k02 = q01 * q12 - q02 * q11
-        k11 = q00 * q22 - q02 * q02
-        k12 = q01 * q02 - q00 * q12
-        k22 = q00 * q11 - q01 * q01
-        inv_det = 1.0 / (q00 * k00 + q01 * k01 + q02 * k02)
+        k00, k01, k02, k11, k12, k22, det = sym3_adjugate(q00, q01, q02, q11, q12, q22)
+        inv_det = 1.0 / det
         k00 *= inv_det
         k01 *= inv_det
         k02 *= inv_det
         k11 *= inv_det
         k12 *= inv_det
         k22 *= inv_det
-        a0 = k00 * v0 + k01 * v1 + k02 * v2
-        a1 = k01 * v0 + k11 * v1 + k12 * v2
-        a2 = k02 * v0 + k12 * v1 + k22 * v2
-        u0 = k00 * e0 + k01 * e1 + k02 * e2  # g_cov = S^-1 g_a
-        u1 = k01 * e0 + k11 * e1 + k12 * e2
-        u2 = k02 * e0 + k12 * e1 + k22 * e2
+        a0, a1, a2 = sym3_times(k00, k01, k02, k11, k12, k22, v0, v1, v2)
+        u0, u1, u2 = sym3_times(k00, k01, k02, k11, k12, k22, e0, e1, e2)  # g_cov = S^-1 g_a
         mI0 = m0 + c0
         mI1 = m1 + c1
         mI2 = m2 + c2
@@ -183,7 +168,7 @@ def _grad_moments_color(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.co
         H01 = -(u0 * a1 + u1 * a0)
         H02 = -(u0 * a2 + u2 * a0)
         H12 = -(u1 * a2 + u2 * a1)
-        keep = (oy < H) & (oy < y0 + CH) & (j < BWI - 2 * R) & (oc < W)
+        keep = strip_keep(oy, oc, j, y0, H, W, R, BWI, CH)
         base = out_ptr + pc * plane + oy * W + oc
         tl.store(base, -g_b * a0 - (2.0 * G00 * mI0 + H01 * mI1 + H02 * mI2) - u0 * mp, mask=keep)
         tl.store(base + step, -g_b * a1 - (H01 * mI0 + 2.0 * G11 * mI1 + H12 * mI2) - u1 * mp, mask=keep)
@@ -204,65 +189,58 @@ def _grad_moments_color(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.co
 @triton.jit
 def _grad_inputs_color(I_ptr, p_ptr, g_ptr, ma_ptr, mom_ptr, dI_ptr, dp_ptr, C, H, W, R: tl.constexpr,
                        BWI: tl.constexpr, CH: tl.constexpr, RB: tl.constexpr):
-    pc = tl.program_id(0).to(tl.int64)
-    bi = pc // C
-    y0 = tl.program_id(1) * CH
-    x0 = tl.program_id(2) * (BWI - 2 * R)
+    pc, bi, y0, k, j, cols, oc = strip_start(C, R, BWI, CH, RB)
     plane = H * W
     step = (C * 0 + tl.num_programs(0)).to(tl.int64) * plane
     shared = mom_ptr + bi * plane  # channel sums of the guide-only terms sit at planes bi
     own = mom_ptr + pc * plane
-    k = tl.arange(0, RB)[:, None]
-    j = tl.arange(0, BWI)[None, :]
-    cols = x0 - R + j
-    oc = x0 + j
     fr = y0 + k
-    c0 = _adj_centre(shared, shared, 0.0, fr, cols, H, W, R, False)
-    c1 = _adj_centre(shared + step, shared, 0.0, fr, cols, H, W, R, False)
-    c2 = _adj_centre(shared + 2 * step, shared, 0.0, fr, cols, H, W, R, False)
-    c00 = _adj_centre(shared + 3 * step, shared, 0.0, fr, cols, H, W, R, False)
-    c01 = _adj_centre(shared + 4 * step, shared, 0.0, fr, cols, H, W, R, False)
-    c02 = _adj_centre(shared + 5 * step, shared, 0.0, fr, cols, H, W, R, False)
-    c11 = _adj_centre(shared + 6 * step, shared, 0.0, fr, cols, H, W, R, False)
-    c12 = _adj_centre(shared + 7 * step, shared, 0.0, fr, cols, H, W, R, False)
-    c22 = _adj_centre(shared + 8 * step, shared, 0.0, fr, cols, H, W, R, False)
-    cmp = _adj_centre(own + 9 * step, own, 0.0, fr, cols, H, W, R, False)
-    cw0 = _adj_centre(own + 10 * step, own, 0.0, fr, cols, H, W, R, False)
-    cw1 = _adj_centre(own + 11 * step, own, 0.0, fr, cols, H, W, R, False)
-    cw2 = _adj_centre(own + 12 * step, own, 0.0, fr, cols, H, W, R, False)
-    s0 = _adj_warm(shared, y0, k, cols, H, W, c0, R, BWI, RB)
-    s1 = _adj_warm(shared + step, y0, k, cols, H, W, c1, R, BWI, RB)
-    s2 = _adj_warm(shared + 2 * step, y0, k, cols, H, W, c2, R, BWI, RB)
-    s00 = _adj_warm(shared + 3 * step, y0, k, cols, H, W, c00, R, BWI, RB)
-    s01 = _adj_warm(shared + 4 * step, y0, k, cols, H, W, c01, R, BWI, RB)
-    s02 = _adj_warm(shared + 5 * step, y0, k, cols, H, W, c02, R, BWI, RB)
-    s11 = _adj_warm(shared + 6 * step, y0, k, cols, H, W, c11, R, BWI, RB)
-    s12 = _adj_warm(shared + 7 * step, y0, k, cols, H, W, c12, R, BWI, RB)
-    s22 = _adj_warm(shared + 8 * step, y0, k, cols, H, W, c22, R, BWI, RB)
-    smp = _adj_warm(own + 9 * step, y0, k, cols, H, W, cmp, R, BWI, RB)
-    sw0 = _adj_warm(own + 10 * step, y0, k, cols, H, W, cw0, R, BWI, RB)
-    sw1 = _adj_warm(own + 11 * step, y0, k, cols, H, W, cw1, R, BWI, RB)
-    sw2 = _adj_warm(own + 12 * step, y0, k, cols, H, W, cw2, R, BWI, RB)
+    c0 = adjoint_centre(shared, shared, 0.0, fr, cols, H, W, R, False)
+    c1 = adjoint_centre(shared + step, shared, 0.0, fr, cols, H, W, R, False)
+    c2 = adjoint_centre(shared + 2 * step, shared, 0.0, fr, cols, H, W, R, False)
+    c00 = adjoint_centre(shared + 3 * step, shared, 0.0, fr, cols, H, W, R, False)
+    c01 = adjoint_centre(shared + 4 * step, shared, 0.0, fr, cols, H, W, R, False)
+    c02 = adjoint_centre(shared + 5 * step, shared, 0.0, fr, cols, H, W, R, False)
+    c11 = adjoint_centre(shared + 6 * step, shared, 0.0, fr, cols, H, W, R, False)
+    c12 = adjoint_centre(shared + 7 * step, shared, 0.0, fr, cols, H, W, R, False)
+    c22 = adjoint_centre(shared + 8 * step, shared, 0.0, fr, cols, H, W, R, False)
+    cmp = adjoint_centre(own + 9 * step, own, 0.0, fr, cols, H, W, R, False)
+    cw0 = adjoint_centre(own + 10 * step, own, 0.0, fr, cols, H, W, R, False)
+    cw1 = adjoint_centre(own + 11 * step, own, 0.0, fr, cols, H, W, R, False)
+    cw2 = adjoint_centre(own + 12 * step, own, 0.0, fr, cols, H, W, R, False)
+    s0 = adjoint_warm(shared, y0, k, cols, H, W, c0, R, BWI, RB)
+    s1 = adjoint_warm(shared + step, y0, k, cols, H, W, c1, R, BWI, RB)
+    s2 = adjoint_warm(shared + 2 * step, y0, k, cols, H, W, c2, R, BWI, RB)
+    s00 = adjoint_warm(shared + 3 * step, y0, k, cols, H, W, c00, R, BWI, RB)
+    s01 = adjoint_warm(shared + 4 * step, y0, k, cols, H, W, c01, R, BWI, RB)
+    s02 = adjoint_warm(shared + 5 * step, y0, k, cols, H, W, c02, R, BWI, RB)
+    s11 = adjoint_warm(shared + 6 * step, y0, k, cols, H, W, c11, R, BWI, RB)
+    s12 = adjoint_warm(shared + 7 * step, y0, k, cols, H, W, c12, R, BWI, RB)
+    s22 = adjoint_warm(shared + 8 * step, y0, k, cols, H, W, c22, R, BWI, RB)
+    smp = adjoint_warm(own + 9 * step, y0, k, cols, H, W, cmp, R, BWI, RB)
+    sw0 = adjoint_warm(own + 10 * step, y0, k, cols, H, W, cw0, R, BWI, RB)
+    sw1 = adjoint_warm(own + 11 * step, y0, k, cols, H, W, cw1, R, BWI, RB)
+    sw2 = adjoint_warm(own + 12 * step, y0, k, cols, H, W, cw2, R, BWI, RB)
     first = (pc % C == 0).to(tl.float32)  # shared terms once per image
     for yb in range(y0, tl.minimum(y0 + CH, H), RB):
-        eo, ei, en = _frame(yb + R + k, cols, H, W, R)
-        lo, li, ln = _frame(yb - R - 1 + k, cols, H, W, R)
+        eo, ei, en = frame(yb + R + k, cols, H, W, R)
+        lo, li, ln = frame(yb - R - 1 + k, cols, H, W, R)
         oy = yb + k
-        n = _count(oy, oc, H, W, R, 0)
-        t0, s0 = _adj_step(shared, eo, ei, en, lo, li, ln, c0, s0, n, R, BWI)
-        t1, s1 = _adj_step(shared + step, eo, ei, en, lo, li, ln, c1, s1, n, R, BWI)
-        t2, s2 = _adj_step(shared + 2 * step, eo, ei, en, lo, li, ln, c2, s2, n, R, BWI)
-        q00, s00 = _adj_step(shared + 3 * step, eo, ei, en, lo, li, ln, c00, s00, n, R, BWI)
-        q01, s01 = _adj_step(shared + 4 * step, eo, ei, en, lo, li, ln, c01, s01, n, R, BWI)
-        q02, s02 = _adj_step(shared + 5 * step, eo, ei, en, lo, li, ln, c02, s02, n, R, BWI)
-        q11, s11 = _adj_step(shared + 6 * step, eo, ei, en, lo, li, ln, c11, s11, n, R, BWI)
-        q12, s12 = _adj_step(shared + 7 * step, eo, ei, en, lo, li, ln, c12, s12, n, R, BWI)
-        q22, s22 = _adj_step(shared + 8 * step, eo, ei, en, lo, li, ln, c22, s22, n, R, BWI)
-        t_mp, smp = _adj_step(own + 9 * step, eo, ei, en, lo, li, ln, cmp, smp, n, R, BWI)
-        w0, sw0 = _adj_step(own + 10 * step, eo, ei, en, lo, li, ln, cw0, sw0, n, R, BWI)
-        w1, sw1 = _adj_step(own + 11 * step, eo, ei, en, lo, li, ln, cw1, sw1, n, R, BWI)
-        w2, sw2 = _adj_step(own + 12 * step, eo, ei, en, lo, li, ln, cw2, sw2, n, R, BWI)
-        keep = (oy < H) & (oy < y0 + CH) & (j < BWI - 2 * R) & (oc < W)
+        n = window_pixels(oy, oc, H, W, R, 0)
+        t0, s0 = adjoint_step(shared, eo, ei, en, lo, li, ln, c0, s0, n, R, BWI)
+        t1, s1 = adjoint_step(shared + step, eo, ei, en, lo, li, ln, c1, s1, n, R, BWI)
+        t2, s2 = adjoint_step(shared + 2 * step, eo, ei, en, lo, li, ln, c2, s2, n, R, BWI)
+        q00, s00 = adjoint_step(shared + 3 * step, eo, ei, en, lo, li, ln, c00, s00, n, R, BWI)
+        q01, s01 = adjoint_step(shared + 4 * step, eo, ei, en, lo, li, ln, c01, s01, n, R, BWI)
+        q02, s02 = adjoint_step(shared + 5 * step, eo, ei, en, lo, li, ln, c02, s02, n, R, BWI)
+        q11, s11 = adjoint_step(shared + 6 * step, eo, ei, en, lo, li, ln, c11, s11, n, R, BWI)
+        q12, s12 = adjoint_step(shared + 7 * step, eo, ei, en, lo, li, ln, c12, s12, n, R, BWI)
+        q22, s22 = adjoint_step(shared + 8 * step, eo, ei, en, lo, li, ln, c22, s22, n, R, BWI)
+        t_mp, smp = adjoint_step(own + 9 * step, eo, ei, en, lo, li, ln, cmp, smp, n, R, BWI)
+        w0, sw0 = adjoint_step(own + 10 * step, eo, ei, en, lo, li, ln, cw0, sw0, n, R, BWI)
+        w1, sw1 = adjoint_step(own + 11 * step, eo, ei, en, lo, li, ln, cw1, sw1, n, R, BWI)
+        w2, sw2 = adjoint_step(own + 12 * step, eo, ei, en, lo, li, ln, cw2, sw2, n, R, BWI)
+        keep = strip_keep(oy, oc, j, y0, H, W, R, BWI, CH)
         pix = oy * W + oc
         I0 = tl.load(I_ptr + (bi * 3 + 0) * plane + pix, mask=keep, other=0.0)
         I1 = tl.load(I_ptr + (bi * 3 + 1) * plane + pix, mask=keep, other=0.0)
