@@ -9,7 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .triton_solve import _plane_offsets, _system_masks
+from .triton_solve import plane_offsets, system_masks
 
 
 @triton.jit(do_not_specialize=["H", "W", "gh", "gw", "K", "C", "S"])
@@ -24,8 +24,8 @@ def _cell_moments_kernel(f_ptr, p_ptr, cf_ptr, cp_ptr, X_ptr, H, W, gh, gw, K, C
     cx = cell - cy * gw
     HW = H * W
     NM = K + C + K * (K + 1) // 2 + K * C
-    o_f, o_p, o_ff, o_fp = _plane_offsets(K, C, KP, CP)
-    m_ff, m_f, m_p, m_fp = _system_masks(K, C, valid, KP, CP)
+    o_f, o_p, o_ff, o_fp = plane_offsets(K, C, KP, CP)
+    m_ff, m_f, m_p, m_fp = system_masks(K, C, valid, KP, CP)
     kv = tl.arange(0, KP)
     cv = tl.arange(0, CP)
     low = kv[None, :, None] <= kv[:, None, None]
@@ -77,8 +77,8 @@ def _cell_adjoint_kernel(gX_ptr, f_ptr, p_ptr, cf_ptr, cp_ptr, df_ptr, dp_ptr, H
     ghw = gh * gw
     goff = cy * gw + cx
     NM = K + C + K * (K + 1) // 2 + K * C
-    o_f, o_p, o_ff, o_fp = _plane_offsets(K, C, KP, CP)
-    m_ff, m_f, m_p, m_fp = _system_masks(K, C, valid, KP, CP)
+    o_f, o_p, o_ff, o_fp = plane_offsets(K, C, KP, CP)
+    m_ff, m_f, m_p, m_fp = system_masks(K, C, valid, KP, CP)
     kv = tl.arange(0, KP)
     cv = tl.arange(0, CP)
     i3 = kv[:, None, None]

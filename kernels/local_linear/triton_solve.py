@@ -83,7 +83,7 @@ def _ldl_solve(A, d, Y, K, KP: tl.constexpr):
 
 
 @triton.jit
-def _system_masks(K, C, valid, KP: tl.constexpr, CP: tl.constexpr):
+def system_masks(K, C, valid, KP: tl.constexpr, CP: tl.constexpr):
     kv = tl.arange(0, KP)
     cv = tl.arange(0, CP)
     i3 = kv[:, None, None]
@@ -98,7 +98,7 @@ def _system_masks(K, C, valid, KP: tl.constexpr, CP: tl.constexpr):
 
 
 @triton.jit
-def _plane_offsets(K, C, KP: tl.constexpr, CP: tl.constexpr):
+def plane_offsets(K, C, KP: tl.constexpr, CP: tl.constexpr):
     """Plane numbers of f_k (KP, 1), p_c (CP, 1), f_i f_j (KP, KP, 1) and f_k p_c (CP, KP, 1)."""
     kv = tl.arange(0, KP)
     cv = tl.arange(0, CP)
@@ -122,8 +122,8 @@ def _solve_kernel(h_ptr, wy_ptr, eps_ptr, theta_ptr, X_ptr, h, w, hw, T, R, K, C
     y = pix // w
     x = pix - y * w
     NM = K + C + K * (K + 1) // 2 + K * C
-    o_f, o_p, o_ff, o_fp = _plane_offsets(K, C, KP, CP)
-    m_ff, m_f, m_p, m_fp = _system_masks(K, C, valid, KP, CP)
+    o_f, o_p, o_ff, o_fp = plane_offsets(K, C, KP, CP)
+    m_ff, m_f, m_p, m_fp = system_masks(K, C, valid, KP, CP)
     base = h_ptr + b * NM * hw
     low = tl.arange(0, KP)[None, :, None] <= tl.arange(0, KP)[:, None, None]
     Mff = tl.zeros([KP, KP, BLOCK], dtype=tl.float32)
@@ -171,8 +171,8 @@ def _fit_bwd_kernel(X_ptr, gt_ptr, eps_ptr, gX_ptr, deps_ptr, hw, K, C, need_eps
     pix = pid * BLOCK + tl.arange(0, BLOCK)
     valid = pix < hw
     NM = K + C + K * (K + 1) // 2 + K * C
-    o_f, o_p, o_ff, o_fp = _plane_offsets(K, C, KP, CP)
-    m_ff, m_f, m_p, m_fp = _system_masks(K, C, valid, KP, CP)
+    o_f, o_p, o_ff, o_fp = plane_offsets(K, C, KP, CP)
+    m_ff, m_f, m_p, m_fp = system_masks(K, C, valid, KP, CP)
     kv = tl.arange(0, KP)
     cv = tl.arange(0, CP)
     i3 = kv[:, None, None]
@@ -236,8 +236,8 @@ def _moment_rows_kernel(f_ptr, p_ptr, cf_ptr, cp_ptr, wx_ptr, out_ptr, H, W, HW,
     y = pix // W
     x = pix - y * W
     NM = K + C + K * (K + 1) // 2 + K * C
-    o_f, o_p, o_ff, o_fp = _plane_offsets(K, C, KP, CP)
-    m_ff, m_f, m_p, m_fp = _system_masks(K, C, valid, KP, CP)
+    o_f, o_p, o_ff, o_fp = plane_offsets(K, C, KP, CP)
+    m_ff, m_f, m_p, m_fp = system_masks(K, C, valid, KP, CP)
     kv = tl.arange(0, KP)
     cv = tl.arange(0, CP)
     low = kv[None, :, None] <= kv[:, None, None]

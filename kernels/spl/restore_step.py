@@ -19,8 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_kernels import BX, BY, NUM_WARPS, _tile, _vsum_planes
-from .triton_path import _grid, _mask_args, adjoint, fit, moments
+from .triton_kernels import BX, BY, NUM_WARPS, tile, vsum_planes
+from .triton_path import adjoint, fit, launch_grid, mask_args, moments
 
 
 @triton.jit(do_not_specialize=["R", "C", "clamp"])
@@ -30,10 +30,10 @@ def _restore_update(U_ptr, S_ptr, X_ptr, E0_ptr, B_ptr, cE_ptr, W_ptr, CM_ptr, H
                     MASKED: tl.constexpr, CHROMA: tl.constexpr, COLOR_MASKED: tl.constexpr,
                     BY: tl.constexpr, BX: tl.constexpr):
     b = tl.program_id(2)
-    y, x = _tile(BY, BX)
+    y, x = tile(BY, BX)
     out_in = (y < H) & (x < W)
     hw = H * W
-    uE, uEE, uSE, _, _ = _vsum_planes(U_ptr, b, 3, y, x, H, W, R, BY, BX)
+    uE, uEE, uSE, _, _ = vsum_planes(U_ptr, b, 3, y, x, H, W, R, BY, BX)
     pix = y * W + x
     s = tl.load(S_ptr + b.to(tl.int64) * hw + pix, mask=out_in, other=0.0)
     xb = X_ptr + b.to(tl.int64) * C * hw + pix
@@ -120,9 +120,9 @@ class FusedSGD:
         M = moments(self.S, x, self.mask, self.zero, self.cE, r)
         _, planes, part = fit(M, self.mask is not None, self.eps, r, self.bidirectional, True, False, 3, False)
         U = adjoint(planes, self.g_spl.expand(bsz, 1, h, w), None, r)
-        wt, wstr = _mask_args(self.mask, x)
-        cm, cmstr = _mask_args(self.color_mask, x)
-        _restore_update[_grid(bsz, h, w)](
+        wt, wstr = mask_args(self.mask, x)
+        cm, cmstr = mask_args(self.color_mask, x)
+        _restore_update[launch_grid(bsz, h, w)](
             U, self.S, x, self.e0, buf, self.cE, wt, cm, h, w, r, C, 1.0 / C, *wstr, *cmstr, *self.Q,
             self.lr, self.momentum, 0.0, 1.0, int(self.clamp), MASKED=self.mask is not None,
             CHROMA=self.chroma, COLOR_MASKED=self.color_mask is not None, BY=BY, BX=BX, num_warps=NUM_WARPS)

@@ -33,7 +33,7 @@ def _count(c, n, R):
 
 
 @triton.jit
-def _tile(BY: tl.constexpr, BX: tl.constexpr):
+def tile(BY: tl.constexpr, BX: tl.constexpr):
     y = tl.program_id(1) * BY + tl.arange(0, BY)[:, None] + tl.arange(0, BX)[None, :] * 0
     x = tl.program_id(0) * BX + tl.arange(0, BX)[None, :] + tl.arange(0, BY)[:, None] * 0
     return y, x
@@ -53,7 +53,7 @@ def _hsum_moments(S_ptr, E_ptr, W_ptr, cS_ptr, cE_ptr, M_ptr, H, W, R,
                   CS, s_sb, s_sc, s_sy, s_sx, inv_cs, CE, e_sb, e_sc, e_sy, e_sx, inv_ce, w_sb, w_sy, w_sx,
                   MASKED: tl.constexpr, BY: tl.constexpr, BX: tl.constexpr):
     b = tl.program_id(2)
-    y, x = _tile(BY, BX)
+    y, x = tile(BY, BX)
     hw = H * W
     cs = tl.load(cS_ptr + b)
     ce = tl.load(cE_ptr + b)
@@ -100,7 +100,7 @@ def _hsum_moments(S_ptr, E_ptr, W_ptr, cS_ptr, cE_ptr, M_ptr, H, W, R,
 def _vsum_fit(M_ptr, D_ptr, P_ptr, part_ptr, H, W, R, eps, empty, bidir, detach, write_d, nplanes, per_weight,
               MASKED: tl.constexpr, BY: tl.constexpr, BX: tl.constexpr):
     b = tl.program_id(2)
-    y, x = _tile(BY, BX)
+    y, x = tile(BY, BX)
     hw = H * W
     out_in = (y < H) & (x < W)
     base = M_ptr + b.to(tl.int64) * (6 if MASKED else 5) * hw + x
@@ -203,7 +203,7 @@ def _hsum_adjoint(P_ptr, G_ptr, g_sb, g_sy, g_sx, K_ptr, use_k, U_ptr, H, W, R, 
                   BY: tl.constexpr, BX: tl.constexpr):
     bp = tl.program_id(2)
     b = bp // nplanes
-    y, x = _tile(BY, BX)
+    y, x = tile(BY, BX)
     hw = H * W
     # a scalar factor on the device (1 / sum(omega), or the restore step's loss weight): no host read
     k = tl.load(K_ptr, mask=use_k != 0, other=1.0)
@@ -218,7 +218,7 @@ def _hsum_adjoint(P_ptr, G_ptr, g_sb, g_sy, g_sx, K_ptr, use_k, U_ptr, H, W, R, 
 
 
 @triton.jit
-def _vsum_planes(U_ptr, b, nplanes, y, x, H, W, R, BY: tl.constexpr, BX: tl.constexpr):
+def vsum_planes(U_ptr, b, nplanes, y, x, H, W, R, BY: tl.constexpr, BX: tl.constexpr):
     """Vertical window sums of the (3 or 5) adjoint planes at the tile."""
     hw = H * W
     base = U_ptr + b.to(tl.int64) * nplanes * hw + x
@@ -246,9 +246,9 @@ def _vsum_grad(U_ptr, S_ptr, E_ptr, W_ptr, cS_ptr, cE_ptr, dS_ptr, dE_ptr, H, W,
                MASKED: tl.constexpr, BY: tl.constexpr, BX: tl.constexpr):
     """d loss / d gray(S), d gray(E), each already divided by its channel count (the gray mean's adjoint)."""
     b = tl.program_id(2)
-    y, x = _tile(BY, BX)
+    y, x = tile(BY, BX)
     out_in = (y < H) & (x < W)
-    uE, uEE, uSE, uS, uSS = _vsum_planes(U_ptr, b, nplanes, y, x, H, W, R, BY, BX)
+    uE, uEE, uSE, uS, uSS = vsum_planes(U_ptr, b, nplanes, y, x, H, W, R, BY, BX)
     s = _gray(S_ptr, b, CS, s_sb, s_sc, y * s_sy + x * s_sx, out_in, inv_cs, tl.load(cS_ptr + b))
     e = _gray(E_ptr, b, CE, e_sb, e_sc, y * e_sy + x * e_sx, out_in, inv_ce, tl.load(cE_ptr + b))
     gE = uE + 2.0 * e * uEE + s * uSE

@@ -18,7 +18,7 @@ def supported(r: int, border: str) -> bool:
     return border == "valid"
 
 
-def _grid(b: int, h: int, w: int, per_b: int = 1):
+def launch_grid(b: int, h: int, w: int, per_b: int = 1):
     return (triton.cdiv(w, BX), triton.cdiv(h, BY), b * per_b)
 
 
@@ -32,7 +32,7 @@ def _img_args(x: torch.Tensor):
     return (c, x.stride(0), x.stride(1), x.stride(2), x.stride(3), 1.0 / c)
 
 
-def _mask_args(w, like):
+def mask_args(w, like):
     if w is None:
         return like, (0, 0, 0)
     w = w.expand(like.shape[0], 1, *like.shape[2:])
@@ -42,9 +42,9 @@ def _mask_args(w, like):
 def moments(source, edited, w, cS, cE, r: int):
     """(B, 5 or 6, H, W) horizontal window sums of the centred gray moments."""
     bsz, _, h, wd = source.shape
-    wt, wstr = _mask_args(w, source)
+    wt, wstr = mask_args(w, source)
     M = torch.empty((bsz, 5 if w is None else 6, h, wd), device=source.device, dtype=torch.float32)
-    _hsum_moments[_grid(bsz, h, wd)](source, edited, wt, cS, cE, M, h, wd, r, *_img_args(source),
+    _hsum_moments[launch_grid(bsz, h, wd)](source, edited, wt, cS, cE, M, h, wd, r, *_img_args(source),
                                      *_img_args(edited), *wstr, MASKED=w is not None, BY=BY, BX=BX,
                                      num_warps=NUM_WARPS)
     return M
@@ -54,7 +54,7 @@ def fit(M, masked: bool, eps: float, r: int, bidirectional: bool, detach: bool, 
         per_weight: bool):
     """Vertical sums and fits: (D map or None, planes or None, (n, 2) tile partials)."""
     bsz, _, h, wd = M.shape
-    grid = _grid(bsz, h, wd)
+    grid = launch_grid(bsz, h, wd)
     part = torch.empty((grid[2], grid[1], grid[0], 2), device=M.device, dtype=torch.float32)
     D = torch.empty((bsz, 1, h, wd), device=M.device, dtype=torch.float32) if write_d else M
     planes = torch.empty((bsz, nplanes, h, wd), device=M.device, dtype=torch.float32) if nplanes else M
@@ -76,7 +76,7 @@ def adjoint(planes, g, k, r: int):
     0-d device tensor or None."""
     bsz, nplanes, h, wd = planes.shape
     U = torch.empty_like(planes)
-    _hsum_adjoint[_grid(bsz, h, wd, nplanes)](planes, g, g.stride(0), g.stride(2), g.stride(3),
+    _hsum_adjoint[launch_grid(bsz, h, wd, nplanes)](planes, g, g.stride(0), g.stride(2), g.stride(3),
                                               planes if k is None else k, int(k is not None), U, h, wd, r, nplanes,
                                               BY=BY, BX=BX, num_warps=NUM_WARPS)
     return U
@@ -101,8 +101,8 @@ def backward(grad, source, edited, w, cS, cE, planes, invw, r: int, reduction: s
     U = adjoint(planes, g, invw if reduction == "mean" else None, r)
     dE = torch.empty((bsz, 1, h, wd), device=planes.device, dtype=torch.float32)
     dS = torch.empty_like(dE) if nplanes == 5 else dE
-    wt, wstr = _mask_args(w, source)
-    _vsum_grad[_grid(bsz, h, wd)](U, source, edited, wt, cS, cE, dS, dE, h, wd, r, nplanes,
+    wt, wstr = mask_args(w, source)
+    _vsum_grad[launch_grid(bsz, h, wd)](U, source, edited, wt, cS, cE, dS, dE, h, wd, r, nplanes,
                                   *_img_args(source), *_img_args(edited), *wstr, MASKED=w is not None,
                                   BY=BY, BX=BX, num_warps=NUM_WARPS)
     return (dS if nplanes == 5 else None), dE
