@@ -85,8 +85,6 @@ def _cfg(fn, constexprs: dict, num_warps: int, case: str, signature: dict | None
 def box_configs(arch: int, radii=RADII, shapes=SHAPES) -> list[LaunchConfig]:
     """``box.sliding.launch`` as ``box.triton_path`` calls it: means in every border mode, the "valid" adjoint
     (KIND 1) and the padded adjoint (KIND 2, offset r)."""
-    import triton
-
     from .box import sliding as B
     from .box.triton_path import MAX_RADIUS, MODES as BOX_MODES
 
@@ -96,7 +94,7 @@ def box_configs(arch: int, radii=RADII, shapes=SHAPES) -> list[LaunchConfig]:
         for planes, h, w in shapes:
             for mode, kind, off in [(m, 0, 0) for m in BOX_MODES.values()] + [(0, 1, 0), (0, 2, r)]:
                 ho, wo = h + 2 * off, w + 2 * off
-                ch = B.chunk_rows(planes, ho, triton.cdiv(wo, bwi - 2 * r))
+                _, ch = B.walk_grid(planes, ho, wo, r, bwi)
                 out.append(_cfg(B._sliding_box_kernel, dict(R=r, MODE=mode, KIND=kind, BWI=bwi, CH=ch, RB=B.RB),
                                 1, f"box r={r} mode={mode} kind={kind} {planes}x{h}x{w}"))
     return out
@@ -106,9 +104,7 @@ def guided_configs(arch: int, radii=RADII, shapes=SHAPES) -> list[LaunchConfig]:
     """``guided.triton_path.fused_forward`` -> ``sliding.forward_gray`` / ``sliding_color.forward_color`` in every
     border mode (fit, then apply with the three APPLY / STORE_MA pairs those functions pass: q, q and mean a,
     the means) and the fused "valid" backward (``triton_backward.walk``)."""
-    import triton
-
-    from .box.sliding import chunk_rows, strip_width
+    from .box.sliding import strip_width, walk_grid
     from .box.triton_path import MAX_RADIUS, MODES
     from .guided import sliding as G, sliding_color as K, triton_backward as T, triton_backward_color as TC
 
@@ -116,7 +112,7 @@ def guided_configs(arch: int, radii=RADII, shapes=SHAPES) -> list[LaunchConfig]:
     for r in (r for r in radii if r <= MAX_RADIUS):
         for planes, h, w in shapes:
             bwi = strip_width(r)
-            ch = chunk_rows(planes, h, triton.cdiv(w, bwi - 2 * r))
+            _, ch = walk_grid(planes, h, w, r, bwi)
             case = f"r={r} {planes}x{h}x{w}"
             for mode in MODES.values():
                 for mod, fit, apply in ((G, G._fit_gray_kernel, G._apply_gray_kernel),
@@ -128,7 +124,7 @@ def guided_configs(arch: int, radii=RADII, shapes=SHAPES) -> list[LaunchConfig]:
                                                     RB=mod.APPLY_RB), 1, f"{case} m={mode}"))
             for mod, width, moments, inputs in ((T, strip_width, T._grad_moments_gray, T._grad_inputs_gray),
                                                 (TC, TC.width, TC._grad_moments_color, TC._grad_inputs_color)):
-                _, ch_b = T.grid_of(planes, h, w, r, width(r))
+                _, ch_b = walk_grid(planes, h, w, r, width(r))
                 for fn, rb in ((moments, mod.MOMENTS_RB), (inputs, mod.INPUTS_RB)):
                     out.append(_cfg(fn, dict(R=r, BWI=width(r), CH=ch_b, RB=rb), 1, f"backward {case}"))
     return out

@@ -34,6 +34,14 @@ def strip_width(r: int) -> int:
     return 64 if r <= 4 else 128
 
 
+def walk_grid(planes: int, h: int, w: int, r: int, bwi: int) -> tuple[tuple[int, int, int], int]:
+    """(grid, CH) of a sliding walk over ``planes`` planes of h x w outputs: one program per (plane, chunk of CH
+    rows, strip of bwi - 2r output columns), the order ``window_blocks.strip_start`` reads."""
+    strips = triton.cdiv(w, bwi - 2 * r)
+    ch = chunk_rows(planes, h, strips)
+    return (planes, triton.cdiv(h, ch), strips), ch
+
+
 @triton.jit
 def _row_vals(x_ptr, rows, cols, rmask, H, W, cvals, MODE: tl.constexpr, KIND: tl.constexpr, R: tl.constexpr):
     """Centred input values of rows ``rows`` ([RB, 1], unmapped) at strip columns ``cols``, 0 where absent."""
@@ -103,9 +111,7 @@ def launch(x: torch.Tensor, r: int, mode: int, kind: int, off: int) -> torch.Ten
     ho, wo = h + 2 * off, w + 2 * off
     out = torch.empty(planes.shape[0], ho, wo, device=x.device, dtype=torch.float32)
     bwi = strip_width(r)
-    strips = triton.cdiv(wo, bwi - 2 * r)
-    ch = chunk_rows(planes.shape[0], ho, strips)
-    grid = (planes.shape[0], triton.cdiv(ho, ch), strips)
+    grid, ch = walk_grid(planes.shape[0], ho, wo, r, bwi)
     _sliding_box_kernel[grid](planes, out, h, w, ho, wo, off, R=r, MODE=mode, KIND=kind, BWI=bwi, CH=ch, RB=RB,
                               num_warps=1)
     return out.reshape(*x.shape[:-2], ho, wo)

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..box.sliding import chunk_rows, strip_width
+from ..box.sliding import strip_width, walk_grid
 from ..runtime.arch import device_arch
 from ..window_blocks import centre, load_rows, row_window_sums, strip_keep, strip_start, window_pixels
 
@@ -148,9 +148,7 @@ def forward_gray(I, p, eps, r, mode: int, apply: bool, keep_ma: bool = False):
     bsz, _, h, w = I.shape
     c = p.shape[1]
     bwi = strip_width(r)
-    strips = triton.cdiv(w, bwi - 2 * r)
-    ch = chunk_rows(bsz * c, h, strips)
-    grid = (bsz * c, triton.cdiv(h, ch), strips)
+    grid, ch = walk_grid(bsz * c, h, w, r, bwi)
     a = torch.empty(bsz, c, h, w, device=I.device, dtype=torch.float32)
     b = torch.empty_like(a)
     _fit_gray_kernel[grid](I, p, a, b, eps, c, h, w, R=r, MODE=mode, BWI=bwi, CH=ch,

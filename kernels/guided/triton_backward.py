@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..box.sliding import chunk_rows, strip_width
+from ..box.sliding import strip_width, walk_grid
 from ..runtime import interpreting
 from ..window_blocks import (adjoint_centre, adjoint_step, adjoint_warm, centre, frame, row_window_sums, strip_keep,
                              strip_start, window_pixels)
@@ -162,13 +162,6 @@ def _grad_inputs_gray(I_ptr, p_ptr, g_ptr, ma_ptr, mom_ptr, dI_ptr, dp_ptr, C, H
         tl.store(dp_ptr + pc * plane + pix, t_mp + I * t_cov, mask=keep)
 
 
-def grid_of(planes: int, h: int, w: int, r: int, bwi: int) -> tuple[tuple[int, int, int], int]:
-    """(grid, CH) of the walk: one program per (plane, chunk of CH rows, strip of bwi - 2r output columns)."""
-    strips = triton.cdiv(w, bwi - 2 * r)
-    ch = chunk_rows(planes, h, strips)
-    return (planes, triton.cdiv(h, ch), strips), ch
-
-
 def walk(I, p, g, ma, eps, r, bwi, moments, inputs, n_moments, guide_terms, rows=None):
     """The backward's two passes, gray or colour: ``moments`` writes ``n_moments`` gradient planes per src channel
     (the last: d/d eps), the first ``guide_terms`` of them are summed over the src channels (they touch the guide
@@ -177,7 +170,7 @@ def walk(I, p, g, ma, eps, r, bwi, moments, inputs, n_moments, guide_terms, rows
     rows = (MOMENTS_RB, INPUTS_RB) if rows is None else rows
     bsz, gch, h, w = I.shape
     c = p.shape[1]
-    grid, ch = grid_of(bsz * c, h, w, r, bwi)
+    grid, ch = walk_grid(bsz * c, h, w, r, bwi)
     mom = torch.empty(n_moments, bsz * c, h, w, device=I.device, dtype=torch.float32)
     moments[grid](I, p, g, eps, mom, c, h, w, R=r, BWI=bwi, CH=ch, RB=rows_per_step(rows[0]), num_warps=1)
     deps = mom[-1].view(bsz, c * h * w).sum(1)
