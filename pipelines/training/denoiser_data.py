@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-FIELDS = ("color", "reference", "albedo", "normal", "depth", "ao", "emission")
-GUIDES = ("albedo", "normal", "depth", "ao", "emission")
+from vision.data.fields import FLNR_GUIDES as GUIDES  # the guides FLNR reads, from the one table of buffers
+
+FIELDS = ("color", "reference", *GUIDES)
 
 
 def load_frames(root: Path, split: str) -> list[dict]:
