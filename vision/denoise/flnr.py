@@ -49,6 +49,7 @@ command, steps and the validation PSNR.
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 from functools import lru_cache
@@ -336,21 +337,32 @@ def read_metadata(path) -> dict[str, str]:
         return dict(f.metadata() or {})
 
 
-@lru_cache(maxsize=4)
-def _cached(path: str, mtime: float) -> FLNR:
-    return FLNR.from_file(path)
+@lru_cache(maxsize=8)
+def _cached(path: str, mtime: float, device: str | None, dtype: str | None) -> FLNR:
+    model = FLNR.from_file(path)
+    return model if device is None else model.to(device=torch.device(device), dtype=getattr(torch, dtype))
 
 
-def load_flnr(weights=None, upsample: int = 1) -> FLNR:
+def placed(model: FLNR, device=None, dtype=None) -> FLNR:
+    """``model`` on ``device`` in ``dtype`` (None: as it is), moving a copy: ``nn.Module.to`` moves a module in
+    place, and the model may be a caller's, or the one :func:`load_flnr` hands to every caller of a file."""
+    p = next(model.parameters())
+    if (device is None or p.device == torch.device(device)) and (dtype is None or p.dtype == dtype):
+        return model
+    return copy.deepcopy(model).to(device=device, dtype=dtype)
+
+
+def load_flnr(weights=None, upsample: int = 1, device=None, dtype=None) -> FLNR:
     """An :class:`FLNR` from ``weights``: None (the bundled file), a weights file, a ``save_pretrained`` folder, a
-    state dict or an FLNR.
+    state dict or an FLNR; on ``device`` in ``dtype`` when given (a model passed in is copied, never moved).
 
     With ``weights=None`` and colour at 1/``upsample`` of the guides' size, the bundled weights trained for
-    that factor (:data:`BUNDLED_UPSAMPLE`) when there are such, else the full-resolution ones."""
+    that factor (:data:`BUNDLED_UPSAMPLE`) when there are such, else the full-resolution ones. A file's model
+    is loaded once per (file, device, dtype) and shared by every caller: treat it as read-only."""
     if isinstance(weights, FLNR):
-        return weights
+        return placed(weights, device, dtype)
     if isinstance(weights, dict):
-        return FLNR.from_state_dict(weights)
+        return FLNR.from_state_dict(weights).to(device=device, dtype=dtype)
     if weights is None:
         from vision.bundled import asset_path
 
@@ -364,18 +376,18 @@ def load_flnr(weights=None, upsample: int = 1) -> FLNR:
         raise ValueError(f"FLNR weights must be None, a path, a state dict or an FLNR, got {type(weights).__name__}")
     path = Path(weights)
     if is_pretrained_folder(path):
-        return FLNR.from_pretrained(path)
+        return FLNR.from_pretrained(path).to(device=device, dtype=dtype)
     if not path.is_file():
         raise FileNotFoundError(f"no FLNR weights file or save_pretrained folder at {path}")
-    return _cached(str(path.resolve()), path.stat().st_mtime)
+    dev = None if device is None and dtype is None else str(torch.device(device or "cpu"))
+    dt = None if dev is None else str(dtype or torch.float32).replace("torch.", "")
+    return _cached(str(path.resolve()), path.stat().st_mtime, dev, dt)
 
 
 def flnr(color: torch.Tensor, guides: dict, model: FLNR, radius: int | None = None, eps=None,
          scale: int | None = None, stats=None, phase=None) -> torch.Tensor:
     """FLNR on (B, 3, h, w) colour and full-resolution guides with ``model`` (see :class:`FLNR`)."""
-    dev, dt = color.device, color.dtype
-    if next(model.parameters()).device != dev or next(model.parameters()).dtype != dt:
-        model = model.to(device=dev, dtype=dt)  # a copy only when needed: nn.Module.to moves in place
+    model = placed(model, color.device, color.dtype)
     return model(color, guides, radius, eps, scale, stats, phase)
 
 

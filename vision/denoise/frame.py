@@ -115,10 +115,7 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
     phase = check_phase(phase, u)
     net = None
     if model == "flnr":
-        net = load_flnr(weights, upsample=u)
-        p = next(net.parameters())
-        if p.device != c.device or p.dtype != c.dtype:
-            net = net.to(device=c.device, dtype=c.dtype)  # nn.Module.to moves in place: once per cached model
+        net = load_flnr(weights, upsample=u, device=c.device, dtype=c.dtype)
     else:
         radius = DEFAULT_RADIUS if radius is None else radius
         eps = DEFAULT_EPS if eps is None else eps

@@ -224,6 +224,10 @@ class TemporalDenoiser:
                                  f"{signal.shape[-2]}x{signal.shape[-1]}")
         else:
             acc = self._history.mean * floor + add
+            if self.net is not None:  # placed once: a copy of the shared model on the frames' device and dtype
+                from .flnr import placed
+
+                self.net = placed(self.net, acc.device, acc.dtype)
             out = denoise(acc, **g, model=self.model, weights=self.net,
                           radius=self.radius, eps=self.eps, scale=self.scale, tile=self.tile)
             if self.shrink_radius > 0:
