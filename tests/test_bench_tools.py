@@ -43,3 +43,19 @@ def test_bench_startup(tmp_path, capsys):
 def test_bench_startup_rejects_zero_repeats(capsys):
     assert main(["bench", "startup", "--repeat", "0"]) == 2
     assert "--repeat must be at least 1" in capsys.readouterr().err
+
+
+def test_bench_compile_rejects_zero_workers(capsys):
+    assert main(["bench", "compile", "--workers", "0"]) == 2
+    assert "--workers must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bench_compile_reports_each_kernel_against_the_target(tmp_path, capsys):
+    pytest.importorskip("triton")
+    out = tmp_path / "c.json"
+    assert main(["bench", "compile", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert rows and all(r["arch"] == 90 and r["stack_bytes"] == 0 and r["cpu_seconds"] > 0 for r in rows)
+    text = capsys.readouterr().out
+    assert "CPU seconds in all" in text and "target <= 10 s per kernel" in text

@@ -218,7 +218,7 @@ print(json.dumps(out))
 @pytest.mark.slow
 def test_sliding_kernels_compile_for_sm90_without_spills(tmp_path):
     """Static sm_90 compile of the sliding box kernel and the gray and colour guided forward and backward kernels:
-    no spill, <= 10 s each."""
+    no spill, at most 255 registers (the compile time is a bench: ``vision bench compile``)."""
     pytest.importorskip("triton")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path)  # cold compiles: the times are what a fresh install pays
@@ -230,4 +230,4 @@ def test_sliding_kernels_compile_for_sm90_without_spills(tmp_path):
     print("\n".join(f"{name}: {regs} regs, {stack} B stack, {seconds:.1f} s" for name, regs, stack, seconds in rows))
     for name, regs, stack, seconds in rows:
         assert stack == 0, (name, regs, stack)
-        assert regs <= 255 and seconds <= 10.0, (name, regs, seconds)
+        assert regs <= 255, (name, regs, seconds)

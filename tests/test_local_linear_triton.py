@@ -49,10 +49,11 @@ print(json.dumps(out))
 
 
 @needs_triton
-def test_every_shipped_kernel_compiles_for_sm90_fast_and_without_spills():
-    """Static sm_90 compile (no GPU needed) of every kernel and configuration: zero stack bytes, <= 10 s each.
+def test_every_shipped_kernel_compiles_for_sm90_without_spills():
+    """Static sm_90 compile (no GPU needed) of every kernel and configuration: zero stack bytes.
 
-    The backward used to take 87.6 s at K = 8 (unrolled tuples); this also guards against that returning.
+    The backward used to take 87.6 s to compile at K = 8 (unrolled tuples): ``vision bench compile`` times every
+    kernel against the 10 s target.
     """
     import json
 
@@ -67,9 +68,7 @@ def test_every_shipped_kernel_compiles_for_sm90_fast_and_without_spills():
         print(f"{r['name']}: {r['regs']} regs, {r['stack']} B stack, {r['s']:.1f} s")
     assert len(rows) == 20
     spilling = [r for r in rows if r["stack"] != 0]
-    slow = [r for r in rows if r["s"] > 10.0]
     assert not spilling, spilling
-    assert not slow, slow
 
 
 @needs_triton

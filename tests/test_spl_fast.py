@@ -167,9 +167,8 @@ def test_every_shipped_kernel_compiles_for_sm90_without_spills(tmp_path):
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     print("\n".join(r[0] for r in results))
     assert len(results) == 14
-    for desc, stack, seconds in results:
+    for desc, stack, seconds in results:  # the compile time is a bench: vision bench compile
         assert stack == 0, desc
-        assert seconds <= 10.0, desc
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ BENCHES = {
     "dense-head": "vision.pipelines.bench.dense_head",
     "gpu": "vision.pipelines.bench.gpu",
     "startup": "vision.pipelines.bench.startup",
+    "compile": "vision.pipelines.bench.compile_times",
 }
 
 
