@@ -135,3 +135,19 @@ def test_guided_filter_tensor_eps_is_a_buffer():
     gf = K.GuidedFilter(2, eps).to(torch.float64)
     torch.testing.assert_close(gf(x, x), K.guided_filter(x, x, 2, eps.double()))
     assert K.GuidedFilter(2, 1e-2).eps == 1e-2 and not list(K.GuidedFilter(2, 1e-2).buffers())
+
+
+@pytest.mark.slow
+def test_path_choice_is_not_traced_into_the_numba_import():
+    """The numba path's check asks whether numba imports (a cached import): Dynamo must take it as a constant,
+    not trace through the cache wrapper into the import (which it warns about as a silent-incorrectness risk)."""
+    import warnings
+
+    torch._dynamo.reset()
+    x = _inputs()
+    fn = torch.compile(lambda f, p: K.local_linear_fit(f, p, 2, 1e-2), fullgraph=True, backend="eager")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        out = fn(x["f"], x["y"])
+    assert not [w for w in seen if "lru_cache" in str(w.message)], [str(w.message)[:200] for w in seen]
+    torch.testing.assert_close(out, K.local_linear_fit(x["f"], x["y"], 2, 1e-2), **TOL)

@@ -54,6 +54,11 @@ def enabled(*tensors: torch.Tensor) -> bool:
         return False
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return False
+    return _importable()
+
+
+@torch.compiler.assume_constant_result  # under torch.compile: asked once while tracing, not traced into the import
+def _importable() -> bool:
     return _numba() is not None
 
 
