@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from .runtime.switches import data_checks
@@ -26,6 +27,22 @@ def reads_data() -> bool:
     return not torch.compiler.is_compiling()
 
 
+def is_flag(value) -> bool:
+    """Whether ``value`` is a bool (Python's or NumPy's): ``float()`` and ``int()`` would read it as 1 or 0."""
+    return isinstance(value, (bool, np.bool_))
+
+
+def as_float(value, name: str, expected: str) -> float:
+    """``value`` as a float, for an argument documented as a number: a bool and a string are refused by name
+    (``float()`` would run True as 1.0 and parse "0.1"), as is anything ``float()`` cannot read."""
+    if is_flag(value) or isinstance(value, (str, bytes)):
+        raise ValueError(f"{name} must be {expected}, got {type(value).__name__} {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be {expected}, got {value!r}") from None
+
+
 def check_positive(value, name: str, why: str = ""):
     """``value`` as a float that must be positive and finite (a symbolic value stays symbolic, see is_symbolic)."""
     message = f"{name} must be positive and finite{f' ({why})' if why else ''}"
@@ -33,10 +50,7 @@ def check_positive(value, name: str, why: str = ""):
         torch._check(value > 0, lambda: message)
         torch._check(value < math.inf, lambda: message)
         return value
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a positive float, got {value!r}") from None
+    number = as_float(value, name, "a positive float")
     if not (math.isfinite(number) and number > 0):
         raise ValueError(f"{message}, got {number}")
     return number
@@ -110,6 +124,8 @@ def check_eps(eps, batch: int, device, backend: str = "torch") -> torch.Tensor:
     symbolic float (a compiled module's eps) with ``torch._check``.
     """
     if isinstance(eps, torch.Tensor):
+        if not eps.is_floating_point():
+            raise ValueError(f"eps must be a float or a floating-point tensor, got a {eps.dtype} tensor")
         t = eps.to(device=device, dtype=torch.float32)
         if t.dim() > 1 or t.numel() not in (1, batch):
             raise ValueError(f"eps must be a float or a tensor of shape ({batch},), got shape {tuple(eps.shape)}")
@@ -118,10 +134,7 @@ def check_eps(eps, batch: int, device, backend: str = "torch") -> torch.Tensor:
         value = check_positive(eps, "eps", "it regularises flat windows")
         return torch.full((batch,), value, device=device, dtype=torch.float32)
     else:
-        try:
-            value = float(eps)
-        except (TypeError, ValueError):
-            raise ValueError(f"eps must be a float or a tensor, got {eps!r}") from None
+        value = as_float(eps, "eps", "a float or a tensor")
         if not math.isfinite(value):
             raise ValueError(f"eps must be finite, got {value}")
         if not value > 0:

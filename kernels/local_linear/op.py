@@ -24,7 +24,8 @@ from ..box.torch_path import opencv_available
 from ..runtime import backend_of, choose, jit, register_path
 from ..guided.reference import low_res_radius
 from ..runtime import data_checks
-from ..validate import check_all_finite, check_image, check_positive, check_radius, check_scale, is_symbolic
+from ..validate import (as_float, check_all_finite, check_image, check_positive, check_radius, check_scale,
+                        is_symbolic)
 from .library import apply_op, fit_op
 from .torch_path import Engine
 
@@ -95,6 +96,8 @@ def _check_eps(eps, batch: int, k: int, device, dtype, backend: str) -> torch.Te
     A float is checked on the host; a tensor's values only where ``runtime.data_checks(backend)`` allows.
     """
     if isinstance(eps, torch.Tensor):
+        if not eps.is_floating_point():
+            raise ValueError(f"eps must be a float or a floating-point tensor, got a {eps.dtype} tensor")
         if eps.dim() == 0 or (eps.dim() == 1 and eps.numel() in (1, k)) or (eps.dim() == 2 and tuple(eps.shape) == (batch, k)):
             t = eps.to(device=device, dtype=dtype)
         else:
@@ -104,10 +107,7 @@ def _check_eps(eps, batch: int, k: int, device, dtype, backend: str) -> torch.Te
     elif is_symbolic(eps):  # a compiled module's float eps: torch._check, no reading (validate.is_symbolic)
         return torch.full((batch, k), check_positive(eps, "eps"), device=device, dtype=dtype)
     else:
-        try:
-            value = float(eps)
-        except (TypeError, ValueError):
-            raise ValueError(f"eps must be a float or a tensor, got {eps!r}") from None
+        value = as_float(eps, "eps", "a float or a tensor")
         if not (math.isfinite(value) and value > 0):  # checked here: no device round trip for a plain float
             raise ValueError(f"eps must be positive and finite (it keeps every window's system solvable), got "
                              f"{value}")
