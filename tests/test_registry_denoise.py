@@ -3,29 +3,34 @@ paths, a call forced onto that path (numba on or off, autograd, dtype, the backe
 implementation, and ``explain`` for the same call names it.
 
 Each test spies on every path of the op (a counting proxy in place of ``Path.run``), records what the stage asked
-the registry (its module's ``decide``), calls the public stage and checks both. The Triton paths of the sample repair
-run on CPU with the backend forced to "triton" and a stub (the PyTorch formulas) in place of the kernel, as
-tests/test_registry_runs.py does.
+the registry (its module's ``decide``), calls the public stage and checks both. The OpenCV paths (3 x 3 mean, local
+contrast, cell log, area downsampling) are forced by the input's dtype, autograd and layout. The Triton paths of the
+sample repair run on CPU with the backend forced to "triton" and a stub (the PyTorch formulas) in place of the
+kernel, as tests/test_registry_runs.py does.
 """
 import ast
+import importlib
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
-from vision.denoise import edge_history as EH, features, flnr_stages, repair, reproject as RP
+from vision.denoise import edge_history as EH, features, flnr_net, flnr_stages, repair, reproject as RP
 from vision.denoise.flnr import FLNR
 from vision.kernels import runtime
 from vision.kernels.runtime import paths
 
 ROOT = Path(__file__).resolve().parents[1]
-DECIDERS = (features, RP, EH, flnr_stages, repair)  # the modules whose stages call decide
+FLR = importlib.import_module("vision.denoise.flr")  # the module: vision.denoise.flr is also the function
+DECIDERS = (features, RP, EH, flnr_stages, flnr_net, FLR, repair)  # the modules whose stages call decide
 OPS = {"denoise.log_depth": ["torch+numba", "torch"], "denoise.reproject": ["torch+numba", "torch"],
        "denoise.edge_history": ["torch+numba", "torch"], "denoise.repair": ["triton", "torch"],
        "denoise.fill": ["triton", "torch"], "denoise.flnr.prepare": ["torch+numba", "torch"],
        "denoise.flnr.cells": ["torch+numba", "torch"], "denoise.flnr.head": ["torch+numba", "torch+bands", "torch"],
-       "denoise.flnr.finish": ["torch+numba", "torch+bands", "torch"], "denoise.flnr.detail": ["torch+numba", "torch"]}
+       "denoise.flnr.finish": ["torch+numba", "torch+bands", "torch"], "denoise.flnr.detail": ["torch+numba", "torch"],
+       "denoise.flnr.mean3": ["torch+opencv", "torch"], "denoise.flnr.contrast": ["torch+opencv", "torch"],
+       "denoise.flnr.log1p": ["torch+opencv", "torch"], "denoise.area_down": ["torch+opencv", "torch"]}
 
 
 class _Spy:
@@ -189,6 +194,73 @@ def test_the_reasons_name_the_condition():
     assert "not taken: takes (B, 1, H, W) depth" in why(d, (1, 3, 4, 4))
 
 
+# ------------------------------------------------------------------------------------------------ OpenCV or PyTorch
+
+def _opencv_case(case, shape=(2, 3, 8, 12)):
+    """An input that forces ``case``: "torch+opencv" (CPU float32 planes), "torch+opencv/channels-last", or the
+    PyTorch path for "torch/float64", "torch/autograd" (a leaf that requires grad) and "torch/strided" (a
+    transposed tensor: no contiguous rows or planes)."""
+    torch.manual_seed(0)
+    x = torch.rand(shape, dtype=torch.float64 if case == "torch/float64" else torch.float32)
+    if case == "torch+opencv/channels-last":
+        return x.contiguous(memory_format=torch.channels_last)
+    if case == "torch/strided":
+        return x.transpose(-1, -2)
+    return x.requires_grad_(case == "torch/autograd")
+
+
+@pytest.mark.parametrize("case", ["torch+opencv", "torch/float64", "torch/autograd", "torch/strided"])
+def test_mean3_runs_the_path_it_explains(case, spy):
+    hits, asked = spy("denoise.flnr.mean3")
+    x = _opencv_case(case)
+    flnr_stages.antialias(x, torch.zeros_like(x[:, :1]))
+    _check("denoise.flnr.mean3", case.split("/")[0], hits, asked)
+
+
+@pytest.mark.parametrize("case", ["torch+opencv", "torch/float64", "torch/autograd", "torch/strided"])
+def test_local_contrast_runs_the_path_it_explains(case, spy):
+    """The contrast's path runs its own engine's 3 x 3 mean: no second decision through denoise.flnr.mean3."""
+    hits, asked = spy("denoise.flnr.contrast")
+    means, mean_asked = spy("denoise.flnr.mean3")
+    flnr_stages.local_contrast(_opencv_case(case))
+    _check("denoise.flnr.contrast", case.split("/")[0], hits, asked)
+    assert not means and not mean_asked
+
+
+@pytest.mark.parametrize("case", ["torch+opencv", "torch+opencv/channels-last", "torch/float64", "torch/autograd",
+                                  "torch/strided", "torch/partial"])
+def test_area_down_runs_the_path_it_explains(case, spy):
+    hits, asked = spy("denoise.area_down")
+    x = _opencv_case(case, (2, 3, 8, 9) if case == "torch/partial" else (2, 3, 8, 12))
+    FLR.area_down(x, 2)
+    _check("denoise.area_down", case.split("/")[0], hits, asked)
+
+
+@pytest.mark.parametrize("case", ["torch+opencv", "torch/float64", "torch/autograd", "torch/channels-last"])
+def test_cell_log_runs_the_path_it_explains(case, spy):
+    hits, asked = spy("denoise.flnr.log1p")
+    target = _opencv_case("torch+opencv/channels-last" if case == "torch/channels-last" else case, (1, 3, 8, 12))
+    dtype = target.dtype
+    flnr_net.cell_inputs(torch.zeros(1, 8, 2, 3, dtype=dtype), target, torch.zeros(1, 1, 8, 12, dtype=dtype))
+    _check("denoise.flnr.log1p", case.split("/")[0], hits, asked)
+
+
+def test_the_opencv_reasons_name_the_condition():
+    x = torch.rand(1, 3, 8, 12)
+
+    def why(op, x, **call):
+        return runtime.explain(op, x, tensors=(x,), **call)
+
+    assert "not taken: needs float32" in why("denoise.flnr.contrast", x.double())
+    assert "not taken: the input requires grad" in why("denoise.flnr.mean3", x.clone().requires_grad_())
+    assert "not taken: needs contiguous rows" in why("denoise.flnr.mean3", x.transpose(-1, -2))
+    assert "not taken: partial 2 x 2 blocks" in why("denoise.area_down", x[..., :7], u=2, grad=False)
+    assert "not taken: takes (B, C, H, W)" in why("denoise.area_down", x[0], u=2, grad=False)
+    assert "not taken: needs contiguous planes" in why("denoise.area_down", x.transpose(-1, -2), u=2, grad=False)
+    assert "not taken: the input requires grad" in why("denoise.flnr.log1p", x, grad=True)
+    assert "not taken: needs a contiguous tensor" in why("denoise.flnr.log1p", x[..., ::2], grad=False)
+
+
 # ------------------------------------------------------------------------------------------------ sample repair
 
 def _force_triton(monkeypatch):
@@ -242,13 +314,26 @@ def test_fill_runs_the_path_it_explains(case, spy, monkeypatch):
 
 def test_no_denoiser_call_site_decides_an_engine_itself():
     """jit.enabled is asked only by the registry paths' supports (engines.py); backend_for only where layout.py asks
-    which backend a tensor takes (host reads, the CPU path)."""
+    which backend a tensor takes (host reads, the CPU path); OpenCV is imported only by the implementation of a
+    torch+opencv path (a function its module hands to ``register_path(op, OPENCV, ..., run=...)``), so no call site
+    and no other path picks OpenCV."""
     found = []
     for path in sorted((ROOT / "vision" / "denoise").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 name = ast.unparse(node.func)
                 if (name.endswith("jit.enabled") and path.name != "engines.py") or \
                         (name == "backend_for" and path.name != "layout.py"):
                     found.append(f"{path.name}:{node.lineno} {name}")
+        runs = {ast.unparse(k.value) for node in ast.walk(tree) if isinstance(node, ast.Call)
+                and ast.unparse(node.func) == "register_path" and ast.unparse(node.args[1]) == "OPENCV"
+                for k in node.keywords if k.arg == "run"}
+        for top in tree.body:
+            if isinstance(top, ast.FunctionDef) and top.name in runs:
+                continue
+            for node in ast.walk(top):
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and "cv2" in {a.name for a in node.names} | {
+                        getattr(node, "module", None)}:
+                    found.append(f"{path.name}:{node.lineno} imports cv2 outside a torch+opencv implementation")
     assert not found, found

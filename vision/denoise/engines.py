@@ -6,7 +6,8 @@ whole frame, a Triton kernel) registers them beside its code as the paths of one
 :func:`vision.kernels.runtime.decide` returns and nothing else, so ``explain(op, x, **call)`` names the engine
 that runs. Every op is called with ``tensors=`` (the stage's inputs, the one that decides the backend first), plus
 the stage's own conditions. This module holds what their ``supports`` share: why the numba loops may not take a
-call (:func:`numba_takes`, :func:`vision.kernels.runtime.jit.enabled` with its reasons).
+call (:func:`numba_takes`, :func:`vision.kernels.runtime.jit.enabled` with its reasons) and why OpenCV may not
+(:func:`opencv_takes`).
 
 ==========================  ===================================  =====================================
 op                          paths (priority)                     where
@@ -23,6 +24,10 @@ op                          paths (priority)                     where
 ``denoise.flnr.finish``     torch+numba (5), torch+bands (3),    :mod:`.flnr_stages`
                             torch (0)
 ``denoise.flnr.detail``     torch+numba (5), torch (0)           :mod:`.flnr_stages`
+``denoise.flnr.mean3``      torch+opencv (5), torch (0)          :mod:`.flnr_stages`
+``denoise.flnr.contrast``   torch+opencv (5), torch (0)          :mod:`.flnr_stages`
+``denoise.flnr.log1p``      torch+opencv (5), torch (0)          :mod:`.flnr_net`
+``denoise.area_down``       torch+opencv (5), torch (0)          :mod:`.flr`
 ==========================  ===================================  =====================================
 """
 from __future__ import annotations
@@ -33,7 +38,7 @@ from vision.kernels.runtime import jit, numba_enabled
 
 from .layout import cpu_path
 
-NUMBA, BANDS, TORCH = "torch+numba", "torch+bands", "torch"
+NUMBA, OPENCV, BANDS, TORCH = "torch+numba", "torch+opencv", "torch+bands", "torch"
 
 
 def numba_takes(*tensors: torch.Tensor | None) -> str | None:
@@ -51,3 +56,13 @@ def numba_takes(*tensors: torch.Tensor | None) -> str | None:
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return "autograd is on"
     return "numba does not import"
+
+
+def opencv_takes(x: torch.Tensor, grad: bool) -> str | None:
+    """None when OpenCV may take ``x`` as far as every OpenCV path asks (the CPU path, float32, nothing to
+    differentiate: ``grad`` says whether the call does), else why not; each op adds its own layout conditions."""
+    if not cpu_path(x):
+        return "needs the CPU path (a CPU tensor on the PyTorch backend)"
+    if x.dtype != torch.float32:
+        return "needs float32"
+    return "the input requires grad" if grad else None

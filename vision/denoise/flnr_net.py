@@ -9,8 +9,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from vision.data.fields import FEATURE_CHANNELS, FLNR_LAYOUT
+from vision.kernels.runtime import decide, register_path
 
 from . import buffers as B
+from .engines import OPENCV, TORCH, opencv_takes
 from .flr import area_down
 
 GUIDES = FLNR_LAYOUT  # fixed layout of the buffers: normal, depth, ao, albedo, 3 + 1 + 1 + 3 = 8 channels
@@ -130,20 +132,33 @@ def frame_stats(guides: dict, like: torch.Tensor, size) -> tuple[torch.Tensor, t
 def cell_inputs(cells_std: torch.Tensor, target_full: torch.Tensor, mask_full: torch.Tensor) -> torch.Tensor:
     """The network's input, (B, 13, h, w): per 4 x 4 cell the means of the standardised guides
     (``cells_std``), of ``log1p`` of the demodulated noisy colour and of the emitter mask, and the
-    standard deviation of the log-luminance (how noisy the cell is)."""
+    standard deviation of the log-luminance (how noisy the cell is). The registry picks the log's engine (op
+    ``denoise.flnr.log1p``: OpenCV's in place on CPU float32 without autograd, else PyTorch's)."""
     lt = target_full.clamp_min(0)
     grad = lt.requires_grad
-    if not grad and B.cpu_path(lt) and lt.dtype == torch.float32 and lt.is_contiguous():
-        import cv2  # OpenCV's vectorised log: ~10x faster than torch's log1p on CPU, within 3e-7 of it
-
-        planes = lt.add_(1).view(-1, *lt.shape[-2:]).numpy()
-        for plane in planes:
-            cv2.log(plane, dst=plane)
-    else:
-        lt = lt.log1p() if grad else lt.log1p_()
+    lt = decide("denoise.flnr.log1p", lt, tensors=(lt,), grad=grad).run(lt, grad)
     lum = lt.mean(1, keepdim=True)
     sq = lum * lum if grad else lum.square_()
     rest = torch.cat([_pool(lt), _pool(mask_full.to(lt.dtype).expand_as(lum)), _pool(sq)], 1)
     lum_mean = rest[:, :3].mean(1, keepdim=True)
     spread = (rest[:, -1:] - lum_mean * lum_mean).clamp_min(0).sqrt()
     return torch.cat([cells_std.to(lt.dtype), rest[:, :-1], spread], 1)
+
+
+def _log1p_opencv(lt, grad):
+    import cv2  # OpenCV's vectorised log: ~10x faster than torch's log1p on CPU, within 3e-7 of it
+
+    planes = lt.add_(1).view(-1, *lt.shape[-2:]).numpy()
+    for plane in planes:
+        cv2.log(plane, dst=plane)
+    return lt
+
+
+def _log1p_torch(lt, grad):
+    return lt.log1p() if grad else lt.log1p_()
+
+
+register_path("denoise.flnr.log1p", OPENCV, "torch", 5, run=_log1p_opencv,
+              supports=lambda tensors, grad: opencv_takes(tensors[0], grad) or (
+                  None if tensors[0].is_contiguous() else "needs a contiguous tensor"))
+register_path("denoise.flnr.log1p", TORCH, "torch", 0, run=_log1p_torch)

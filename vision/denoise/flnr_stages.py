@@ -2,7 +2,9 @@
 (``denoise.flnr.prepare``), the cell statistics (``denoise.flnr.cells``), the guide head (``denoise.flnr.head``),
 the last steps (``denoise.flnr.finish``) and the detail blend (``denoise.flnr.detail``). On CPU without autograd
 they run as numba loops (:mod:`.flnr_cpu`) or band by band of rows, else as PyTorch formulas over the whole frame;
-the antialias blend is shared by all. Split from :mod:`vision.denoise.flnr`, which re-exports every name.
+the antialias blend is shared by all. The 3 x 3 mean (``denoise.flnr.mean3``) and the local contrast
+(``denoise.flnr.contrast``) the PyTorch formulas build on run in OpenCV on CPU float32 planes, else in PyTorch.
+Split from :mod:`vision.denoise.flnr`, which re-exports every name.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from torch import nn
 from vision.kernels.runtime import decide, register_path
 
 from . import buffers as B
-from .engines import BANDS, NUMBA, TORCH, numba_takes
+from .engines import BANDS, NUMBA, OPENCV, TORCH, numba_takes, opencv_takes
 from .flnr_net import CELL, GUIDES, cell_guides, cell_inputs
 from .flr import sample_down
 
@@ -368,13 +370,16 @@ register_path("denoise.flnr.detail", TORCH, "torch", 0, run=_detail_torch)
 
 def local_contrast(x: torch.Tensor) -> torch.Tensor:
     """``sum over channels |x - mean3(x)|``, (B, C, H, W) -> (B, 1, H, W): how far each pixel is from the mean
-    of its 3 x 3 neighbourhood (inside the frame); zero on flat and linear regions, large at edges."""
-    if not _cv2_planes(x):
-        return (x - _mean3(x)).abs().sum(1, keepdim=True)
+    of its 3 x 3 neighbourhood (inside the frame); zero on flat and linear regions, large at edges. The registry
+    picks the engine (op ``denoise.flnr.contrast``: OpenCV plane by plane, or PyTorch)."""
+    return decide("denoise.flnr.contrast", x, tensors=(x,)).run(x)
+
+
+def _contrast_opencv(x):
     import cv2  # per plane in OpenCV: the mean, |difference| and channel sum without torch's per-op passes
 
     out = x.new_empty(x.shape[0], 1, *x.shape[2:])
-    diff = _mean3(x).detach().numpy()
+    diff = _mean3_opencv(x).detach().numpy()
     for i in range(x.shape[0]):
         planes, o = x[i].detach().numpy(), out[i, 0].numpy()
         for k in range(x.shape[1]):
@@ -388,15 +393,37 @@ def local_contrast(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _cv2_planes(x: torch.Tensor) -> bool:
-    """Whether OpenCV may take ``x`` plane by plane: CPU float32, nothing to differentiate, rows contiguous."""
-    return B.cpu_path(x) and x.dtype == torch.float32 and not x.requires_grad and x.stride(-1) == 1
+def _contrast_torch(x):
+    return (x - _mean3_torch(x)).abs().sum(1, keepdim=True)
+
+
+def _opencv_planes(tensors) -> str | None:
+    """Why OpenCV may not take ``tensors[0]`` plane by plane (None: it may): CPU float32, nothing to
+    differentiate, rows contiguous."""
+    x = tensors[0]
+    return opencv_takes(x, x.requires_grad) or (None if x.stride(-1) == 1 else "needs contiguous rows")
 
 
 def _mean3(x: torch.Tensor) -> torch.Tensor:
-    """The 3 x 3 mean of the pixels inside the frame (``box_filter(x, 1)``), (B, C, H, W); on CPU planes the box
-    path's OpenCV sums directly (no dispatch: FLNR calls this on many small bands)."""
-    from vision.kernels import box_filter
+    """The 3 x 3 mean of the pixels inside the frame (``box_filter(x, 1)``), (B, C, H, W); the registry picks the
+    engine (op ``denoise.flnr.mean3``: on CPU planes the box path's OpenCV sums directly, without the box filter's
+    op dispatch, as FLNR calls this on many small bands; else :func:`~vision.kernels.box_filter`)."""
+    return decide("denoise.flnr.mean3", x, tensors=(x,)).run(x)
+
+
+def _mean3_opencv(x):
     from vision.kernels.box.torch_path import box_mean
 
-    return box_mean(x, 1, "valid") if _cv2_planes(x) else box_filter(x, 1)
+    return box_mean(x, 1, "valid", "opencv")
+
+
+def _mean3_torch(x):
+    from vision.kernels import box_filter
+
+    return box_filter(x, 1)
+
+
+register_path("denoise.flnr.contrast", OPENCV, "torch", 5, supports=_opencv_planes, run=_contrast_opencv)
+register_path("denoise.flnr.contrast", TORCH, "torch", 0, run=_contrast_torch)
+register_path("denoise.flnr.mean3", OPENCV, "torch", 5, supports=_opencv_planes, run=_mean3_opencv)
+register_path("denoise.flnr.mean3", TORCH, "torch", 0, run=_mean3_torch)

@@ -26,37 +26,68 @@ import math
 import torch
 import torch.nn.functional as F
 
+from vision.kernels.runtime import decide, register_path
+
 from . import buffers as B
+from .engines import OPENCV, TORCH, opencv_takes
 
 DEFAULT_RADIUS = 8
 DEFAULT_EPS = 1e-2
 
 
 def area_down(x: torch.Tensor | None, u: int) -> torch.Tensor | None:
-    """Mean over u x u blocks (the last partial blocks average their real pixels)."""
+    """Mean over u x u blocks (the last partial blocks average their real pixels); the registry picks the engine
+    (op ``denoise.area_down``: OpenCV's area resize, or ``avg_pool2d``)."""
     if x is None or u == 1:
         return x
-    h, w = x.shape[-2:]
-    if B.cpu_path(x) and x.dtype == torch.float32 and not (x.requires_grad and torch.is_grad_enabled()) \
-            and h % u == 0 and w % u == 0 and x.dim() == 4:
-        # OpenCV's area resize by an integer factor is this block mean, 2-3x faster than avg_pool2d, and it
-        # reads HWC buffers (channels-last tensors) as they lie
-        import cv2
+    grad = x.requires_grad and torch.is_grad_enabled()
+    return decide("denoise.area_down", x, tensors=(x,), u=u, grad=grad).run(x, u)
 
-        size = (w // u, h // u)
-        if 1 < x.shape[1] <= 4 and x.is_contiguous(memory_format=torch.channels_last):
-            out = torch.empty(x.shape[0], x.shape[1], h // u, w // u, dtype=x.dtype, memory_format=torch.channels_last)
-            for i in range(x.shape[0]):
-                cv2.resize(x[i].detach().permute(1, 2, 0).numpy(), size, dst=out[i].permute(1, 2, 0).numpy(),
-                           interpolation=cv2.INTER_AREA)
-            return out
-        if x.is_contiguous():
-            out = x.new_empty(*x.shape[:2], h // u, w // u)
-            planes, dst = x.detach().view(-1, h, w).numpy(), out.view(-1, h // u, w // u).numpy()
-            for i in range(planes.shape[0]):
-                cv2.resize(planes[i], size, dst=dst[i], interpolation=cv2.INTER_AREA)
-            return out
+
+def _area_down_opencv(x, u):
+    """OpenCV's area resize by an integer factor is this block mean, 2-3x faster than avg_pool2d, and it reads HWC
+    buffers (channels-last tensors) as they lie."""
+    import cv2
+
+    h, w = x.shape[-2:]
+    size = (w // u, h // u)
+    if _interleaved(x):
+        out = torch.empty(x.shape[0], x.shape[1], h // u, w // u, dtype=x.dtype, memory_format=torch.channels_last)
+        for i in range(x.shape[0]):
+            cv2.resize(x[i].detach().permute(1, 2, 0).numpy(), size, dst=out[i].permute(1, 2, 0).numpy(),
+                       interpolation=cv2.INTER_AREA)
+        return out
+    out = x.new_empty(*x.shape[:2], h // u, w // u)
+    planes, dst = x.detach().view(-1, h, w).numpy(), out.view(-1, h // u, w // u).numpy()
+    for i in range(planes.shape[0]):
+        cv2.resize(planes[i], size, dst=dst[i], interpolation=cv2.INTER_AREA)
+    return out
+
+
+def _area_down_torch(x, u):
     return F.avg_pool2d(x, u, u, ceil_mode=True, count_include_pad=False)
+
+
+def _interleaved(x: torch.Tensor) -> bool:
+    """Whether OpenCV reads ``x`` as HWC images (2-4 channels, channels-last); else as planes."""
+    return 1 < x.shape[1] <= 4 and x.is_contiguous(memory_format=torch.channels_last)
+
+
+def _opencv_areas(tensors, u: int, grad: bool) -> str | None:
+    x = tensors[0]
+    if reason := opencv_takes(x, grad):
+        return reason
+    if x.dim() != 4:
+        return "takes (B, C, H, W)"
+    if x.shape[-2] % u or x.shape[-1] % u:
+        return f"partial {u} x {u} blocks at the edges"
+    if not (_interleaved(x) or x.is_contiguous()):
+        return "needs contiguous planes or 2-4 channels-last channels"
+    return None
+
+
+register_path("denoise.area_down", OPENCV, "torch", 5, supports=_opencv_areas, run=_area_down_opencv)
+register_path("denoise.area_down", TORCH, "torch", 0, run=_area_down_torch)
 
 
 def sample_down(x: torch.Tensor | None, u: int, phase=None) -> torch.Tensor | None:
