@@ -6,7 +6,8 @@ Prints per-frame and per-scene PSNR of FLNR, FLR and the choice.
 
     python3 benchmarks/denoise/gcv_choice.py DATA [TILE]    # DATA: a `vision render-scenes` folder
 """
-import sys, json, math
+import math
+import sys
 import torch
 from vision.data import RenderedScenes
 from vision.denoise import denoise
