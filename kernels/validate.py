@@ -43,6 +43,13 @@ def as_float(value, name: str, expected: str) -> float:
         raise ValueError(f"{name} must be {expected}, got {value!r}") from None
 
 
+def check_flag(value, name: str) -> bool:
+    """``value`` as a bool: an on/off option refuses anything else (a string such as "no" would be truthy)."""
+    if not (is_flag(value) or isinstance(value, torch.SymBool)):  # a traced flag: bool() guards on it, as before
+        raise ValueError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
 def check_positive(value, name: str, why: str = ""):
     """``value`` as a float that must be positive and finite (a symbolic value stays symbolic, see is_symbolic)."""
     message = f"{name} must be positive and finite{f' ({why})' if why else ''}"

@@ -16,7 +16,7 @@ from functools import lru_cache
 import torch
 
 from ..runtime import choose, implementation, register_path
-from ..validate import check_positive, is_symbolic, reads_data
+from ..validate import check_flag, check_positive, is_flag, is_symbolic, reads_data
 from .chunked import chunk_gla_scan
 
 __all__ = ["gla", "gla_bidirectional", "fla_available"]
@@ -42,35 +42,39 @@ def _fla_takes(device: torch.device, **_) -> str | None:
     return None if fla_available() else "flash-linear-attention (fla.ops.gla.chunk_gla) does not import"
 
 
-def _validate(q, k, v, g, scale):
-    for name, t in (("q", q), ("k", k), ("v", v), ("g", g)):
+def _validate(q, k, v, g, scale, names=("q", "k", "v", "g")):
+    """The checked gate (4-d) and scale; ``names`` are the arguments the messages name (gla_bidirectional's
+    backward scan passes k_reverse and g_reverse as k and g)."""
+    nq, nk, nv, ng = names
+    for name, t in zip(names, (q, k, v, g)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"gla: {name} must be a torch.Tensor, got {type(t).__name__}")
         if not t.is_floating_point():
             raise ValueError(f"gla: {name} must be a floating-point tensor, got {t.dtype}")
     if q.dim() != 4:
-        raise ValueError(f"gla: q must be (B, T, H, K), got shape {tuple(q.shape)}")
+        raise ValueError(f"gla: {nq} must be (B, T, H, K), got shape {tuple(q.shape)}")
     if k.shape != q.shape:
-        raise ValueError(f"gla: k must have q's shape {tuple(q.shape)}, got {tuple(k.shape)}")
+        raise ValueError(f"gla: {nk} must have {nq}'s shape {tuple(q.shape)}, got {tuple(k.shape)}")
     if v.dim() != 4 or v.shape[:3] != q.shape[:3]:
-        raise ValueError(f"gla: v must be (B, T, H, V) with (B, T, H) = {tuple(q.shape[:3])}, got {tuple(v.shape)}")
+        raise ValueError(f"gla: {nv} must be (B, T, H, V) with (B, T, H) = {tuple(q.shape[:3])}, "
+                         f"got {tuple(v.shape)}")
     if g.dim() == 3:
         g = g.unsqueeze(-1)
     if g.dim() != 4 or g.shape[:3] != q.shape[:3] or g.shape[-1] not in (1, q.shape[-1]):
         raise ValueError(
-            "gla: g (log forget gate) must be (B, T, H, K) per key channel or (B, T, H) / (B, T, H, 1) per head, "
-            f"with (B, T, H, K) = {tuple(q.shape)}; got {tuple(g.shape)}")
+            f"gla: {ng} (log forget gate) must be (B, T, H, K) per key channel or (B, T, H) / (B, T, H, 1) per "
+            f"head, with (B, T, H, K) = {tuple(q.shape)}; got {tuple(g.shape)}")
     if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"gla: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise ValueError(f"gla: {nq}, {nk}, {nv} must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     devices = {t.device for t in (q, k, v, g)}
     if len(devices) > 1:
-        raise ValueError(f"gla: q, k, v, g must be on one device, got {sorted(map(str, devices))}")
+        raise ValueError(f"gla: {', '.join(names)} must be on one device, got {sorted(map(str, devices))}")
     if scale is None:
         scale = q.shape[-1] ** -0.5
     elif is_symbolic(scale):  # a compiled call's scale (dynamic=True): checked by torch._check, kept symbolic
         return g, check_positive(scale, "gla: scale")
-    elif not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-        raise ValueError(f"gla: scale must be a positive finite number, got {scale!r}")
+    elif is_flag(scale) or not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"gla: scale must be a positive finite number, got {type(scale).__name__} {scale!r}")
     return g, float(scale)
 
 
@@ -164,6 +168,7 @@ def gla(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
         torch.Size([2, 196, 3, 64])
     """
     g, scale = _validate(q, k, v, g, scale)
+    reverse = check_flag(reverse, "gla: reverse")  # a truthy "no" would scan backwards
     if q.shape[1] == 0:
         return v.new_zeros(v.shape)
     return _path(q).scan(q, k, v, g, scale, reverse)
@@ -195,7 +200,7 @@ def gla_bidirectional(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torc
     g_reverse = g if g_reverse is None else g_reverse
     k_reverse = k if k_reverse is None else k_reverse
     g, scale = _validate(q, k, v, g, scale)
-    g_reverse, _ = _validate(q, k_reverse, v, g_reverse, scale)
+    g_reverse, _ = _validate(q, k_reverse, v, g_reverse, scale, names=("q", "k_reverse", "v", "g_reverse"))
     if g.shape != g_reverse.shape:
         raise ValueError(f"gla_bidirectional: g and g_reverse must share a shape, got {tuple(g.shape)} and {tuple(g_reverse.shape)}")
     if q.shape[1] == 0:
