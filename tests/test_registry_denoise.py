@@ -20,6 +20,7 @@ from vision.denoise import edge_history as EH, features, flnr_net, flnr_stages, 
 from vision.denoise.flnr import FLNR
 from vision.kernels import runtime
 from vision.kernels.runtime import paths
+from registry_spy import check, spies
 
 ROOT = Path(__file__).resolve().parents[1]
 FLR = importlib.import_module("vision.denoise.flr")  # the module: vision.denoise.flr is also the function
@@ -33,47 +34,14 @@ OPS = {"denoise.log_depth": ["torch+numba", "torch"], "denoise.reproject": ["tor
        "denoise.flnr.log1p": ["torch+opencv", "torch"], "denoise.area_down": ["torch+opencv", "torch"]}
 
 
-class _Spy:
-    """Counts the calls into an implementation and forwards them."""
-
-    def __init__(self, inner, hits: list, name: str):
-        self._inner, self._hits, self._name = inner, hits, name
-
-    def __call__(self, *args, **kwargs):
-        self._hits.append(self._name)
-        return self._inner(*args, **kwargs)
-
-
 @pytest.fixture
 def spy(monkeypatch):
-    """spy(op, stubs={name: implementation}) -> (hits, asked): the paths of ``op`` that ran, and what each call
-    asked the registry for ``op`` ((x, call) per call)."""
-    asked: dict[str, list] = {}
-    real = paths.decide
-
-    def decide(op, x, **call):
-        asked.setdefault(op, []).append((x, call))
-        return real(op, x, **call)
-
-    for module in DECIDERS:
-        monkeypatch.setattr(module, "decide", decide)
-
-    def install(op, stubs=None):
-        hits: list = []
-        for p in paths.paths(op):
-            monkeypatch.setattr(p, "run", _Spy((stubs or {}).get(p.name, p.run), hits, p.name))
-        return hits, asked.setdefault(op, [])
-
-    return install
+    """spy(op, stubs={name: implementation}) -> (hits, asked): see tests/registry_spy.py."""
+    return spies(monkeypatch, DECIDERS)
 
 
 def _check(op, name, hits, asked):
-    """Exactly path ``name`` of ``op`` ran, and ``explain`` for the call the stage made names it."""
-    assert asked, f"{op} asked the registry nothing"
-    x, call = asked[-1]
-    first = runtime.explain(op, x, **call).splitlines()[0]
-    assert first.endswith(f": {name} ({paths.path(op, name).backend})"), first
-    assert hits and set(hits) == {name}, hits
+    check(op, name, hits, asked)
 
 
 def _engine(name):

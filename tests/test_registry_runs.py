@@ -15,55 +15,15 @@ import torch
 
 from vision.kernels import box_filter, guided_filter, local_linear_apply, local_linear_fit, runtime, structure_loss
 from vision.kernels.runtime import paths
+from registry_spy import check, spies
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class _Spy:
-    """Counts the calls into an implementation (a callable, or a namespace of entry points) and forwards them."""
-
-    def __init__(self, inner, hits: list, name: str):
-        self._inner, self._hits, self._name = inner, hits, name
-
-    def __call__(self, *args, **kwargs):
-        self._hits.append(self._name)
-        return self._inner(*args, **kwargs)
-
-    def __getattr__(self, attr):
-        value = getattr(self._inner, attr)
-        if not callable(value):
-            return value
-
-        def counted(*args, **kwargs):
-            self._hits.append(self._name)
-            return value(*args, **kwargs)
-
-        return counted
-
-
 @pytest.fixture
 def spy(monkeypatch):
-    """spy(op, stubs={name: implementation}) -> (hits, asked): the paths of ``op`` that ran, and what each call
-    asked the registry for ``op`` ((x, call) per call)."""
-    asked: dict[str, list] = {}
-    real_decide = paths.decide
-
-    def decide(op, x, **call):
-        asked.setdefault(op, []).append((x, call))
-        return real_decide(op, x, **call)
-
-    monkeypatch.setattr(paths, "decide", decide)
-    monkeypatch.setenv("VISION_BACKEND", "torch")  # recorded, so the forced backend of a test is undone
-    monkeypatch.delenv("VISION_BACKEND")
-
-    def install(op, stubs=None):
-        hits: list = []
-        for p in paths.paths(op):
-            inner = (stubs or {}).get(p.name, p.run)
-            monkeypatch.setattr(p, "run", _Spy(inner, hits, p.name))
-        return hits, asked.setdefault(op, [])
-
-    return install
+    """spy(op, stubs={name: implementation}) -> (hits, asked): see tests/registry_spy.py."""
+    return spies(monkeypatch)
 
 
 def _force_triton(monkeypatch):
@@ -71,13 +31,7 @@ def _force_triton(monkeypatch):
 
 
 def _check(op, name, hits, asked):
-    """Exactly path ``name`` of ``op`` ran, and ``explain`` for the call the op made names it."""
-    assert asked, f"{op} asked the registry nothing"
-    x, call = asked[-1]
-    backend = paths.path(op, name).backend
-    first = runtime.explain(op, x, **call).splitlines()[0]
-    assert first.endswith(f": {name} ({backend})"), first
-    assert hits and set(hits) == {name}, hits
+    check(op, name, hits, asked)
 
 
 # ------------------------------------------------------------------------------------------------ box_filter
