@@ -16,7 +16,7 @@ import torch
 from ..border import check_border
 from ..box.torch_path import opencv_available
 from ..runtime import backend_of, choose, data_checks, implementation, register_path
-from ..validate import check_all_finite, check_finite, check_image, check_positive, check_radius
+from ..validate import check_all_finite, check_finite, check_flag, check_image, check_positive, check_radius
 from . import torch_path
 from .defaults import SPL_DEFAULTS
 
@@ -284,6 +284,8 @@ def structure_loss(source: torch.Tensor, edited: torch.Tensor, radius: int = SPL
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     eps = check_positive(eps, "eps", "it regularises flat windows")  # symbolic under torch.compile: torch._check
+    bidirectional = check_flag(bidirectional, "bidirectional")  # a truthy "no" would add the reverse fit
+    detach_coefficients = check_flag(detach_coefficients, "detach_coefficients")
     work = torch.float64 if torch.float64 in (source.dtype, edited.dtype) else torch.float32
     path = _choose(source, work, border)
     backend = backend_of("structure_loss", path)
@@ -299,6 +301,6 @@ def structure_loss(source: torch.Tensor, edited: torch.Tensor, radius: int = SPL
     need_grad = need_source or (edited.requires_grad and torch.is_grad_enabled())
     # The fits are shift invariant: each image is centred by its mean (inside the op), which keeps the second
     # moments small, so m_SS - m_S^2 does not cancel catastrophically in float32.
-    out = _spl_op(source, edited, w, radius, eps, bool(bidirectional), bool(detach_coefficients), reduction, border,
+    out = _spl_op(source, edited, w, radius, eps, bidirectional, detach_coefficients, reduction, border,
                   need_grad, need_source, path)[0]
     return out.to(out_dtype)
