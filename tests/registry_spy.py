@@ -65,3 +65,8 @@ def check(op, name, hits, asked, once=False):
         assert hits == [name] * len(asked), hits
     else:
         assert hits and set(hits) == {name}, hits
+
+
+def force_triton(monkeypatch):
+    """Make the registry pick the Triton paths on CPU tensors (their kernels stubbed by the test)."""
+    monkeypatch.setattr(paths, "backend_for", lambda x: "triton")

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import vision.kernels as K
+from autograd_probe import value_and_grads
 
 TOL = dict(rtol=1e-5, atol=1e-5)  # float32 rounding: the compiled graph may fuse or reorder the glue around the ops
 GLA_BACKEND = os.environ.get("VISION_COMPILE_BACKEND", "aot_eager")
@@ -67,15 +68,6 @@ def test_every_public_op_is_covered():
     assert {n.split("-")[0] for n in MODULES} == {n for n in K.__all__ if n[0].isupper()}
 
 
-def _run(fn, args):
-    """fn(*args) and the gradients of a fixed random projection of its output w.r.t. every input."""
-    leaves = [a.clone().requires_grad_() for a in args]
-    out = fn(*leaves)
-    w = torch.rand(out.shape, generator=torch.Generator().manual_seed(1))
-    (out * w).sum().backward()
-    return out.detach(), [leaf.grad for leaf in leaves]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", CASES)
 def test_compiled_forward_and_backward_match_eager(name):
@@ -84,8 +76,8 @@ def test_compiled_forward_and_backward_match_eager(name):
     fn = make()
     compiled = torch.compile(fn, fullgraph=True, dynamic=True, backend=backend)
     args = inputs(_inputs())
-    out, grads = _run(compiled, args)
-    ref, ref_grads = _run(fn, args)
+    out, grads = value_and_grads(compiled, args)
+    ref, ref_grads = value_and_grads(fn, args)
     torch.testing.assert_close(out, ref, **TOL)
     for got, want in zip(grads, ref_grads):
         assert got is not None

@@ -39,6 +39,7 @@ from vision.kernels.guided.reference import guided_filter_reference
 from vision.kernels.linear_attention.naive import naive_recurrent_gla
 from vision.kernels.local_linear.reference import local_linear_apply_reference, local_linear_fit_reference
 from vision.kernels.spl.reference import structure_loss_reference
+from autograd_probe import value_and_grads
 
 
 @pytest.fixture(autouse=True)
@@ -521,14 +522,6 @@ COMPILED = ("box_filter-valid", "guided_filter-gray", "guided_filter-colour-fast
             "local_linear_apply", "structure_loss", "gla", "gla_bidirectional")
 
 
-def _value_and_grads(fn, args):
-    leaves = [a.clone().requires_grad_() for a in args]
-    out = fn(*leaves)
-    w = torch.rand(out.shape, generator=torch.Generator().manual_seed(1))
-    (out * w).sum().backward()
-    return out.detach(), [leaf.grad for leaf in leaves]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", COMPILED)
 def test_compile_fullgraph_matches_eager(name):
@@ -536,8 +529,8 @@ def test_compile_fullgraph_matches_eager(name):
     torch._dynamo.reset()
     compiled = torch.compile(case.fn, fullgraph=True, backend="aot_eager")
     args = case.inputs(torch.float32)
-    out, grads = _value_and_grads(compiled, args)
-    want, want_grads = _value_and_grads(case.fn, args)
+    out, grads = value_and_grads(compiled, args)
+    want, want_grads = value_and_grads(case.fn, args)
     torch.testing.assert_close(out, want, rtol=1e-6, atol=1e-6)
     for got, ref in zip(grads, want_grads):
         assert got is not None

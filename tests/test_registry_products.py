@@ -20,7 +20,7 @@ from vision.kernels import gla, gla_bidirectional, runtime
 from vision.kernels.linear_attention import naive_recurrent_gla
 from vision.kernels.linear_attention import op as gla_op
 from vision.kernels.runtime import paths
-from registry_spy import check, spies
+from registry_spy import check, force_triton, spies
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,10 +29,6 @@ ROOT = Path(__file__).resolve().parents[1]
 def spy(monkeypatch):
     """spy(op, stubs={name: implementation}) -> (hits, asked): see tests/registry_spy.py."""
     return spies(monkeypatch)
-
-
-def _force_triton(monkeypatch):
-    monkeypatch.setattr(paths, "backend_for", lambda x: "triton")
 
 
 def _check(op, name, hits, asked):
@@ -65,7 +61,7 @@ def fake_fla(monkeypatch):
     fla = paths.path("gla", "fla")
     real = fla.supports
     monkeypatch.setattr(fla, "supports", lambda device, **call: real(device=torch.device("cuda"), **call))
-    _force_triton(monkeypatch)
+    force_triton(monkeypatch)
     return launches
 
 
@@ -108,7 +104,7 @@ def test_gla_runs_the_torch_scan_where_explain_says_so(call, spy):
 
 def test_on_the_triton_backend_a_cpu_tensor_takes_the_torch_scan_and_explain_says_why(spy, monkeypatch):
     hits, asked = spy("gla")
-    _force_triton(monkeypatch)
+    force_triton(monkeypatch)
     q, k, v, g, _, _ = _inputs(T=5)
     gla(q, k, v, g)
     _check("gla", "torch", hits, asked)
@@ -153,7 +149,7 @@ def test_restore_runs_the_step_explain_names(name, optimizer, backend, spy, monk
     hits, asked = spy("restore_step", {"fused-sgd": _fused_stub})
     spy("structure_loss", {"triton": _Torch("torch")})  # the objective's gradient, off the interpreter
     if backend == "triton":
-        _force_triton(monkeypatch)
+        force_triton(monkeypatch)
     src, edited = _images()
     out = restore.restore_structure(src, edited, steps=3, optimizer=optimizer)
     _check("restore_step", name, hits, asked)

@@ -15,7 +15,7 @@ import torch
 
 from vision.kernels import box_filter, guided_filter, local_linear_apply, local_linear_fit, runtime, structure_loss
 from vision.kernels.runtime import paths
-from registry_spy import check, spies
+from registry_spy import check, force_triton, spies
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,10 +24,6 @@ ROOT = Path(__file__).resolve().parents[1]
 def spy(monkeypatch):
     """spy(op, stubs={name: implementation}) -> (hits, asked): see tests/registry_spy.py."""
     return spies(monkeypatch)
-
-
-def _force_triton(monkeypatch):
-    monkeypatch.setattr(paths, "backend_for", lambda x: "triton")
 
 
 def _check(op, name, hits, asked):
@@ -50,7 +46,7 @@ def test_box_filter_runs_the_path_it_explains(name, spy, monkeypatch):
     hits, asked = spy("box_filter", {"triton": _box_stub()})
     x = torch.rand(1, 2, 12, 13)
     if name == "triton":
-        _force_triton(monkeypatch)
+        force_triton(monkeypatch)
     if name == "torch":
         x = x.double()  # OpenCV's sums take float32 only
     box_filter(x, 2, "reflect")
@@ -63,7 +59,7 @@ def test_box_filter_backward_runs_the_path_it_explains(name, spy, monkeypatch):
     spy("box_filter", {"triton": _box_stub()})
     x = torch.rand(1, 2, 12, 13, dtype=torch.float64 if name == "torch" else torch.float32, requires_grad=True)
     if name == "triton":
-        _force_triton(monkeypatch)
+        force_triton(monkeypatch)
     box_filter(x, 2, "valid").sum().backward()
     _check("box_filter_backward", name, hits, asked)
 
@@ -94,7 +90,7 @@ def test_guided_filter_runs_the_path_it_explains(name, spy, monkeypatch):
     I, p = torch.rand(1, 3, 20, 21), torch.rand(1, 2, 20, 21)
     scale = 1
     if name == "triton":
-        _force_triton(monkeypatch)
+        force_triton(monkeypatch)
     elif name == "torch+opencv":
         scale = 2  # the bands filter at scale 1 only
     elif name == "torch":
@@ -110,7 +106,7 @@ def test_guided_filter_backward_runs_the_forward_path(name, spy, monkeypatch):
     I = torch.rand(1, 1, 20, 21, dtype=dtype, requires_grad=True)
     p = torch.rand(1, 2, 20, 21, dtype=dtype, requires_grad=True)
     if name == "triton":
-        _force_triton(monkeypatch)
+        force_triton(monkeypatch)
     guided_filter(I, p, 3, 1e-2, border="reflect", scale=2 if name == "torch+opencv" else 1).sum().backward()
     _check("guided_filter", name, hits, asked)
     assert I.grad is not None and p.grad is not None
@@ -142,7 +138,7 @@ def test_local_linear_fit_runs_the_path_it_explains(name, spy, monkeypatch):
     f = torch.rand(1, 2, 16, 18, requires_grad=True)
     t = torch.rand(1, 1, 16, 18, requires_grad=True)
     if name == "triton":
-        _force_triton(monkeypatch)
+        force_triton(monkeypatch)
     elif name == "torch":
         f, t = f.detach().double().requires_grad_(), t.detach().double().requires_grad_()
     with runtime.use_numba(name == "torch+numba"):
@@ -155,7 +151,7 @@ def test_local_linear_apply_runs_the_path_it_explains(name, spy, monkeypatch):
     hits, asked = spy("local_linear_apply", {"triton": _local_linear_stub()})
     f, co = torch.rand(1, 2, 16, 18, requires_grad=True), torch.rand(1, 1, 3, 8, 9, requires_grad=True)
     if name == "triton":
-        _force_triton(monkeypatch)
+        force_triton(monkeypatch)
     with runtime.use_numba(name == "torch+numba"):
         local_linear_apply(f, co).sum().backward()
         _check("local_linear_apply", name, hits, asked)
@@ -183,7 +179,7 @@ def test_structure_loss_runs_the_path_it_explains(name, spy, monkeypatch):
     dtype = torch.float64 if name == "torch" else torch.float32
     src, edit = torch.rand(1, 3, 16, 17, dtype=dtype), torch.rand(1, 3, 16, 17, dtype=dtype, requires_grad=True)
     if name == "triton":
-        _force_triton(monkeypatch)
+        force_triton(monkeypatch)
     structure_loss(src, edit, radius=2).backward()
     _check("structure_loss", name, hits, asked)
 
@@ -196,7 +192,7 @@ def test_value_and_grad_runs_the_path_it_explains(name, spy, monkeypatch):
     dtype = torch.float64 if name == "torch" else torch.float32
     S, E = torch.rand(1, 1, 16, 17, dtype=dtype) - 0.5, torch.rand(1, 1, 16, 17, dtype=dtype) - 0.5
     if name == "triton":
-        _force_triton(monkeypatch)
+        force_triton(monkeypatch)
     value_and_grad(S, E, None, 2, 1e-4)
     _check("structure_loss", name, hits, asked)
 
@@ -235,8 +231,13 @@ def test_every_registered_path_carries_its_implementation():
     import vision.kernels.guided.op  # noqa: F401
     import vision.kernels.local_linear.op  # noqa: F401
     import vision.kernels.spl.op  # noqa: F401
+    import vision.kernels.linear_attention.op  # noqa: F401
+    import vision.restore  # noqa: F401
+    import vision.denoise.flnr  # noqa: F401
+    import vision.denoise.temporal  # noqa: F401
 
     ops = ("box_filter", "box_filter_backward", "guided_filter", "guided_filter_bands", "local_linear_fit",
-           "local_linear_apply", "structure_loss")
-    missing = [f"{op}:{p.name}" for op in ops for p in paths.paths(op) if p.run is None]
+           "local_linear_apply", "structure_loss", "gla", "restore_step", "denoise.reproject", "denoise.flnr.head")
+    assert set(ops) <= set(paths._PATHS), set(ops) - set(paths._PATHS)
+    missing = [f"{op}:{p.name}" for op in paths._PATHS for p in paths.paths(op) if p.run is None]
     assert not missing, missing
