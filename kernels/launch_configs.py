@@ -179,10 +179,23 @@ def spl_configs(arch: int) -> list[LaunchConfig]:
             for c in out]
 
 
+_KERNEL_MODULES = (".box.sliding", ".box.triton_path", ".guided.sliding", ".guided.sliding_color",
+                   ".guided.triton_backward", ".guided.triton_backward_color", ".local_linear.triton_path",
+                   ".local_linear.triton_cells", ".local_linear.triton_solve", ".spl.triton_kernels",
+                   ".spl.triton_path", ".spl.restore_step")
+
+
 @contextmanager
 def _as_on_a_gpu():
     """The choosers pick larger, fewer programs under Triton's interpreter (``runtime.interpreting()``); the
-    configurations that matter here are those a GPU gets, so they are read with the interpreter switch off."""
+    configurations that matter here are those a GPU gets, so they are read with the interpreter switch off.
+    The kernel modules are imported first, with the switch as the process set it: Triton decides at decoration
+    whether a kernel is interpreted, and a kernel decorated inside this block would stay compiled-only for the
+    rest of the process (in a test run, every later interpreted test of it would fail)."""
+    import importlib
+
+    for module in _KERNEL_MODULES:
+        importlib.import_module(module, __package__)
     old = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "0"
     try:

@@ -135,3 +135,25 @@ def test_every_config_fits_every_arch():
     tensors and for offset views (~930 compiles, ~1,400 CPU-seconds: ~12 min on two idle cores). Run with
     ``VISION_STATIC_MATRIX=1 python3 -m pytest tests/test_static_compile_archs.py``."""
     _compile_and_check({(arch, aligned): all_configs(arch) for arch in ARCHS for aligned in (True, False)})
+
+
+@pytest.mark.slow
+def test_listing_configurations_first_leaves_the_kernels_interpreted():
+    """launch_configs reads the choosers with the interpreter switch off; the kernels it imports must still be
+    decorated as the process set the switch, or every later interpreted call in that process fails (it did, in a
+    pytest-xdist worker that listed configurations before running any kernel)."""
+    import subprocess
+    import sys
+
+    code = ("import torch\n"
+            "from vision.kernels.launch_configs import launch_configs\n"
+            "launch_configs(90)\n"
+            "from vision.kernels import box_filter, guided_filter\n"
+            "x = torch.rand(1, 3, 12, 13)\n"
+            "ref = torch.nn.functional.avg_pool2d(torch.nn.functional.pad(x, (1, 1, 1, 1), mode='reflect'), 3, 1)\n"
+            "assert torch.allclose(box_filter(x, 1, 'reflect'), ref, atol=1e-6)\n"
+            "guided_filter(x, x, 2, 1e-2)\n"
+            "print('ok')\n")
+    env = dict(os.environ, TRITON_INTERPRET="1", VISION_BACKEND="triton")
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-2000:]
