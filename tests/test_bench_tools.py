@@ -45,17 +45,20 @@ def test_bench_startup_rejects_zero_repeats(capsys):
     assert "--repeat must be at least 1" in capsys.readouterr().err
 
 
-def test_bench_compile_rejects_zero_workers(capsys):
+def test_bench_compile_rejects_zero_workers_and_an_unknown_kernel(capsys):
     assert main(["bench", "compile", "--workers", "0"]) == 2
     assert "--workers must be at least 1" in capsys.readouterr().err
+    assert main(["bench", "compile", "--kernel", "no_such_kernel"]) == 2
+    assert "--kernel 'no_such_kernel' matches no kernel" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 def test_bench_compile_reports_each_kernel_against_the_target(tmp_path, capsys):
     pytest.importorskip("triton")
     out = tmp_path / "c.json"
-    assert main(["bench", "compile", "--json", str(out)]) == 0
-    rows = json.loads(out.read_text())
-    assert rows and all(r["arch"] == 90 and r["stack_bytes"] == 0 and r["cpu_seconds"] > 0 for r in rows)
+    assert main(["bench", "compile", "--kernel", "_finish", "--arch", "86", "--arch", "90", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())  # the tests of tests/test_static_compile_archs.py compile every kernel
+    assert [r["arch"] for r in rows] == [86, 90] and all(r["kernel"].endswith(":_finish") for r in rows)
+    assert all(r["stack_bytes"] == 0 and r["cpu_seconds"] > 0 for r in rows)
     text = capsys.readouterr().out
     assert "CPU seconds in all" in text and "target <= 10 s per kernel" in text

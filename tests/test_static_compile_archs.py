@@ -148,11 +148,10 @@ def test_listing_configurations_first_leaves_the_kernels_interpreted():
     code = ("import torch\n"
             "from vision.kernels.launch_configs import launch_configs\n"
             "launch_configs(90)\n"
-            "from vision.kernels import box_filter, guided_filter\n"
+            "from vision.kernels import box_filter\n"
             "x = torch.rand(1, 3, 12, 13)\n"
             "ref = torch.nn.functional.avg_pool2d(torch.nn.functional.pad(x, (1, 1, 1, 1), mode='reflect'), 3, 1)\n"
             "assert torch.allclose(box_filter(x, 1, 'reflect'), ref, atol=1e-6)\n"
-            "guided_filter(x, x, 2, 1e-2)\n"
             "print('ok')\n")
     env = dict(os.environ, TRITON_INTERPRET="1", VISION_BACKEND="triton")
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)

@@ -19,6 +19,7 @@ EPILOG = """examples:
   vision bench compile                      # one configuration per kernel, sm_90
   vision bench compile --arch 86 --arch 90 --workers 4
   vision bench compile --all --json compile.json
+  vision bench compile --kernel guided --arch 86
 
 Target: every kernel compiles in at most 10 CPU seconds, with no spills.
 """
@@ -29,6 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arch", type=int, action="append", choices=(80, 86, 89, 90), default=None,
                    help="GPU architecture (sm_<N>); repeat for several (default 90)")
     p.add_argument("--all", action="store_true", help="every configuration the launchers reach, not one per kernel")
+    p.add_argument("--kernel", default=None, metavar="TEXT",
+                   help="only the kernels whose name contains TEXT (e.g. guided, _fit_color_kernel)")
     p.add_argument("--workers", type=int, default=2, help="compile processes (default 2)")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save the rows as JSON here")
 
@@ -47,7 +50,11 @@ def run(args) -> int:
     work = []
     for arch in args.arch or [90]:
         configs = launch_configs(arch)
+        if args.kernel:
+            configs = [c for c in configs if args.kernel in c.kernel]
         work += jobs(configs if args.all else representative(configs), arch)
+    if not work:
+        raise ValueError(f"--kernel {args.kernel!r} matches no kernel (their names: vision.kernels.launch_configs)")
     print(f"compiling {len(work)} configurations in {args.workers} processes (cold cache) ...", flush=True)
     try:
         results = compile_many(work, workers=args.workers)
