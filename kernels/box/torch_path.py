@@ -7,8 +7,8 @@ accumulates in float64 and runs O(1) per pixel; channels-last images of up to 4 
 layout), and ``"torch"``, separable ``avg_pool2d`` on any device and dtype. The OpenCV engine is defined by
 what OpenCV's borders can do: it sums every window whose border OpenCV folds (zero and replicate padding, and
 reflections of a radius below the image size, :func:`opencv_folds`), and the few it cannot (and the closed
-forms of ``large_radius``) by ``avg_pool2d``. ``engine=None`` is for callers outside the registry
-(``vision/denoise``): OpenCV where :func:`opencv_takes` says it may run.
+forms of ``large_radius``) by ``avg_pool2d``. ``engine=None`` (a caller that was handed no engine by a
+registry path) takes OpenCV where :func:`opencv_takes` says it may run; the denoiser's stages name theirs.
 """
 from __future__ import annotations
 
@@ -43,12 +43,12 @@ def opencv_folds(r: int, mode: str, h: int, w: int) -> bool:
 
 def opencv_takes(x: torch.Tensor, r: int, mode: str) -> bool:
     """Whether OpenCV may sum the windows of ``x``: CPU float32, nothing to differentiate, a border it folds. What
-    the ops' ``supports`` checks ask, and the engine of ``engine=None`` callers outside the registry."""
+    the ops' ``supports`` checks ask, and the engine of callers that pass ``engine=None``."""
     return opencv_available(x.device, x.dtype) and not x.requires_grad and opencv_folds(r, mode, *x.shape[-2:])
 
 
 def _engine(x: torch.Tensor, r: int, mode: str, engine: str | None) -> str:
-    if engine is None:  # a caller outside the registry (see the module docstring)
+    if engine is None:  # a caller handed no engine (see the module docstring)
         return "opencv" if opencv_takes(x, r, mode) else "torch"
     if engine not in ("opencv", "torch"):
         raise ValueError(f"engine must be 'opencv' or 'torch', got {engine!r}")
