@@ -195,8 +195,8 @@ def _print_models(rows: list[dict], size: int, batch: int) -> None:
 def bench_gla(T: int, shape, args, device, dtype) -> list[dict]:
     import torch.nn.functional as F
 
-    from vision.kernels.runtime import use_backend
-    from vision.kernels.linear_attention import fla_available, gla, naive_recurrent_gla
+    from vision.kernels.linear_attention import gla, naive_recurrent_gla
+    from vision.kernels.runtime import choose, use_backend
 
     B, H, D = shape
     gen = torch.Generator().manual_seed(0)
@@ -212,7 +212,7 @@ def bench_gla(T: int, shape, args, device, dtype) -> list[dict]:
 
     calls = {"ours (chunked torch)": ours,
              "naive recurrence": lambda: naive_recurrent_gla(q, k, v, g, dtype=None)}
-    if torch.device(device).type == "cuda" and fla_available():
+    if choose("gla", q, device=q.device) == "fla":  # the registry's choice: CUDA and fla importable
         calls["fla chunk_gla"] = lambda: gla(q, k, v, g)
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     rows = []
