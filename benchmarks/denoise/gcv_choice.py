@@ -4,7 +4,10 @@ Each denoiser's tile score is its residual energy over (1 - df/n)^2, df its Mont
 with the colour perturbed by +-1 % of its mean, Rademacher signs): no reference and no noise variance is read.
 Prints per-frame and per-scene PSNR of FLNR, FLR and the choice.
 
-    python3 benchmarks/denoise/gcv_choice.py DATA [TILE]    # DATA: a `vision render-scenes` folder
+    python3 benchmarks/denoise/gcv_choice.py DATA [TILE [significant]]    # DATA: a `vision render-scenes` folder
+
+``significant``: take FLR for a tile only where its score is lower by more than two standard errors of the
+per-pixel score difference (FLNR is the default unless the evidence says otherwise).
 """
 import math
 import sys
@@ -13,6 +16,7 @@ from vision.data import RenderedScenes
 from vision.denoise import denoise
 torch.manual_seed(0)
 root = sys.argv[1]; T = int(sys.argv[2]) if len(sys.argv) > 2 else 16
+SIGNIFICANT = len(sys.argv) > 3 and sys.argv[3] == "significant"
 ds = RenderedScenes(root, split="all", fields=["color", "albedo", "normal", "depth", "ao", "emission", "reference"])
 def tm(x): return x.clamp(0, 1) ** (1 / 2.2)
 def psnr(a, r): return -10 * math.log10(float(((tm(a) - tm(r)) ** 2).mean()))
@@ -22,7 +26,7 @@ for f in ds:
     g = {k: f[k][None] for k in ("albedo", "normal", "depth", "ao", "emission")}
     y = f["color"][None].float()
     ref = f["reference"][None]
-    outs, gcv = {}, {}
+    outs, gcv, per = {}, {}, {}
     b = torch.randint(0, 2, y.shape).float() * 2 - 1
     delta = 0.01 * float(y.mean().clamp_min(1e-3))
     for m in ("flnr", "flr"):
@@ -34,7 +38,16 @@ for f in ds:
         rss = pool((y - o) ** 2)
         df = pool(b * (op - o)) / delta
         gcv[m] = rss / n / (1 - df / n).clamp_min(1e-3) ** 2
-    pick = (gcv["flnr"] <= gcv["flr"]).float()
+        up = torch.nn.functional.interpolate((1 - df / n).clamp_min(1e-3), scale_factor=T, mode="nearest")
+        per[m] = ((y - o) ** 2).sum(1, keepdim=True) / up[..., :y.shape[-2], :y.shape[-1]] ** 2
+    if SIGNIFICANT:  # FLR only where its score is lower by more than 2 standard errors of the per-pixel difference
+        d = per["flnr"] - per["flr"]
+        n1 = pool(torch.ones_like(y[:, :1])) / 3
+        mean = pool(d) / 3 / n1
+        var = (pool(d * d) / 3 / n1 - mean ** 2).clamp_min(0)
+        pick = (mean <= 2 * (var / n1).sqrt()).float()
+    else:
+        pick = (gcv["flnr"] <= gcv["flr"]).float()
     pick = torch.nn.functional.interpolate(pick, scale_factor=T, mode="nearest")[..., :y.shape[-2], :y.shape[-1]]
     sel = pick * outs["flnr"] + (1 - pick) * outs["flr"]
     rows.append(dict(scene=f["scene"], flnr=psnr(outs["flnr"], ref), flr=psnr(outs["flr"], ref), gcv=psnr(sel, ref),
