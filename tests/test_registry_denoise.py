@@ -281,7 +281,7 @@ def test_fill_runs_the_path_it_explains(case, spy, monkeypatch):
 # ------------------------------------------------------------------------------------------------ no second decision
 
 def test_no_denoiser_call_site_decides_an_engine_itself():
-    """jit.enabled is asked only by the registry paths' supports (engines.py); backend_for only where layout.py asks
+    """jit.enabled / jit.refusal is asked only by the registry paths' supports (engines.py); backend_for only where layout.py asks
     which backend a tensor takes (host reads, the CPU path); OpenCV is imported only by the implementation of a
     torch+opencv path (a function its module hands to ``register_path(op, OPENCV, ..., run=...)``), so no call site
     and no other path picks OpenCV."""
@@ -291,7 +291,7 @@ def test_no_denoiser_call_site_decides_an_engine_itself():
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 name = ast.unparse(node.func)
-                if (name.endswith("jit.enabled") and path.name != "engines.py") or \
+                if (name.endswith(("jit.enabled", "jit.refusal")) and path.name != "engines.py") or \
                         (name == "backend_for" and path.name != "layout.py"):
                     found.append(f"{path.name}:{node.lineno} {name}")
         runs = {ast.unparse(k.value) for node in ast.walk(tree) if isinstance(node, ast.Call)

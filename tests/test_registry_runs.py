@@ -200,8 +200,8 @@ def test_value_and_grad_runs_the_path_it_explains(name, spy, monkeypatch):
 # ------------------------------------------------------------------------------------------------ no second decision
 
 ENGINE_PREDICATES = {"_use_cv2", "torch_path._use_cv2", "opencv_takes", "torch_path.opencv_takes",
-                     "cpu_banded.supported", "jit.enabled"}
-# box/torch_path._engine: the engine of callers outside the registry (vision/denoise), which pass no engine
+                     "cpu_banded.supported", "jit.enabled", "jit.refusal"}
+# box/torch_path._engine: the engine of callers that pass none
 ALLOWED = {("box/torch_path.py", "_engine")}
 
 

@@ -48,13 +48,19 @@ def _numba():
 def enabled(*tensors: torch.Tensor) -> bool:
     """Whether the numba loops may take these tensors: numba imports, not turned off, CPU float32, nothing to
     differentiate."""
+    return refusal(*tensors) is None
+
+
+def refusal(*tensors: torch.Tensor) -> str | None:
+    """Why the numba loops may not take these tensors (None: they may), the reason a registry path's ``supports``
+    reports."""
     if not numba_enabled():
-        return False
+        return "numba is off (VISION_NUMBA=0)"
     if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in tensors):
-        return False
+        return "needs CPU float32"
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return False
-    return _importable()
+        return "autograd is on"
+    return None if _importable() else "numba does not import"
 
 
 @torch.compiler.assume_constant_result  # under torch.compile: asked once while tracing, not traced into the import

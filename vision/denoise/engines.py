@@ -6,7 +6,7 @@ whole frame, a Triton kernel) registers them beside its code as the paths of one
 :func:`vision.kernels.runtime.decide` returns and nothing else, so ``explain(op, x, **call)`` names the engine
 that runs. Every op is called with ``tensors=`` (the stage's inputs, the one that decides the backend first), plus
 the stage's own conditions. This module holds what their ``supports`` share: why the numba loops may not take a
-call (:func:`numba_takes`, :func:`vision.kernels.runtime.jit.enabled` with its reasons) and why OpenCV may not
+call (:func:`numba_takes`: the CPU path, then :func:`vision.kernels.runtime.jit.refusal`) and why OpenCV may not
 (:func:`opencv_takes`).
 
 ==========================  ===================================  =====================================
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from vision.kernels.runtime import jit, numba_enabled
+from vision.kernels.runtime import jit
 
 from .layout import cpu_path
 
@@ -42,20 +42,12 @@ NUMBA, OPENCV, BANDS, TORCH = "torch+numba", "torch+opencv", "torch+bands", "tor
 
 
 def numba_takes(*tensors: torch.Tensor | None) -> str | None:
-    """None when the numba loops may take these tensors (the first on the CPU path, then ``jit.enabled``; None
+    """None when the numba loops may take these tensors (the first on the CPU path, then ``jit.refusal``; None
     entries are absent buffers), else why not."""
     tensors = [t for t in tensors if t is not None]
     if not cpu_path(tensors[0]):
         return "needs the CPU path (a CPU tensor on the PyTorch backend)"
-    if jit.enabled(*tensors):
-        return None
-    if not numba_enabled():
-        return "numba is off (VISION_NUMBA=0)"
-    if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in tensors):
-        return "needs CPU float32"
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return "autograd is on"
-    return "numba does not import"
+    return jit.refusal(*tensors)
 
 
 def opencv_takes(x: torch.Tensor, grad: bool) -> str | None:
