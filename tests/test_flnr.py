@@ -102,7 +102,7 @@ def test_banded_guide_head_matches_a_float64_oracle(frame, hw, hidden, antialias
     mask = torch.zeros_like(color[:, :1])
     buffers = FL.guide_buffers(bufs, color)
     with torch.no_grad():
-        assert FL._banded(target, model)
+        assert FL._unbanded(target, model) is None
         g, _ = model.learned_guides(buffers, target, mask)
     # the oracle, in float64 from the same network code
     m64 = _random_model(3, hidden=hidden, guides=4, antialias=antialias).double()
@@ -413,7 +413,7 @@ def test_finish_against_float64_loops(shape, albedo, cpu_loops):
     out = torch.empty(shape).contiguous(memory_format=torch.channels_last)
     args = [torch.from_numpy(v) for v in (fitted, factor, add, blend)]
     with torch.no_grad():
-        FL._finish_bands(model, *args, None if alb is None else torch.from_numpy(alb).expand(b, -1, -1, -1), out)
+        FL._finish(model, *args, None if alb is None else torch.from_numpy(alb).expand(b, -1, -1, -1), out)
     light = np.maximum(fitted.astype(np.float64), 0) * factor
     logit = blend.astype(np.float64)
     if alb is not None:

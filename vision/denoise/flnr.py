@@ -64,8 +64,8 @@ from .flnr_config import check_config, check_weights_file
 from .flnr_hub import FLNRHubMixin, is_pretrained_folder
 from .flnr_net import (CELL, FEATURES, GUIDES, NET_IN, FLNRNet, _pointwise, _pool, _resize, cell_guides,  # noqa: F401
                        cell_inputs, frame_stats, guide_buffers, guide_stats)
-from .flnr_stages import (FINISH_BAND_PIXELS, HEAD_BAND_PIXELS, PRUNE_STRIDE, _banded,  # noqa: F401
-                          _finish_bands, _head_bands, _mean3, _nhwc, antialias, detail_blend, local_contrast)
+from .flnr_stages import (FINISH_BAND_PIXELS, HEAD_BAND_PIXELS, PRUNE_STRIDE, _head_bands,  # noqa: F401
+                          _mean3, _nhwc, _unbanded, antialias, detail_blend, local_contrast)
 from .flnr_stages import cells as _cells, finish as _finish, head as _head, prepare as _prepare
 from .flnr_surgery import head_rows, pruned, widened, with_outputs
 from .flr import area_down, fit_radius, full_size, sample_down, upsample_factor, check_phase, run_tiles

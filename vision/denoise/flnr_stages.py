@@ -27,11 +27,6 @@ def _nhwc(t: torch.Tensor) -> torch.Tensor:
     return t.permute(0, 2, 3, 1).contiguous()
 
 
-def _banded(target: torch.Tensor, model: nn.Module) -> bool:
-    """Whether the guide head may take :func:`_head_bands` (CPU, and nothing to differentiate)."""
-    return _unbanded(target, model) is None
-
-
 def _unbanded(target: torch.Tensor, model: nn.Module) -> str | None:
     """Why the guide head and the cell statistics may not go band by band or through numba (None: they may)."""
     if not B.cpu_path(target):
@@ -230,9 +225,6 @@ def finish(model, fitted, factor, add, blend, albedo, out):
     PyTorch bands (:func:`_finish_rows`), else PyTorch on the whole frame."""
     return decide("denoise.flnr.finish", fitted, tensors=(fitted, factor, add, blend, out, albedo)).run(
         model, fitted, factor, add, blend, albedo, out)
-
-
-_finish_bands = finish  # the name the tests know it by
 
 
 def _finish_numba(model, fitted, factor, add, blend, albedo, out):
