@@ -43,6 +43,13 @@ def as_float(value, name: str, expected: str) -> float:
         raise ValueError(f"{name} must be {expected}, got {value!r}") from None
 
 
+def check_float_tensor(t: torch.Tensor, name: str) -> torch.Tensor:
+    """``t``, a tensor given for a float argument: an integer or bool tensor is refused by name, not cast."""
+    if not t.is_floating_point():
+        raise ValueError(f"{name} must be a float or a floating-point tensor, got a {t.dtype} tensor")
+    return t
+
+
 def check_flag(value, name: str) -> bool:
     """``value`` as a bool: an on/off option refuses anything else (a string such as "no" would be truthy)."""
     if not (is_flag(value) or isinstance(value, torch.SymBool)):  # a traced flag: bool() guards on it, as before
@@ -131,9 +138,7 @@ def check_eps(eps, batch: int, device, backend: str = "torch") -> torch.Tensor:
     symbolic float (a compiled module's eps) with ``torch._check``.
     """
     if isinstance(eps, torch.Tensor):
-        if not eps.is_floating_point():
-            raise ValueError(f"eps must be a float or a floating-point tensor, got a {eps.dtype} tensor")
-        t = eps.to(device=device, dtype=torch.float32)
+        t = check_float_tensor(eps, "eps").to(device=device, dtype=torch.float32)
         if t.dim() > 1 or t.numel() not in (1, batch):
             raise ValueError(f"eps must be a float or a tensor of shape ({batch},), got shape {tuple(eps.shape)}")
         t = t.reshape(-1).expand(batch)

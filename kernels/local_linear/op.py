@@ -24,8 +24,8 @@ from ..box.torch_path import opencv_available
 from ..runtime import backend_of, choose, jit, register_path
 from ..guided.reference import low_res_radius
 from ..runtime import data_checks
-from ..validate import (as_float, check_all_finite, check_image, check_positive, check_radius, check_scale,
-                        is_symbolic)
+from ..validate import (as_float, check_all_finite, check_float_tensor, check_image, check_positive, check_radius,
+                        check_scale, is_symbolic)
 from .library import apply_op, fit_op
 from .torch_path import Engine
 
@@ -96,8 +96,7 @@ def _check_eps(eps, batch: int, k: int, device, dtype, backend: str) -> torch.Te
     A float is checked on the host; a tensor's values only where ``runtime.data_checks(backend)`` allows.
     """
     if isinstance(eps, torch.Tensor):
-        if not eps.is_floating_point():
-            raise ValueError(f"eps must be a float or a floating-point tensor, got a {eps.dtype} tensor")
+        check_float_tensor(eps, "eps")
         if eps.dim() == 0 or (eps.dim() == 1 and eps.numel() in (1, k)) or (eps.dim() == 2 and tuple(eps.shape) == (batch, k)):
             t = eps.to(device=device, dtype=dtype)
         else:
