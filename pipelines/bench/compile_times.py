@@ -62,7 +62,7 @@ def run(args) -> int:
         print(f"vision bench compile: unavailable here: {str(e)[-300:]}")
         return 2
     print(table(results))
-    bad = {r["label"]: problems(r) for r in results if problems(r)}
+    bad = {r["label"]: why for r in results if (why := problems(r))}
     cpu = [r.get("cpu_seconds", r["seconds"]) for r in results if "error" not in r]
     slowest = max(cpu, default=0.0)
     print(f"\n{len(results)} compiles, {sum(cpu):.0f} CPU seconds in all; slowest {slowest:.1f} CPU s "
