@@ -21,9 +21,9 @@ the test adds it from that module's constants.
 """
 from __future__ import annotations
 
-import os
-from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+from .runtime.backends import choosing_as_on_a_gpu
 
 # Per-block limits of the targets consumer and datacentre users run (CUDA C Programming Guide, "Technical
 # Specifications per Compute Capability"): dynamic shared memory a block may opt into, registers per thread
@@ -179,39 +179,11 @@ def spl_configs(arch: int) -> list[LaunchConfig]:
             for c in out]
 
 
-_KERNEL_MODULES = (".box.sliding", ".box.triton_path", ".guided.sliding", ".guided.sliding_color",
-                   ".guided.triton_backward", ".guided.triton_backward_color", ".local_linear.triton_path",
-                   ".local_linear.triton_cells", ".local_linear.triton_solve", ".spl.triton_kernels",
-                   ".spl.triton_path", ".spl.restore_step")
-
-
-@contextmanager
-def _as_on_a_gpu():
-    """The choosers pick larger, fewer programs under Triton's interpreter (``runtime.interpreting()``); the
-    configurations that matter here are those a GPU gets, so they are read with the interpreter switch off.
-    The kernel modules are imported first, with the switch as the process set it: Triton decides at decoration
-    whether a kernel is interpreted, and a kernel decorated inside this block would stay compiled-only for the
-    rest of the process (in a test run, every later interpreted test of it would fail)."""
-    import importlib
-
-    for module in _KERNEL_MODULES:
-        importlib.import_module(module, __package__)
-    old = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "0"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = old
-
-
 def launch_configs(arch: int = 90, radii=RADII, shapes=SHAPES, guides=GUIDES) -> list[LaunchConfig]:
     """Every distinct reachable configuration of the ``vision.kernels`` Triton kernels on ``sm_<arch>``, in a
     stable order (identical launches merged, their cases kept)."""
     seen: dict = {}
-    with _as_on_a_gpu():
+    with choosing_as_on_a_gpu():  # the configurations a GPU gets, not the interpreter's
         configs = (box_configs(arch, radii, shapes) + guided_configs(arch, radii, shapes)
                    + local_linear_configs(arch, guides, shapes) + spl_configs(arch))
     for cfg in configs:

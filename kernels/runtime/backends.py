@@ -27,8 +27,25 @@ def triton_available() -> bool:
     return True
 
 
+_as_on_gpu: list[bool] = []
+
+
 def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """Whether Triton's interpreter runs the kernels (``TRITON_INTERPRET`` set), as the launch choosers and the
+    backend check read it; inside :func:`choosing_as_on_a_gpu`, False."""
+    return not _as_on_gpu and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@contextlib.contextmanager
+def choosing_as_on_a_gpu():
+    """Within the block, :func:`interpreting` is False, so the launch choosers (which pick larger, fewer programs
+    under the interpreter) choose what a GPU gets, while ``TRITON_INTERPRET`` itself, which Triton reads when a
+    kernel is decorated, stays as the process set it (``launch_configs`` lists configurations this way)."""
+    _as_on_gpu.append(True)
+    try:
+        yield
+    finally:
+        _as_on_gpu.pop()
 
 
 def forced_backend() -> str | None:
