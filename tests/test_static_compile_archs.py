@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from vision.kernels.runtime.backends import choosing_as_on_a_gpu
 from vision.kernels.launch_configs import ARCHS, LaunchConfig, jobs, launch_configs, problems, representative, table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +55,7 @@ def test_every_launched_kernel_is_enumerated():
     assert launched <= enumerated, sorted(launched - enumerated)
 
 
-def test_enumeration_follows_the_launchers_choosers(monkeypatch):
+def test_enumeration_follows_the_launchers_choosers():
     from vision.kernels.box import sliding
     from vision.kernels.local_linear import triton_path as tp
 
@@ -63,8 +64,7 @@ def test_enumeration_follows_the_launchers_choosers(monkeypatch):
     assert {b["BWI"] for b in box} == {sliding.strip_width(4), sliding.strip_width(16)}
     assert {b["RB"] for b in box} == {sliding.RB}
     solve = [c for c in cfgs if c.kernel.endswith(":_solve_kernel")]
-    with monkeypatch.context() as m:  # the GPU's choice, also under the interpreter that runs this suite
-        m.setenv("TRITON_INTERPRET", "0")
+    with choosing_as_on_a_gpu():  # the GPU's choice, also under the interpreter that runs this suite
         _, const, nw = tp._solve_launch(1920 * 1080, 8, 3)
     assert any(dict(c.constexprs) == const and c.num_warps == nw for c in solve)
     assert len({(c.kernel, c.constexprs, c.num_warps) for c in cfgs}) == len(cfgs)  # deduplicated
