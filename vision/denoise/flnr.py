@@ -62,16 +62,16 @@ from torch import nn
 from . import buffers as B
 from .flnr_config import check_config, check_weights_file
 from .flnr_hub import FLNRHubMixin, is_pretrained_folder
-from .flnr_net import (CELL, FEATURES, GUIDES, NET_IN, FLNRNet, _pointwise, _pool, _resize, cell_guides,  # noqa: F401
-                       cell_inputs, frame_stats, guide_buffers, guide_stats)
+from .flnr_net import (CELL, FEATURES, GUIDES, HISTORY_CAP, NET_IN, FLNRNet, _pointwise, _pool, _resize,  # noqa: F401
+                       cell_guides, cell_inputs, frame_stats, guide_buffers, guide_stats, history_input)
 from .flnr_stages import (FINISH_BAND_PIXELS, HEAD_BAND_PIXELS, PRUNE_STRIDE, _head_bands,  # noqa: F401
                           _mean3, _nhwc, _unbanded, antialias, detail_blend, local_contrast)
 from .flnr_stages import cells as _cells, finish as _finish, head as _head, prepare as _prepare
-from .flnr_surgery import head_rows, pruned, widened, with_outputs
+from .flnr_surgery import head_rows, pruned, widened, with_history, with_outputs
 from .flr import area_down, fit_radius, full_size, sample_down, upsample_factor, check_phase, run_tiles
 
 DEFAULT_CONFIG = {"widths": [16, 24, 32, 48], "hidden": 16, "guides": 4, "radii": [4, 8, 16], "scale": 4,
-                  "fit_down": 1, "eps": 1e-2, "antialias": False, "detail": False}
+                  "fit_down": 1, "eps": 1e-2, "antialias": False, "detail": False, "history": False}
 FILL_RADIUS = 8  # emitter pixels take the mean signal of the emitter-free pixels within this radius
 BUNDLED = ("weights", "flnr.safetensors")
 # trained on 1/2- and 1/4-resolution colour (one sample of every 2 x 2 / 4 x 4 block, phase known)
@@ -114,6 +114,12 @@ class FLNR(nn.Module, FLNRHubMixin):
             a caustic, a texture the buffers miss), the frame's own samples, lightly smoothed, beat any fit;
             the head learns where that is, the shrinkage keeps out what is only noise. Only for colour at the
             guides' resolution (ignored when upsampling).
+        history: the network also reads how many frames each colour pixel averages (``guides["history"]``, (B, 1,
+            H, W), >= 1; absent = 1, a single frame), as the cell mean of ``log(min(n, HISTORY_CAP))``
+            (:func:`~.flnr_net.history_input`). A temporal denoiser's accumulated colour has about n times less
+            noise variance than one frame; told so, the network picks smaller windows and sharper guides there
+            instead of reading the noise level off the samples alone. Trained with ``vision train-denoiser
+            --history N`` (crops averaging 1 to N noisy frames of a scene, per pixel).
 
     The guide head, per pixel, with f the 8 guides standardised per frame and ``up`` the bilinear
     upsampling from the 4 x 4 cells: ``g = W2 leaky(W1 f + up(code)) + b2`` (``hidden > 0``) or
@@ -135,7 +141,7 @@ class FLNR(nn.Module, FLNRHubMixin):
 
     def __init__(self, widths=(16, 24, 32, 48), hidden: int = 16, guides: int = 4, radii=(4, 8, 16),
                  scale: int = 4, fit_down: int = 1, eps: float = 1e-2, antialias: bool = False,
-                 detail: bool = False):
+                 detail: bool = False, history: bool = False):
         super().__init__()
         radii = [int(r) for r in radii]
         if not radii or min(radii) < 1:
@@ -147,11 +153,11 @@ class FLNR(nn.Module, FLNRHubMixin):
                              f"scale={scale}, fit_down={fit_down}, hidden={hidden}, eps={eps}")
         self.config = {"widths": [int(w) for w in widths], "hidden": int(hidden), "guides": int(guides),
                        "radii": radii, "scale": int(scale), "fit_down": int(fit_down), "eps": float(eps),
-                       "antialias": bool(antialias), "detail": bool(detail)}
+                       "antialias": bool(antialias), "detail": bool(detail), "history": bool(history)}
         rows = head_rows(self.config)
         outputs = rows["total"]  # the learned guides, then the blends' logits
         width = int(hidden) or outputs  # what the network's code adds to, per pixel
-        self.net = FLNRNet(widths, width, len(radii))
+        self.net = FLNRNet(widths, width, len(radii), in_channels=NET_IN + int(bool(history)))
         self.head_in = nn.Linear(FEATURES, width)
         self.head_out = nn.Linear(int(hidden), outputs) if hidden else None
         self.log_eps = nn.Parameter(torch.full((int(guides),), math.log(eps)))
@@ -175,13 +181,17 @@ class FLNR(nn.Module, FLNRHubMixin):
     def scale(self) -> int:
         return self.config["scale"]
 
-    def learned_guides(self, buffers: list, target_full: torch.Tensor, mask_full: torch.Tensor, stats=None):
+    def learned_guides(self, buffers: list, target_full: torch.Tensor, mask_full: torch.Tensor, stats=None,
+                       history=None):
         """The Q learned guides (B, Q, H, W), with the :func:`antialias` logit as channel Q+1 when the model has
-        one, and the radius logits on the 4 x 4 cell grid (B, R, h, w)."""
+        one, and the radius logits on the 4 x 4 cell grid (B, R, h, w). ``history``: frames per pixel (B or 1, 1,
+        H, W), read when the model was built with ``history=True``."""
         dt = self.log_eps.dtype
         cells, inputs = _cells(self, buffers, target_full, mask_full)
         mean, std = guide_stats(cells) if stats is None else stats
         x = inputs((cells - mean) / std)
+        if self.config["history"]:
+            x = torch.cat([x, history_input(history, x)], 1)
         out = self.net(x.to(dt).contiguous(memory_format=torch.channels_last))
         weight = self.head_in.weight.t()[None] / std.reshape(-1, FEATURES, 1).to(dt)  # (B or 1, 8, width)
         bias = self.head_in.bias - (mean.reshape(-1, 1, FEATURES).to(dt) @ weight)  # (B or 1, 1, width)
@@ -211,7 +221,10 @@ class FLNR(nn.Module, FLNRHubMixin):
             m_full = F.interpolate(mask, scale_factor=u, mode="nearest")[..., :hf, :wf]
         else:
             t_full, m_full = target, mask
-        g, logits = self.learned_guides(guide_buffers(guides, color), t_full, m_full, stats)
+        history = guides.get("history")
+        if history is not None and u > 1:
+            history = F.interpolate(history, size=(hf, wf), mode="nearest")
+        g, logits = self.learned_guides(guide_buffers(guides, color), t_full, m_full, stats, history)
         rows = head_rows(self.config)
         blend, detail = (g[:, rows[k]:rows[k] + 1] if k in rows else None for k in ("blend", "detail"))
         g = g[:, :rows["guides"]].contiguous() if rows["total"] > rows["guides"] else g
@@ -280,6 +293,11 @@ class FLNR(nn.Module, FLNRHubMixin):
         """A copy with the detail blend added, starting as this model (the blend's weight near 0)
         (``vision train-denoiser --init OLD --detail``); see :func:`.flnr_surgery.with_outputs`."""
         return with_outputs(self, detail=True)
+
+    def with_history(self) -> "FLNR":
+        """A copy whose network also reads the history length, starting as this model (the new input's weights
+        0) (``vision train-denoiser --init OLD --history 16``); see :func:`.flnr_surgery.with_history`."""
+        return with_history(self)
 
     # ------------------------------------------------------------------ weights
 

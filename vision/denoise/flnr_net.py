@@ -19,6 +19,7 @@ GUIDES = FLNR_LAYOUT  # fixed layout of the buffers: normal, depth, ao, albedo, 
 FEATURES = FEATURE_CHANNELS
 CELL = 4  # the network's cells, in full-resolution pixels
 NET_IN = FEATURES + 3 + 1 + 1  # cell means of the guides, log1p(colour), emitter mask; spread of log-luminance
+HISTORY_CAP = 16  # frames: the history input saturates here (the bundled weights were trained on 1 to 16)
 
 
 def _conv(cin, cout, k=3):
@@ -143,6 +144,17 @@ def cell_inputs(cells_std: torch.Tensor, target_full: torch.Tensor, mask_full: t
     lum_mean = rest[:, :3].mean(1, keepdim=True)
     spread = (rest[:, -1:] - lum_mean * lum_mean).clamp_min(0).sqrt()
     return torch.cat([cells_std.to(lt.dtype), rest[:, :-1], spread], 1)
+
+
+def history_input(history: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """The network's history input, (B, 1, h, w) like ``like`` (the cell inputs): per 4 x 4 cell the mean of
+    ``log(min(n, HISTORY_CAP))`` for ``history`` n, the frames averaged into each pixel (values below 1, NaN and
+    None count as one frame: 0)."""
+    b, _, h, w = like.shape
+    if history is None:
+        return like.new_zeros(b, 1, h, w)
+    n = torch.nan_to_num(history.to(like.dtype), nan=1.0).clamp(1.0, float(HISTORY_CAP))
+    return _pool(n.log()).expand(b, -1, -1, -1)[..., :h, :w]
 
 
 def _log1p_opencv(lt, grad):

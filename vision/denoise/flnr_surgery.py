@@ -1,6 +1,7 @@
 """Changes to a trained :class:`~vision.denoise.flnr.FLNR` that keep what it learned, for fine-tuning.
 
 * :func:`pruned`: the guide head cut to its most useful hidden units (a faster model);
+* :func:`with_history`: the network also reads the history length (one more input channel, its weights 0);
 * :func:`with_outputs`: one more output row of the guide head for the antialias blend and/or the detail blend,
   every trained weight kept and the new rows starting where their blend does (almost) nothing.
 
@@ -53,6 +54,22 @@ def with_outputs(model, **flags):
         if k in ("head_out.weight", "head_out.bias"):
             state[k][index] = v
         elif k in state:
+            state[k] = v.clone()
+    new.load_state_dict(state)
+    return new.train(model.training)
+
+
+def with_history(model):
+    """A copy of ``model`` whose cell network also reads the history length (``history=True``,
+    :func:`~vision.denoise.flnr_net.history_input`): every weight kept and the stem's weights on the new input 0,
+    so it computes what ``model`` does until fine-tuned. A model that reads it already comes back as a copy."""
+    new = type(model)(**dict(model.config, history=True)).to(model.log_eps)
+    state = new.state_dict()
+    for k, v in model.state_dict().items():
+        if k == "net.stem.0.weight" and v.shape[1] < state[k].shape[1]:
+            state[k].zero_()
+            state[k][:, :v.shape[1]] = v
+        else:
             state[k] = v.clone()
     new.load_state_dict(state)
     return new.train(model.training)

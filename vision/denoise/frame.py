@@ -21,7 +21,7 @@ MODELS = ("flr", "flnr")
 
 def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None, position=None, model: str = "flnr",
             radius: int | None = None, eps: float | None = None, scale: int | None = None, weights=None,
-            tile: int | None = None, repair: bool = True, phase=None, hdr: bool = True):
+            tile: int | None = None, repair: bool = True, phase=None, hdr: bool = True, history=None):
     r"""Denoise a path-traced frame (or a batch) with a local linear model of its radiance on guide buffers.
 
     Args:
@@ -62,6 +62,10 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
         hdr: as OIDN's ``hdr``: True (default) for linear HDR radiance in [0, inf); False for linear LDR colour
             in [0, 1] (sRGB-encoded values linearised first): samples above 1 are taken as 1, and the result is
             clamped into [0, 1].
+        history: frames averaged into each colour pixel, ``(H, W)``, ``(H, W, 1)`` or ``(B, 1, H, W)`` (>= 1; e.g.
+            :attr:`~vision.denoise.TemporalDenoiser.history_length`), at the guides' size; None = one frame. FLNR
+            weights trained with it (``"history": true`` in their configuration, as the bundled ones) read it;
+            FLR and other weights ignore it.
 
     Returns:
         The denoised radiance, same kind (NumPy / torch) and layout (HWC / BCHW) as ``color``.
@@ -102,6 +106,15 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
                              + (" (x/255 for 8-bit values in [0, 1])" if k in ("albedo", "ao") else ""))
     guides = {k: (None if v is None else buffers.to_bchw(v, k, buffers.CHANNELS[k]).to(device))
               for k, v in named.items()}
+    if history is not None:  # a count per pixel: integer arrays are welcome
+        try:
+            h = history if isinstance(history, torch.Tensor) else torch.as_tensor(np.asarray(history))
+        except (TypeError, ValueError, RuntimeError):
+            h = None
+        if h is None or h.dtype == torch.bool or h.is_complex():
+            got = type(history).__name__ if h is None else _dtype_name(h)
+            raise ValueError(f"history must be a real count of frames per pixel (>= 1), got {got}")
+        guides["history"] = buffers.to_bchw(h if h.is_floating_point() else h.float(), "history", 1).to(device)
     work = torch.float64 if c.dtype == torch.float64 else torch.float32
     c = c.to(work)
     guides = {k: (None if v is None else v.to(work)) for k, v in guides.items()}

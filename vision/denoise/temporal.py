@@ -121,8 +121,9 @@ class TemporalDenoiser:
     against the history's, in units of the samples' own noise: a lamp switched on, a shadow that moved), and
     the frame blended in with weight ``1 / n`` (n frames of history, at most ``max_history``). FLNR (or FLR)
     then denoises the accumulated signal, remodulated by this frame's albedo: it has about n times less noise
-    variance than one frame, and the network and the regression adapt to that as they do to more samples
-    per pixel. With ``shrink_radius > 0``, where the history has averaged its noise below the fit's bias, the result
+    variance than one frame. FLNR weights trained with the history length (``"history": true``) are told n per
+    pixel (:func:`~vision.denoise.denoise`'s ``history``), so they choose their windows and guides for that
+    noise level. With ``shrink_radius > 0``, where the history has averaged its noise below the fit's bias, the result
     moves towards it (:func:`.accumulate.towards_history`: James-Stein shrinkage by the pixel's own sample variance
     over its frames). Last, at object edges, where a 1-spp sample names one surface of a pixel the reference averages
     over several, the result is averaged with its own reprojected history (:mod:`.edge_history`).
@@ -228,8 +229,8 @@ class TemporalDenoiser:
                 from .flnr import placed
 
                 self.net = placed(self.net, acc.device, acc.dtype)
-            out = denoise(acc, **g, model=self.model, weights=self.net,
-                          radius=self.radius, eps=self.eps, scale=self.scale, tile=self.tile)
+            out = denoise(acc, **g, model=self.model, weights=self.net, radius=self.radius, eps=self.eps,
+                          scale=self.scale, tile=self.tile, history=self._history.count)
             if self.shrink_radius > 0:
                 out = accumulate.towards_history(out, acc, self._history, floor, self.shrink_radius)
         if self.edge_frames > 1:
