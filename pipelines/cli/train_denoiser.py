@@ -43,6 +43,7 @@ EPILOG = """examples:
   vision train-denoiser --data data/flnr --init flnr.safetensors --tonemapped rmse --smape 0.05 -o flnr_psnr.safetensors
   vision train-denoiser --data data/union --init flnr.safetensors --guides 5 --widths 16,24,64,96 --ema 0.999 -o big.safetensors
   vision train-denoiser --data data/flnr --init flnr.safetensors --upsample-prob 0.5 -o flnr_up.safetensors
+  vision train-denoiser --data data/hist --init flnr.safetensors --history 16 -o flnr_hist.safetensors  # sequences
   vision train-denoiser --data data/flnr --init flnr.safetensors --upsample-prob 1 --upsample-factor 4 -o flnr_up4.safetensors
   vision train-denoiser --data data/flnr --guides 3 --radii 8 --minutes 10 -o small.safetensors      # a variant
   vision train-denoiser --data data/flnr --init flnr16.safetensors --hidden 8 --fit-down 2 --lr 3e-4 -o flnr8.safetensors
@@ -105,6 +106,11 @@ def add_arguments(p) -> None:
                    help="zero the ambient-occlusion buffer of a crop with this probability (default 0): renderer "
                         "files rarely carry one (Cycles and Mitsuba AOV frames have none), so a model trained "
                         "on data that always has it meets a missing buffer only at inference")
+    p.add_argument("--history", type=int, default=1, metavar="N",
+                   help="train for sequences too (default 1: single frames): a crop's colour averages, per pixel, 1 to "
+                        "N of its scene's noisy frames (render-scenes --noisy-seeds N), as a temporal denoiser's "
+                        "history does, and the network is told how many (FLNR's history input); with --init weights "
+                        "that lack that input, it is added to them, starting with no effect")
     p.add_argument("--ema", type=float, default=0.0, metavar="DECAY",
                    help="validate and keep an exponential moving average of the weights (Polyak averaging) with this "
                         "decay per step, e.g. 0.999 (default 0: the weights themselves; timm's ModelEmaV3); it smooths "
@@ -143,6 +149,7 @@ def training_command(args) -> str:
             ("--upsample-factor", args.upsample_factor), ("--radii", args.radii),
             ("--scale", args.scale), ("--guides", args.guides), ("--hidden", args.hidden),
             ("--fit-down", args.fit_down), ("--widths", args.widths), ("--drop-ao", getattr(args, "drop_ao", 0.0)),
+            ("--history", getattr(args, "history", 1) if getattr(args, "history", 1) != 1 else None),
             ("--ema", getattr(args, "ema", 0.0) or None), ("--minutes", args.minutes),
             ("--mixed-precision", getattr(args, "mixed_precision", None)),
             ("--grad-accum", getattr(args, "grad_accum", 1) if getattr(args, "grad_accum", 1) != 1 else None),
@@ -212,7 +219,8 @@ def _build(args, widths):
             radii = _radii(args.radii)
             return FLNR(widths or DEFAULT_CONFIG["widths"], 16 if args.hidden is None else args.hidden,
                         DEFAULT_CONFIG["guides"] if args.guides is None else args.guides, radii, args.scale,
-                        1 if args.fit_down is None else args.fit_down, antialias=args.antialias, detail=args.detail)
+                        1 if args.fit_down is None else args.fit_down, antialias=args.antialias, detail=args.detail,
+                        history=args.history > 1)
         model = load_flnr(args.init)
         model = FLNR.from_state_dict(model.state_dict(), model.config)
         grow = {"guides": args.guides, "widths": widths,
@@ -232,7 +240,8 @@ def _build(args, widths):
         elif args.fit_down is not None:
             model = FLNR.from_state_dict(model.state_dict(), dict(model.config, fit_down=args.fit_down))
         model = model.with_antialias() if args.antialias and not model.config["antialias"] else model
-        return model.with_detail() if args.detail and not model.config["detail"] else model
+        model = model.with_detail() if args.detail and not model.config["detail"] else model
+        return model.with_history() if args.history > 1 and not model.config["history"] else model
 
     return build
 
@@ -263,7 +272,7 @@ def run(args) -> int:
 
     check_numbers(args, dict(lr=POSITIVE, smape=NON_NEGATIVE, drop_ao=dict(low=0, high=1), minutes=POSITIVE,
                              threads=dict(low=1), scale=dict(low=1), hidden=NON_NEGATIVE,
-                             fit_down=dict(low=1), steps=dict(low=1)))
+                             fit_down=dict(low=1), steps=dict(low=1), history=dict(low=1)))
     from vision.denoise.flnr_config import check_config
 
     # (--guides: the network's own check, 1 to 8, says it, and with --init that guides only grow)
@@ -289,11 +298,15 @@ def run(args) -> int:
     train = load_frames(args.data, "train")
     if not train:
         raise ValueError(f"no training scenes in {args.data} (split train)")
+    if args.history > 1 and len({f["scene"] for f in train}) == len(train):
+        raise ValueError(f"--history {args.history}: every training scene in {args.data} has one noisy frame; render "
+                         f"several (vision render-scenes --noisy-seeds {args.history}) to average them")
     val = load_frames(args.data, "val")  # none: the training loop validates on training frames, and says so
     cfg = DenoiserTraining(
         epochs=args.epochs, steps=args.steps, batch=args.batch, crop=args.crop, lr=args.lr, smape=args.smape,
         tonemapped=args.tonemapped, upsample_prob=args.upsample_prob, upsample_factor=args.upsample_factor,
-        drop_ao=args.drop_ao, ema=args.ema, minutes=args.minutes, seed=args.seed, grad_accum=args.grad_accum,
+        drop_ao=args.drop_ao, history=args.history, ema=args.ema, minutes=args.minutes, seed=args.seed,
+        grad_accum=args.grad_accum,
         mixed_precision=args.mixed_precision, device=args.device, checkpoint_dir=folder, resume=args.resume,
         quiet=args.quiet)
     meta = {"vision.train.command": training_command(args), "vision.train.data": str(args.data),

@@ -35,7 +35,7 @@ import torch
 
 from . import checkpoint as C
 from .signals import StopOnSignal as _StopOnSignal, agree as _agree
-from .denoiser_data import GUIDES, loss_fn, sample_batch, subsample, validate
+from .denoiser_data import GUIDES, loss_fn, sample_batch, scene_groups, subsample, validate
 
 FORMAT = "vision-train-denoiser/1"
 EXTRA = "trainer.safetensors"  # EMA, best weights, crop generators; the rest of the state is the manifest's JSON
@@ -54,6 +54,7 @@ class DenoiserTraining:
     upsample_prob: float = 0.0
     upsample_factor: int = 2
     drop_ao: float = 0.0
+    history: int = 1  # crops average up to this many noisy frames of their scene (denoiser_data.history_map)
     ema: float = 0.0
     minutes: float | None = None
     seed: int = 0
@@ -89,6 +90,7 @@ def _settings(cfg: DenoiserTraining, data: str, acc, steps: int, model=None) -> 
     out = {"--data": data, "--epochs": cfg.epochs, "--steps": steps, "--batch": cfg.batch, "--crop": cfg.crop,
            "--lr": cfg.lr, "--smape": cfg.smape, "--tonemapped": cfg.tonemapped,
            "--upsample-prob": cfg.upsample_prob, "--upsample-factor": cfg.upsample_factor, "--drop-ao": cfg.drop_ao,
+           "--history": cfg.history,
            "--ema": cfg.ema, "--seed": cfg.seed, "--grad-accum": cfg.grad_accum,
            "--mixed-precision": str(acc.mixed_precision), "processes": acc.num_processes}
     out.update({f"model {k}": v for k, v in (model.config.items() if model is not None else ())})
@@ -226,6 +228,7 @@ def train(cfg: DenoiserTraining, build, train_frames: list, val_frames: list, *,
         val_frames = train_frames[: max(1, min(8, len(train_frames)))]
     train_frames, val_frames = move(train_frames), move(val_frames)
     stats = [frame_stats({k: f[k] for k in GUIDES}, f["color"], f["color"].shape[-2:]) for f in train_frames]
+    groups = scene_groups(train_frames) if cfg.history > 1 else None
     steps = cfg.steps or max(1, math.ceil(len(train_frames) / cfg.batch))
     _refuse_other_settings(where, saved and saved["settings"], _settings(cfg, data, acc, steps))  # before any work
     model = build(train_frames, say).to(acc.device)
@@ -271,7 +274,7 @@ def train(cfg: DenoiserTraining, build, train_frames: list, val_frames: list, *,
                 "continues it instead)")
         model.eval()
         if main:
-            run.best, half = validate(core, val_frames, cfg.upsample_prob, cfg.upsample_factor)
+            run.best, half = validate(core, val_frames, cfg.upsample_prob, cfg.upsample_factor, cfg.history)
             start = "from --init" if from_init else "untrained"
             say(f"epoch 0 ({start}): val PSNR {run.best:.2f} dB{_half_text(half, cfg)}")
         best_state = {k: v.detach().clone() for k, v in core.state_dict().items()}
@@ -291,12 +294,14 @@ def train(cfg: DenoiserTraining, build, train_frames: list, val_frames: list, *,
                            disable=cfg.quiet or not main, leave=False, initial=step0, total=steps)
                 for i in bar:
                     for _ in range(cfg.grad_accum):
-                        b, st = sample_batch(train_frames, stats, cfg.batch, cfg.crop, gen, cfg.drop_ao)
+                        b, st = sample_batch(train_frames, stats, cfg.batch, cfg.crop, gen, cfg.drop_ao,
+                                             cfg.history, groups)
                         phase = None
                         if cfg.upsample_prob > 0 and float(torch.rand(1, generator=gen)) < cfg.upsample_prob:
                             b["color"], phase = subsample(b["color"], gen, cfg.upsample_factor)
                         with acc.accumulate(model):
-                            pred = model(b["color"], {k: b[k] for k in GUIDES}, stats=st, phase=phase)
+                            guides = {k: b[k] for k in (*GUIDES, "history") if k in b}
+                            pred = model(b["color"], guides, stats=st, phase=phase)
                             value = loss(pred.float(), b["reference"], cfg.smape, cfg.tonemapped)
                             acc.backward(value)
                             if acc.sync_gradients:
@@ -327,7 +332,7 @@ def train(cfg: DenoiserTraining, build, train_frames: list, val_frames: list, *,
                 loss_sum = 0.0
                 run.epochs = epoch
                 if main:
-                    score, half = validate(judged, val_frames, cfg.upsample_prob, cfg.upsample_factor)
+                    score, half = validate(judged, val_frames, cfg.upsample_prob, cfg.upsample_factor, cfg.history)
                     run.history.append(round(score, 3))
                     mark = ""
                     if score > run.best:
