@@ -31,6 +31,7 @@ EPILOG = """examples:
   blender -b -noaudio --factory-startup -t 1 --python benchmarks/denoise/blender_seq.py -- data/seq
   vision bench denoise-sequences data/seq
   vision bench denoise-sequences data/seq --sequences orbit --methods temporal,flnr --json seq.json
+  vision bench denoise-sequences data/seq --methods flnr,temporal --weights my_flnr.safetensors
   vision bench denoise-sequences data/seq --figures figs/   # figs/SEQ_frame.png, figs/SEQ_flicker.png
 
 Acceptance (issue 37): temporal PSNR >= OIDN high's, stability >= OIDN high's + 4.8 dB, disoccluded PSNR >=
@@ -44,6 +45,9 @@ def add_arguments(p) -> None:
     p.add_argument("--sequences", default=None, help="comma-separated sequence names (default: all)")
     p.add_argument("--methods", default="oidn high,oidn fast,flnr,temporal",
                    help=f"comma-separated, from: {', '.join(METHODS)} (default: oidn high,oidn fast,flnr,temporal)")
+    p.add_argument("--weights", type=Path, default=None, metavar="FILE",
+                   help="FLNR weights for flnr and temporal (a .safetensors file or save_pretrained folder; default: "
+                        "the bundled ones)")
     p.add_argument("--from", dest="first", type=int, default=4, help="first scored frame (default 4)")
     p.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
     p.add_argument("--figures", type=Path, default=None, metavar="DIR",
@@ -123,7 +127,7 @@ def _db(mse):
     return float("inf") if mse == 0 else (float("nan") if not math.isfinite(mse) else 10 * math.log10(1 / mse))
 
 
-def methods(names):
+def methods(names, weights=None):
     import torch
 
     from vision.denoise import TemporalDenoiser, denoise
@@ -133,13 +137,14 @@ def methods(names):
     def per_frame(model):
         def run(d, state):
             t = {k: torch.from_numpy(d[k]) for k in guides if k in d}
-            return denoise(torch.from_numpy(d["color"]), **t, model=model).numpy()
+            return denoise(torch.from_numpy(d["color"]), **t, model=model,
+                           weights=weights if model == "flnr" else None).numpy()
         return run
 
     def temporal(model):
         def run(d, state):
             if "den" not in state:
-                state["den"] = TemporalDenoiser(model=model)
+                state["den"] = TemporalDenoiser(model=model, weights=weights if model == "flnr" else None)
             t = {k: torch.from_numpy(d[k]) for k in guides if k in d}
             return state["den"](torch.from_numpy(d["color"]), motion=None if "motion" not in d else
                                 torch.from_numpy(d["motion"]), index=None if "index" not in d else
@@ -236,7 +241,14 @@ def run(args) -> int:
 
     seqs = read_sequences(args.folder, None if args.sequences is None else args.sequences.split(","))
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
-    runners = methods(names)
+    if args.weights is not None:
+        from vision.denoise.flnr import load_flnr
+
+        try:  # a missing or bad file: one line, now
+            load_flnr(args.weights)
+        except (OSError, ValueError, RuntimeError) as err:
+            raise ValueError(f"--weights: {(str(err).strip().splitlines() or [type(err).__name__])[0]}") from None
+    runners = methods(names, args.weights)
     rows, results = [], {}
     if args.figures is not None:  # before anything runs
         if args.figures.exists() and not args.figures.is_dir():
