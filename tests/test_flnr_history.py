@@ -191,3 +191,25 @@ def test_train_denoiser_history_adds_the_input_to_init_weights_and_records_it(tm
     meta = read_metadata(out)
     assert '"history": true' in meta["vision.flnr.config"] and "--history 4" in meta["vision.train.command"]
     assert FLNR.from_file(out).config["history"]
+
+
+def test_train_denoiser_history_needs_scenes_with_several_noisy_frames(tmp_path, capsys):
+    import json
+    import shutil
+
+    from vision.bundled import asset_path
+    from vision.pipelines.cli import main
+
+    data = tmp_path / "scenes"
+    shutil.copytree(asset_path("scenes"), data)
+    for manifest in data.glob("*/manifest.json"):  # one noisy frame per scene
+        m = json.loads(manifest.read_text())
+        m["frames"] = m["frames"][:1]
+        manifest.write_text(json.dumps(m))
+    args = ["train-denoiser", "--data", str(data), "--epochs", "1", "--steps", "1", "--batch", "2", "--crop", "32",
+            "--widths", "4,6,8", "--hidden", "0", "--quiet", "-o", str(tmp_path / "w.safetensors")]
+    assert main(args + ["--history", "4"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--history 4: every training scene" in err[-1] and "has one noisy frame" in err[-1]
+    assert main(args + ["--history", "0"]) != 0
+    assert "--history" in capsys.readouterr().err.strip().splitlines()[-1]
