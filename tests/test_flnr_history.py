@@ -213,3 +213,32 @@ def test_train_denoiser_history_needs_scenes_with_several_noisy_frames(tmp_path,
     assert "--history 4: every training scene" in err[-1] and "has one noisy frame" in err[-1]
     assert main(args + ["--history", "0"]) != 0
     assert "--history" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert main(args + ["--history", "4", "--history-only"]) != 0  # no --init
+    assert "--history-only" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_history_only_training_changes_nothing_but_the_history_weights(tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from vision.bundled import asset_path
+    from vision.pipelines.cli import main
+
+    data = tmp_path / "scenes"
+    shutil.copytree(asset_path("scenes"), data)
+    init, out = asset_path("weights", "flnr.safetensors"), tmp_path / "h.safetensors"
+    assert main(["train-denoiser", "--data", str(data), "--epochs", "1", "--steps", "3", "--batch", "2", "--crop", "32",
+                 "--lr", "0.01", "--init", str(init), "--history", "4", "--history-only", "--quiet", "-o", str(out)]) == 0
+    before, after = load_file(str(init)), load_file(str(out))
+    assert set(before) == set(after)
+    for k, v in before.items():
+        w = after[k][:, :-1] if k == "net.stem.0.weight" else after[k]
+        assert torch.equal(v, w), k
+    assert float(after["net.stem.0.weight"][:, -1].abs().max()) > 0  # the history weights trained
+    # so a single frame comes out as with the init, bit for bit
+    color, guides = _frame()
+    assert torch.equal(denoise(color, **guides, weights=str(out)), denoise(color, **guides, weights=str(init)))
+    with pytest.raises(ValueError, match="train_history_only needs a model with the history input"):
+        from vision.denoise.flnr_surgery import train_history_only
+        train_history_only(load_flnr())

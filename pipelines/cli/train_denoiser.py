@@ -111,6 +111,9 @@ def add_arguments(p) -> None:
                         "N of its scene's noisy frames (render-scenes --noisy-seeds N), as a temporal denoiser's "
                         "history does, and the network is told how many (FLNR's history input); with --init weights "
                         "that lack that input, it is added to them, starting with no effect")
+    p.add_argument("--history-only", action="store_true",
+                   help="with --init and --history: train only the network's weights on the history input, so every "
+                        "single-frame result stays the init's, bit for bit")
     p.add_argument("--ema", type=float, default=0.0, metavar="DECAY",
                    help="validate and keep an exponential moving average of the weights (Polyak averaging) with this "
                         "decay per step, e.g. 0.999 (default 0: the weights themselves; timm's ModelEmaV3); it smooths "
@@ -155,7 +158,7 @@ def training_command(args) -> str:
             ("--grad-accum", getattr(args, "grad_accum", 1) if getattr(args, "grad_accum", 1) != 1 else None),
             ("--threads", args.threads), ("--seed", args.seed), ("--init", args.init)]
     parts = ["vision", "train-denoiser"] + [f"{k} {shlex.quote(str(v))}" for k, v in opts if v is not None]
-    parts += [f"--{k}" for k in ("antialias", "detail") if getattr(args, k, False)]
+    parts += [f"--{k.replace('_', '-')}" for k in ("antialias", "detail", "history_only") if getattr(args, k, False)]
     return " ".join(parts + [f"-o {shlex.quote(str(args.out))}"])
 
 
@@ -241,7 +244,12 @@ def _build(args, widths):
             model = FLNR.from_state_dict(model.state_dict(), dict(model.config, fit_down=args.fit_down))
         model = model.with_antialias() if args.antialias and not model.config["antialias"] else model
         model = model.with_detail() if args.detail and not model.config["detail"] else model
-        return model.with_history() if args.history > 1 and not model.config["history"] else model
+        model = model.with_history() if args.history > 1 and not model.config["history"] else model
+        if args.history_only:
+            from vision.denoise.flnr_surgery import train_history_only
+
+            train_history_only(model)
+        return model
 
     return build
 
@@ -266,6 +274,9 @@ def run(args) -> int:
         raise ValueError(f"--grad-accum must be >= 1, got {args.grad_accum}")
     if args.out.suffix != ".safetensors":
         raise ValueError(f"-o must name a .safetensors file, got {args.out}")
+    if args.history_only and (not args.init or args.history < 2):
+        raise ValueError("--history-only trains the history input's weights of --init weights: it needs --init and "
+                         "--history N > 1")
     if args.init and Path(args.init).resolve() == args.out.resolve():
         raise ValueError(f"-o {args.out} is the --init file: write the fine-tuned weights to another file")
     from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, check_numbers

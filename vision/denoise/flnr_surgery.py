@@ -2,6 +2,7 @@
 
 * :func:`pruned`: the guide head cut to its most useful hidden units (a faster model);
 * :func:`with_history`: the network also reads the history length (one more input channel, its weights 0);
+  :func:`train_history_only` leaves only those weights to train;
 * :func:`with_outputs`: one more output row of the guide head for the antialias blend and/or the detail blend,
   every trained weight kept and the new rows starting where their blend does (almost) nothing.
 
@@ -73,6 +74,23 @@ def with_history(model):
             state[k] = v.clone()
     new.load_state_dict(state)
     return new.train(model.training)
+
+
+def train_history_only(model):
+    """Freeze every weight of ``model`` (built with ``history=True``) except the cell network's weights on the history
+    input (one column of the stem), whose gradient is masked to that column: fine-tuned this way (Adam, no weight
+    decay: a zero gradient moves nothing), the model still gives every single frame (history 1: the input is 0) the
+    result it gave before, bit for bit. Returns ``model``."""
+    if not model.config.get("history"):
+        raise ValueError("train_history_only needs a model with the history input (with_history() adds it)")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    stem = model.net.stem[0].weight
+    stem.requires_grad_(True)
+    mask = torch.zeros_like(stem)
+    mask[:, -1] = 1.0
+    stem.register_hook(lambda grad: grad * mask)
+    return model
 
 
 def pruned(model, hidden: int, frames, fit_down: int | None = None):
