@@ -36,7 +36,7 @@ def _history_model(gain=0.5):
 def test_history_input_is_the_cell_mean_of_the_capped_log_length():
     g = torch.Generator().manual_seed(1)
     n = torch.randint(0, 40, (2, 1, 10, 13), generator=g).float()
-    n[0, 0, 0, 0] = float("nan")
+    n[0, 0, 0, 0], n[0, 0, 1, 1], n[1, 0, 2, 2], n[1, 0, 9, 12] = float("nan"), float("inf"), -3.0, 1e30
     like = torch.zeros(2, 13, 3, 4)  # the cell grid of 10 x 13 pixels: ceil(10 / 4) x ceil(13 / 4)
     got = history_input(n, like)
     expect = np.zeros((2, 1, 3, 4))
@@ -44,7 +44,7 @@ def test_history_input_is_the_cell_mean_of_the_capped_log_length():
         for i in range(3):
             for j in range(4):
                 block = n[b, 0, 4 * i:4 * i + 4, 4 * j:4 * j + 4].double().numpy()
-                block = np.where(np.isnan(block), 1.0, block)
+                block = np.where(np.isnan(block), 1.0, block)  # inf, 1e30: capped; below 1: one frame
                 expect[b, 0, i, j] = np.mean(np.log(np.clip(block, 1.0, HISTORY_CAP)))
     np.testing.assert_allclose(got.double().numpy(), expect, atol=1e-6)
     assert torch.equal(history_input(None, like), torch.zeros(2, 1, 3, 4))
