@@ -224,6 +224,8 @@ def test_train_denoiser_history_needs_scenes_with_several_noisy_frames(tmp_path,
     assert "--history" in capsys.readouterr().err.strip().splitlines()[-1]
     assert main(args + ["--history", "4", "--history-only"]) != 0  # no --init
     assert "--history-only" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert main(args + ["--history", "4", "--upsample-prob", "0.5"]) != 0
+    assert "does not combine with --upsample-prob" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
 def test_history_only_training_changes_nothing_but_the_history_weights(tmp_path):
@@ -254,3 +256,14 @@ def test_history_only_training_changes_nothing_but_the_history_weights(tmp_path)
         from vision.denoise.flnr_surgery import train_history_only
         train_history_only(_plain())
     assert load_flnr().config["history"]  # the bundled weights read the history
+
+
+def test_resume_takes_a_checkpoint_from_before_the_history_settings_and_refuses_other_ones(tmp_path):
+    from vision.pipelines.training.denoiser import _refuse_other_settings
+
+    now = {"--lr": 0.001, "--history": 1, "--history-only": False}
+    _refuse_other_settings(tmp_path, {"--lr": 0.001}, now)  # written before --history existed: single frames
+    with pytest.raises(ValueError, match="--history 4 here, 1 there"):
+        _refuse_other_settings(tmp_path, {"--lr": 0.001}, dict(now, **{"--history": 4}))
+    with pytest.raises(ValueError, match="--history-only True here, False there"):
+        _refuse_other_settings(tmp_path, {"--lr": 0.001, "--history": 4}, {**now, "--history": 4, "--history-only": True})

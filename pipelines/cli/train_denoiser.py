@@ -274,6 +274,9 @@ def run(args) -> int:
         raise ValueError(f"--grad-accum must be >= 1, got {args.grad_accum}")
     if args.out.suffix != ".safetensors":
         raise ValueError(f"-o must name a .safetensors file, got {args.out}")
+    if args.history > 1 and args.upsample_prob > 0:
+        raise ValueError("--history trains for the temporal denoiser, which takes colour at the guides' size: it does "
+                         "not combine with --upsample-prob")
     if args.history_only and (not args.init or args.history < 2):
         raise ValueError("--history-only trains the history input's weights of --init weights: it needs --init and "
                          "--history N > 1")
@@ -316,7 +319,7 @@ def run(args) -> int:
     cfg = DenoiserTraining(
         epochs=args.epochs, steps=args.steps, batch=args.batch, crop=args.crop, lr=args.lr, smape=args.smape,
         tonemapped=args.tonemapped, upsample_prob=args.upsample_prob, upsample_factor=args.upsample_factor,
-        drop_ao=args.drop_ao, history=args.history, ema=args.ema, minutes=args.minutes, seed=args.seed,
+        drop_ao=args.drop_ao, history=args.history, history_only=args.history_only, ema=args.ema, minutes=args.minutes, seed=args.seed,
         grad_accum=args.grad_accum,
         mixed_precision=args.mixed_precision, device=args.device, checkpoint_dir=folder, resume=args.resume,
         quiet=args.quiet)

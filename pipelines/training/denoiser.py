@@ -55,6 +55,7 @@ class DenoiserTraining:
     upsample_factor: int = 2
     drop_ao: float = 0.0
     history: int = 1  # crops average up to this many noisy frames of their scene (denoiser_data.history_map)
+    history_only: bool = False  # only the history input's weights train (set by the model builder; a resume checks it)
     ema: float = 0.0
     minutes: float | None = None
     seed: int = 0
@@ -90,16 +91,21 @@ def _settings(cfg: DenoiserTraining, data: str, acc, steps: int, model=None) -> 
     out = {"--data": data, "--epochs": cfg.epochs, "--steps": steps, "--batch": cfg.batch, "--crop": cfg.crop,
            "--lr": cfg.lr, "--smape": cfg.smape, "--tonemapped": cfg.tonemapped,
            "--upsample-prob": cfg.upsample_prob, "--upsample-factor": cfg.upsample_factor, "--drop-ao": cfg.drop_ao,
-           "--history": cfg.history,
+           "--history": cfg.history, "--history-only": cfg.history_only,
            "--ema": cfg.ema, "--seed": cfg.seed, "--grad-accum": cfg.grad_accum,
            "--mixed-precision": str(acc.mixed_precision), "processes": acc.num_processes}
     out.update({f"model {k}": v for k, v in (model.config.items() if model is not None else ())})
     return json.loads(json.dumps(out))  # as JSON gives it back (tuples as lists)
 
 
+# settings added after checkpoints were written: a checkpoint without them was made with these values
+LATER_SETTINGS = {"--history": 1, "--history-only": False}
+
+
 def _refuse_other_settings(where: Path, saved: dict | None, now: dict) -> None:
     if saved is None:
         return
+    saved = {**LATER_SETTINGS, **saved}
     differ = [f"{k} {now[k]} here, {saved.get(k, 'none')} there" for k in now if saved.get(k) != now[k]]
     if differ:
         raise ValueError(f"--resume: the checkpoint {where} was made with other settings ({'; '.join(differ)}); "

@@ -168,7 +168,7 @@ def validate(model, frames, upsample_prob: float = 0.0, factor: int = 2,
         out = model(color, guides, phase=phase)
         return psnr(out[0].permute(1, 2, 0).cpu().numpy(), f["reference"][0].permute(1, 2, 0).cpu().numpy())
 
-    if history > 1 and upsample_prob < 1:
+    if history > 1 and upsample_prob == 0:
         single, _ = validate(model, frames, 0.0, factor)
         multi = []
         with torch.no_grad():
