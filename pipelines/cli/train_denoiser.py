@@ -43,7 +43,8 @@ EPILOG = """examples:
   vision train-denoiser --data data/flnr --init flnr.safetensors --tonemapped rmse --smape 0.05 -o flnr_psnr.safetensors
   vision train-denoiser --data data/union --init flnr.safetensors --guides 5 --widths 16,24,64,96 --ema 0.999 -o big.safetensors
   vision train-denoiser --data data/flnr --init flnr.safetensors --upsample-prob 0.5 -o flnr_up.safetensors
-  vision train-denoiser --data data/hist --init flnr.safetensors --history 16 -o flnr_hist.safetensors  # sequences
+  vision train-denoiser --data data/hist --init flnr.safetensors --history 16 --history-only -o flnr_hist.safetensors
+                  # --temporal: tell the network each pixel's history length (data: render-scenes --noisy-seeds 16)
   vision train-denoiser --data data/flnr --init flnr.safetensors --upsample-prob 1 --upsample-factor 4 -o flnr_up4.safetensors
   vision train-denoiser --data data/flnr --guides 3 --radii 8 --minutes 10 -o small.safetensors      # a variant
   vision train-denoiser --data data/flnr --init flnr16.safetensors --hidden 8 --fit-down 2 --lr 3e-4 -o flnr8.safetensors
