@@ -28,7 +28,8 @@ import sys
 from pathlib import Path
 
 from vision.pipelines.training.denoiser_data import (  # noqa: F401 (the training data's helpers, as they were here)
-    AO_CHANNEL, FIELDS, GUIDES, load_frames, loss_fn, pick, sample_batch, subsample, tonemap, val_phases, validate)
+    AO_CHANNEL, FIELDS, GUIDES, load_frames, loss_fn, pick, sample_batch, scene_groups, subsample, tonemap, val_phases,
+    validate)
 
 EPILOG = """examples:
   vision render-scenes --out data/flnr --count 300 --size 128 --spp-ref 512 --seed 11
@@ -313,17 +314,16 @@ def run(args) -> int:
     train = load_frames(args.data, "train")
     if not train:
         raise ValueError(f"no training scenes in {args.data} (split train)")
-    if args.history > 1 and len({f["scene"] for f in train}) == len(train):
+    if args.history > 1 and all(len(g) == 1 for g in scene_groups(train)):
         raise ValueError(f"--history {args.history}: every training scene in {args.data} has one noisy frame; render "
                          f"several (vision render-scenes --noisy-seeds {args.history}) to average them")
     val = load_frames(args.data, "val")  # none: the training loop validates on training frames, and says so
     cfg = DenoiserTraining(
         epochs=args.epochs, steps=args.steps, batch=args.batch, crop=args.crop, lr=args.lr, smape=args.smape,
         tonemapped=args.tonemapped, upsample_prob=args.upsample_prob, upsample_factor=args.upsample_factor,
-        drop_ao=args.drop_ao, history=args.history, history_only=args.history_only, ema=args.ema, minutes=args.minutes, seed=args.seed,
-        grad_accum=args.grad_accum,
-        mixed_precision=args.mixed_precision, device=args.device, checkpoint_dir=folder, resume=args.resume,
-        quiet=args.quiet)
+        drop_ao=args.drop_ao, history=args.history, history_only=args.history_only, ema=args.ema,
+        minutes=args.minutes, seed=args.seed, grad_accum=args.grad_accum, mixed_precision=args.mixed_precision,
+        device=args.device, checkpoint_dir=folder, resume=args.resume, quiet=args.quiet)
     meta = {"vision.train.command": training_command(args), "vision.train.data": str(args.data),
             "vision.train.frames": len(train)}
     res = train_loop(cfg, _build(args, widths), train, val, out=args.out, data=data_identity(args.data, train),

@@ -55,7 +55,8 @@ class DenoiserTraining:
     upsample_factor: int = 2
     drop_ao: float = 0.0
     history: int = 1  # crops average up to this many noisy frames of their scene (denoiser_data.history_map)
-    history_only: bool = False  # only the history input's weights train (set by the model builder; a resume checks it)
+    history_only: bool = False  # only the history input's weights train (the model builder freezes the rest; recorded
+    # in the settings so that --resume refuses a run without it)
     ema: float = 0.0
     minutes: float | None = None
     seed: int = 0

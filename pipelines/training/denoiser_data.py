@@ -37,11 +37,15 @@ AO_CHANNEL = 4  # of the network's guide layout (normal 3, log-depth 1, AO 1, al
 
 
 def scene_groups(frames) -> list[list[int]]:
-    """For every frame, the indices of the frames of its scene (its noisy seeds; the frame itself first)."""
+    """For every frame, the indices of the frames of its scene and size (its noisy seeds, which can be averaged;
+    the frame itself first)."""
+    def key(f):
+        return f["scene"], tuple(f["color"].shape)
+
     by: dict = {}
     for i, f in enumerate(frames):
-        by.setdefault(f["scene"], []).append(i)
-    return [[i] + [j for j in by[f["scene"]] if j != i] for i, f in enumerate(frames)]
+        by.setdefault(key(f), []).append(i)
+    return [[i] + [j for j in by[key(f)] if j != i] for i, f in enumerate(frames)]
 
 
 SINGLE_SHARE = 0.25  # of the crops a --history run draws as single frames (history 1 everywhere)
@@ -100,8 +104,8 @@ def sample_batch(frames, stats, batch: int, crop: int, gen, drop_ao: float = 0.0
         exposure = float(2 ** (torch.rand(1, generator=gen) * 2 - 1))
         crop_of = {}
         if history > 1:
-            same = [j for j in groups[i] if frames[j]["color"].shape == f["color"].shape]
-            order = [same[0]] + [same[1:][j] for j in torch.randperm(len(same) - 1, generator=gen).tolist()]
+            same = groups[i]
+            order = [i] + [same[1:][j] for j in torch.randperm(len(same) - 1, generator=gen).tolist()]
             n = history_map((c, c), min(history, len(order)), gen)
             colors = torch.stack([frames[j]["color"][..., y:y + c, x:x + c] for j in order[:int(n.max())]])
             crop_of = {"color": averaged(colors, n), "history": n}
@@ -173,7 +177,7 @@ def validate(model, frames, upsample_prob: float = 0.0, factor: int = 2,
         multi = []
         with torch.no_grad():
             for group in scene_groups(frames):
-                same = [frames[j] for j in group if frames[j]["color"].shape == frames[group[0]]["color"].shape]
+                same = [frames[j] for j in group]
                 n = min(history, VAL_HISTORY, len(same))
                 if n > 1:
                     multi.append(score(sum(g["color"] for g in same[:n]) / n, same[0], n=n))

@@ -133,6 +133,8 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
         radius = DEFAULT_RADIUS if radius is None else radius
         eps = DEFAULT_EPS if eps is None else eps
         scale = 1 if scale is None else scale
+    if "history" in present and (net is None or not net.config["history"]):
+        del present["history"]  # checked above; only FLNR weights with the history input read it
     names = tuple(present)
     inputs = [c, *(guides[k] for k in names)]
     needs_grad = torch.is_grad_enabled() and (c.requires_grad or (net is not None and net.training))
