@@ -430,6 +430,7 @@ def write_scene(render: SceneRender, folder, name: str, extra: dict | None = Non
         fname = f"frame_{k:02d}.exr"
         fields = {"color": color, **render.buffers}
         write_frame(folder / fname, fields, header={"vision.scene": name, "vision.frame": k, "vision.seed": int(seed),
+                                                    "vision.spp": int(render.settings["noisy_spp"]),
                                                     "vision.spp_ref": int(render.settings["spp_ref"])})
         frames.append({"file": fname, "seed": int(seed), "spp": 1})
     Image.fromarray(preview(render)).save(folder / "preview.png")

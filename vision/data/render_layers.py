@@ -28,6 +28,7 @@ denoised RGB and alpha as float16.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,6 +174,31 @@ def _beauty_and_alpha(group: list[str], color: list[str], copies: list[list[str]
 
 
 # --------------------------------------------------------------------------- conventions
+
+def samples_per_pixel(header: Mapping, layer: str = "") -> tuple[float | None, str]:
+    """The samples per pixel a view layer's colour was rendered with, from a file's header, and where it was
+    found: Blender Cycles writes ``cycles.<ViewLayer>.samples`` (the most samples of a pixel under adaptive
+    sampling), ``vision render-scenes`` writes ``vision.spp``. ``(None, reason)`` when the header has neither or
+    the value is not a count >= 1.
+
+    Example:
+        >>> samples_per_pixel({"cycles.ViewLayer.samples": "64"}, "ViewLayer")
+        (64.0, 'EXR header cycles.ViewLayer.samples')
+    """
+    keys = [f"cycles.{layer}.samples"] if layer else []
+    if not layer:  # a file without view layers: the one Cycles layer it names, if only one
+        keys += [k for k in header if k.startswith("cycles.") and k.endswith(".samples")][:1]
+    for key in [*keys, "vision.spp"]:
+        if key in header:
+            try:
+                value = float(str(header[key]).strip())
+            except ValueError:
+                return None, f"EXR header {key} is {header[key]!r}, not a number"
+            if not (math.isfinite(value) and value >= 1):
+                return None, f"EXR header {key} is {header[key]!r}, not a count >= 1"
+            return value, f"EXR header {key}"
+    return None, "not in the EXR header"
+
 
 def no_surface_depth(depth: np.ndarray) -> np.ndarray:
     """Depth with the sky (infinite, or at least :data:`NO_SURFACE_DEPTH`) as 0, the denoiser's "no surface"."""

@@ -12,7 +12,8 @@ from vision.kernels.runtime import forced_backend
 
 from . import buffers, graphs
 from .flr import DEFAULT_EPS, DEFAULT_RADIUS, full_size, sample_down, upsample_factor, check_phase, flr, flr_tiled
-from .flnr import load_flnr
+from .flnr import flnr as run_flnr, flnr_tiled, load_flnr
+from .input_blend import SHARP_EPS, SHARP_RADIUS, towards_input
 
 __all__ = ["denoise", "MODELS"]
 
@@ -21,7 +22,8 @@ MODELS = ("flr", "flnr")
 
 def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None, position=None, model: str = "flnr",
             radius: int | None = None, eps: float | None = None, scale: int | None = None, weights=None,
-            tile: int | None = None, repair: bool = True, phase=None, hdr: bool = True, history=None):
+            tile: int | None = None, repair: bool = True, phase=None, hdr: bool = True, history=None,
+            spp: float | None = None, input_blend: bool = True):
     r"""Denoise a path-traced frame (or a batch) with a local linear model of its radiance on guide buffers.
 
     Args:
@@ -66,6 +68,14 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
             :attr:`~vision.denoise.TemporalDenoiser.history_length`), at the guides' size; None = one frame. FLNR
             weights trained with it (``"history": true`` in their configuration, as the bundled ones) read it;
             FLR and other weights ignore it.
+        spp: samples per pixel the colour was rendered with (e.g. read from a Cycles EXR header, as ``vision
+            denoise`` does), a number >= 1, or None (unknown: one). It tells the noise level to FLNR weights that
+            read the history input (the frames averaged into a pixel times the samples of each frame), as the
+            bundled ones do; FLR ignores it.
+        input_blend: move the result back towards the noisy input wherever the input's own noise, estimated from
+            the frame, is below the fit's bias (:func:`.input_blend.towards_input`): the result converges to the
+            input as the noise falls (at high sample counts), and at 1 spp stays the fit's. Default True; only for
+            colour at the guides' size (joint upsampling has no input at full resolution).
 
     Returns:
         The denoised radiance, same kind (NumPy / torch) and layout (HWC / BCHW) as ``color``.
@@ -91,7 +101,8 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
             ok = False
         if not ok:
             raise ValueError(f"eps must be a positive finite float or None, got {eps!r}")
-    for flag, value in (("repair", repair), ("hdr", hdr)):
+    spp = _check_spp(spp)
+    for flag, value in (("repair", repair), ("hdr", hdr), ("input_blend", input_blend)):
         if not isinstance(value, (bool, np.bool_)):
             raise ValueError(f"{flag} must be True or False, got {value!r}")
     hdr = bool(hdr)
@@ -133,34 +144,41 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
         radius = DEFAULT_RADIUS if radius is None else radius
         eps = DEFAULT_EPS if eps is None else eps
         scale = 1 if scale is None else scale
+    if spp is not None and spp != 1 and net is not None and net.config["history"]:
+        # a history of n frames of s samples each holds n s samples: the noise the network is told of
+        n = guides["history"] if "history" in present else torch.ones_like(c[:, :1])
+        present["history"] = guides["history"] = n * spp
     if "history" in present and (net is None or not net.config["history"]):
         del present["history"]  # checked above; only FLNR weights with the history input read it
     names = tuple(present)
     inputs = [c, *(guides[k] for k in names)]
     needs_grad = torch.is_grad_enabled() and (c.requires_grad or (net is not None and net.training))
+    blend = bool(input_blend) and u == 1
     frame = functools.partial(_frame, names=names, model=model, net=net, radius=radius, eps=eps, scale=scale,
-                              tile=tile, phase=phase, repair=repair, needs_grad=needs_grad, hdr=hdr)
+                              tile=tile, phase=phase, repair=repair, needs_grad=needs_grad, hdr=hdr, blend=blend)
     # a frame that reads no tensor on the host (repair on, data checks off) can be a CUDA graph
     if (graphs.wanted(inputs, needs_grad) and repair and not buffers.host_reads(c)
             and not isinstance(eps, torch.Tensor)):
         # the graph reads the network's weights where they lie: moved (nn.Module.to replaces them), a new graph
         weights_at = () if net is None else tuple(t.data_ptr() for t in (*net.parameters(), *net.buffers()))
-        key = (model, id(net), weights_at, radius, eps, scale, tile, phase, names, hdr, forced_backend())
+        key = (model, id(net), weights_at, radius, eps, scale, tile, phase, names, hdr, blend, forced_backend())
         out = graphs.run(key, frame, inputs)
     else:
         out = frame(*inputs)
     return buffers.like(out, color)
 
 
-def _frame(c, *present, names, model, net, radius, eps, scale, tile, phase, repair, needs_grad, hdr=True):
-    """One frame of :func:`denoise` on validated (B, C, H, W) buffers: repairs, checks, the model; LDR colour
-    (``hdr=False``) is taken at most 1 and the result clamped into [0, 1] (branch-free: no host reads)."""
+def _frame(c, *present, names, model, net, radius, eps, scale, tile, phase, repair, needs_grad, hdr=True,
+           blend=False):
+    """One frame of :func:`denoise` on validated (B, C, H, W) buffers: repairs, checks, the model, the input blend;
+    LDR colour (``hdr=False``) is taken at most 1 and the result clamped into [0, 1] (branch-free: no host
+    reads)."""
     out = _model(c, *present, names=names, model=model, net=net, radius=radius, eps=eps, scale=scale, tile=tile,
-                 phase=phase, repair=repair, needs_grad=needs_grad, hdr=hdr)
+                 phase=phase, repair=repair, needs_grad=needs_grad, hdr=hdr, blend=blend)
     return out if hdr else out.clamp(0.0, 1.0)
 
 
-def _model(c, *present, names, model, net, radius, eps, scale, tile, phase, repair, needs_grad, hdr):
+def _model(c, *present, names, model, net, radius, eps, scale, tile, phase, repair, needs_grad, hdr, blend):
     guides = dict.fromkeys(GUIDES)
     guides.update(zip(names, present))
     u = upsample_factor(tuple(c.shape[-2:]), full_size(c, guides))
@@ -183,14 +201,19 @@ def _model(c, *present, names, model, net, radius, eps, scale, tile, phase, repa
             c = c.clamp(max=1.0)
         c = buffers.suppress_fireflies(c, sample_down(guides["emission"], u, phase))
         if model == "flnr":
-            from .flnr import flnr as run_flnr, flnr_tiled
-
             if tile is not None:
-                return flnr_tiled(c, guides, net, radius, eps, scale, tile, phase=phase)
-            return run_flnr(c, guides, net, radius, eps, scale, phase=phase)
-        if tile is not None:
-            return flr_tiled(c, guides, radius, eps, scale, tile, phase=phase)
-        return flr(c, guides, radius, eps, scale, phase=phase)
+                out = flnr_tiled(c, guides, net, radius, eps, scale, tile, phase=phase)
+            else:
+                out = run_flnr(c, guides, net, radius, eps, scale, phase=phase)
+        elif tile is not None:
+            out = flr_tiled(c, guides, radius, eps, scale, tile, phase=phase)
+        else:
+            out = flr(c, guides, radius, eps, scale, phase=phase)
+        if not blend:
+            return out
+        sharp = (flr(c, guides, SHARP_RADIUS, SHARP_EPS) if tile is None else
+                 flr_tiled(c, guides, SHARP_RADIUS, SHARP_EPS, 1, tile))
+        return towards_input(out, c, guides["albedo"], sharp)
 
 
 def _dtype_name(x) -> str:
@@ -218,6 +241,20 @@ def _check_color(color) -> None:
         rgb = "color[..., :3]" if len(shape) == 3 else "color[:, :3]"
         raise ValueError(f"color has 4 channels (shape {shape}): denoise takes RGB; pass {rgb} and keep the alpha "
                          f"as it is")
+
+
+def _check_spp(spp) -> float | None:
+    """``spp`` as a float >= 1 (None stays None); ValueError naming it for anything else (bools, strings, NaN, inf,
+    values below 1)."""
+    if spp is None:
+        return None
+    try:
+        ok = not isinstance(spp, (bool, np.bool_, str)) and math.isfinite(float(spp)) and float(spp) >= 1
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"spp must be a number of samples per pixel >= 1 or None, got {spp!r}")
+    return float(spp)
 
 
 def _positive_int(value, name: str) -> int | None:

@@ -106,7 +106,7 @@ class TemporalFLR:
         acc = self.accumulate(color, phase=phase, **guides)
         out = denoise(acc, **{k: guides.get(k) for k in self.GUIDES if guides.get(k) is not None}, model="flr",
                       radius=self.radius, eps=self.eps, scale=self.scale, tile=self.tile,
-                      phase=None if self._mixed else self.phase)
+                      phase=None if self._mixed else self.phase, input_blend=False)
         return B.like(out, color)
 
 
@@ -230,7 +230,8 @@ class TemporalDenoiser:
 
                 self.net = placed(self.net, acc.device, acc.dtype)
             out = denoise(acc, **g, model=self.model, weights=self.net, radius=self.radius, eps=self.eps,
-                          scale=self.scale, tile=self.tile, history=self._history.count)
+                          scale=self.scale, tile=self.tile, history=self._history.count,
+                          input_blend=False)  # reprojected history: its noise is not independent per pixel
             if self.shrink_radius > 0:
                 out = accumulate.towards_history(out, acc, self._history, floor, self.shrink_radius)
         if self.edge_frames > 1:

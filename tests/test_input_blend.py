@@ -1,0 +1,153 @@
+"""The input blend and the sample count: the denoiser converges to its input as the noise falls, never loses to its
+own fit, and reads the samples per pixel from each kind of header (references: the noise-free image, the input,
+the math of independent noise)."""
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vision.bundled import asset_path
+from vision.data import read_frame, write_frame
+from vision.data.exr import read_exr_header
+from vision.data.render_layers import samples_per_pixel
+from vision.denoise import denoise
+from vision.denoise import metrics as M
+from vision.denoise.input_blend import noise_energy, towards_input
+from vision.pipelines.cli import main
+
+
+
+def _blender_file(name):
+    return Path(__file__).parent / "data" / "blender" / name
+
+
+def _scene(size=96):
+    """A frame whose irradiance has a shadowed half with shading detail the guides do not explain (the fit's
+    bias), a flat albedo and a flat normal: (clean radiance, albedo, normal), HWC float32."""
+    yy, xx = np.mgrid[0:size, 0:size] / 64.0
+    clean = np.stack([0.5 + 0.3 * np.sin(6 * xx) * (yy > 0.5)] * 3, -1).astype(np.float32)
+    albedo = np.full((size, size, 3), 0.7, np.float32)
+    normal = np.zeros((size, size, 3), np.float32)
+    normal[..., 2] = 1
+    return clean, albedo, normal
+
+
+def _mse(x, y):
+    return float(((np.asarray(x, np.float64) - y) ** 2).mean())
+
+
+def test_noise_energy_is_the_variance_of_independent_noise_and_zero_on_ramps_and_straight_edges():
+    g = torch.Generator().manual_seed(0)
+    noise = 0.3 * torch.randn(1, 3, 256, 256, generator=g, dtype=torch.float64)
+    assert abs(float(noise_energy(noise).mean()) / 0.09 - 1) < 0.03
+    y, x = torch.meshgrid(torch.arange(40.0), torch.arange(40.0), indexing="ij")
+    smooth = (0.02 * x - 0.01 * y + 0.7 * (x >= 17) + 0.3 * (y >= 9)).to(torch.float64).expand(1, 2, 40, 40)
+    assert float(noise_energy(smooth).abs().max()) < 1e-12  # float64 rounding (the noise above: 0.09)
+    assert torch.equal(noise_energy(torch.ones(1, 3, 2, 9)), torch.zeros(1, 3, 2, 9))  # under 3 x 3: no estimate
+
+
+@pytest.mark.parametrize("model", ["flr", "flnr"])
+def test_converges_to_the_input_as_the_noise_falls(model):
+    clean, albedo, normal = _scene()
+    rng = np.random.default_rng(0)
+    errors = []
+    for sigma in (0.3, 0.1, 0.03, 0.01, 0.001, 0.0):
+        noisy = np.clip(clean + sigma * rng.standard_normal(clean.shape), 0, None).astype(np.float32)
+        fit = denoise(noisy, albedo=albedo, normal=normal, model=model, input_blend=False)
+        out = denoise(noisy, albedo=albedo, normal=normal, model=model)
+        errors.append(_mse(out, clean))
+        assert _mse(out, clean) <= _mse(fit, clean) * 1.01 + 1e-9, sigma  # never worse than the fit
+        if sigma <= 0.03:  # the noise is below the fit's bias here: at or better than the input
+            assert _mse(out, clean) <= _mse(noisy, clean) * 1.01 + 1e-9, sigma
+        if sigma == 0.0:
+            assert np.abs(out - noisy).max() < 1e-3  # the input itself, to the fit's float32 rounding
+    assert errors == sorted(errors, reverse=True)  # less noise in, less error out
+
+
+@pytest.mark.parametrize("model", ["flr", "flnr"])
+def test_one_spp_frames_keep_the_fit(model):
+    """At 1 spp the frame's residual is nearly all noise: the blend leaves the fit as it was (bundled scenes)."""
+    for s in range(3):
+        d = read_frame(asset_path("scenes", f"scene_{s:05d}", "frame_00.exr"))
+        g = {k: d[k] for k in ("albedo", "normal", "depth", "ao", "emission")}
+        fit = denoise(d["color"], **g, model=model, input_blend=False)
+        out = denoise(d["color"], **g, model=model)
+        assert M.psnr(out, d["reference"]) >= M.psnr(fit, d["reference"]) - 0.01
+
+
+def test_extremes_stay_finite():
+    clean, albedo, normal = _scene(48)
+    t = {k: torch.from_numpy(v).permute(2, 0, 1)[None] for k, v in dict(color=clean, albedo=albedo).items()}
+    fit = torch.full_like(t["color"], 0.4)
+    for bad in (1e30, 3e38):
+        c = t["color"].clone()
+        c[..., 30, 30] = bad
+        assert torch.isfinite(towards_input(fit, c, t["albedo"])).all()
+        assert torch.isfinite(towards_input(fit, c, t["albedo"], sharp=fit)).all()
+        c = clean.copy()
+        c[30, 30] = bad  # through denoise(): replaced as a broken sample, the neighbours untouched
+        out = denoise(c, albedo=albedo, normal=normal, model="flr")
+        assert np.isfinite(out).all() and out[25:36, 25:36].max() < 2
+
+
+def test_half_precision_input_matches_float32():
+    clean, albedo, normal = _scene(48)
+    noisy = np.clip(clean + 0.01 * np.random.default_rng(2).standard_normal(clean.shape), 0, None)
+    full = denoise(noisy.astype(np.float32), albedo=albedo, normal=normal, model="flr")
+    half = denoise(torch.from_numpy(noisy.astype(np.float16)).permute(2, 0, 1)[None], model="flr",
+                   albedo=torch.from_numpy(albedo).permute(2, 0, 1)[None].half(),
+                   normal=torch.from_numpy(normal).permute(2, 0, 1)[None].half())
+    assert half.dtype == torch.float16
+    assert np.abs(half[0].permute(1, 2, 0).float().numpy() - full).max() < 5e-3
+
+
+# --------------------------------------------------------------------------- the sample count
+
+def test_samples_per_pixel_from_each_kind_of_header():
+    assert samples_per_pixel(read_exr_header(_blender_file("cycles_float.exr")), "ViewLayer") == \
+        (2.0, "EXR header cycles.ViewLayer.samples")
+    two = read_exr_header(_blender_file("cycles_half_2layers.exr"))
+    assert samples_per_pixel(two, "Layer2")[0] == 2.0
+    assert samples_per_pixel({"cycles.ViewLayer.samples": "256"}, "")[0] == 256.0  # a file without layers
+    assert samples_per_pixel({"vision.spp": 1}, "") == (1.0, "EXR header vision.spp")
+    assert samples_per_pixel({}, "ViewLayer") == (None, "not in the EXR header")
+    for bad in ("abc", "0", "nan", "-4"):
+        value, why = samples_per_pixel({"cycles.ViewLayer.samples": bad}, "ViewLayer")
+        assert value is None and "cycles.ViewLayer.samples" in why
+
+
+def test_spp_tells_flnr_the_noise_level_and_bad_values_are_refused():
+    d = read_frame(asset_path("scenes", "scene_00000", "frame_00.exr"))
+    g = {k: d[k] for k in ("albedo", "normal", "depth", "ao", "emission")}
+    h, w = d["color"].shape[:2]
+    told = denoise(d["color"], **g, spp=16)
+    assert np.array_equal(told, denoise(d["color"], **g, history=np.full((h, w), 16.0)))
+    assert not np.array_equal(told, denoise(d["color"], **g))
+    assert np.array_equal(denoise(d["color"], **g, history=np.full((h, w), 2.0), spp=8), told)  # 2 frames x 8
+    assert np.array_equal(denoise(d["color"], **g, model="flr", spp=64), denoise(d["color"], **g, model="flr"))
+    for bad in (0, 0.5, -1, float("nan"), float("inf"), "64", True):
+        with pytest.raises(ValueError, match="^spp must be"):
+            denoise(d["color"], **g, spp=bad)
+    with pytest.raises(ValueError, match="^input_blend must be True or False"):
+        denoise(d["color"], **g, input_blend="yes")
+
+
+def test_command_says_where_the_sample_count_came_from(tmp_path, capsys):
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    shutil.copy(_blender_file("cycles_float.exr"), frames / "cycles.exr")
+    assert main(["denoise", str(frames / "cycles.exr"), "-o", str(tmp_path / "a"), "-q"]) == 0
+    assert "samples per pixel: 2 (EXR header cycles.ViewLayer.samples)" in capsys.readouterr().out
+    assert main(["denoise", str(frames / "cycles.exr"), "-o", str(tmp_path / "b"), "-q", "--spp", "64",
+                 "--no-input-blend"]) == 0
+    assert "samples per pixel: 64 (--spp)" in capsys.readouterr().out
+    d = read_frame(asset_path("scenes", "scene_00000", "frame_00.exr"))
+    write_frame(frames / "bare.exr", {k: d[k] for k in ("color", "albedo", "normal")})
+    assert main(["denoise", str(frames / "bare.exr"), "-o", str(tmp_path / "c"), "-q", "--model", "flr"]) == 0
+    assert "samples per pixel: unknown (not in the EXR header)" in capsys.readouterr().out
+    for value in ("0", "0.5", "nan", "inf"):
+        assert main(["denoise", str(frames / "bare.exr"), "-o", str(tmp_path / "d"), "-q", "--spp", value]) == 2
+        err = capsys.readouterr().err
+        assert "--spp" in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,110 @@
+"""The input blend: a denoised frame moved back towards its noisy input wherever the input is the better estimate.
+
+A fixed smoother has a bias that does not fall with the noise: at 64 or 256 samples per pixel the input is often
+closer to the truth than any window fit of it (thin geometry, reflected texture, shadow edges the guides do not
+explain). The blend keeps what the denoiser gained where the input is noisy and converges to the input as its
+noise falls, with no parameter learned or tuned on a scene:
+
+    ``out' = out + s (y - out)``,   ``s = max(0, 1 - V / (g E))``
+
+with ``E`` and ``V`` the means over a ``(2 radius + 1)^2`` window (3 channels summed) of the squared residual
+``(y - out)^2`` and of the input's noise variance. ``E`` estimates the fit's squared bias plus ``V``, so with
+``g = 1`` this is the positive-part James-Stein factor (as the temporal history's
+:func:`~.accumulate.towards_history`): where the bias clearly exceeds the noise the input wins, where the noise
+dominates the fit is kept. Both are taken in radiance units (each channel weighted by its squared demodulation
+factor) on the albedo-demodulated, emission-free signal, so the albedo's texture is never taken for noise.
+
+``g = max(0, 1 - sum V / sum E)`` over the whole image is the same factor for the frame as a whole: the share of
+the residual that is the fit's bias and not noise. Path-traced noise at a few samples per pixel is so heavy-tailed
+(fireflies, clusters of bright samples) that a window of 25 pixels often shows twice its expected energy; a
+window's evidence against the fit must then be as much stronger as the frame's is weak. At 1 spp the frame's
+residual is nearly all noise (``g ~ 0``) and the result is the fit's; as the noise falls ``g -> 1``.
+
+The noise variance comes from the frame itself, with no reference and no sample count: path-traced pixels
+(box pixel filter, independent samples) carry independent noise, and the 3 x 3 kernel ``k k^T / 6`` with
+``k = (1, -2, 1)`` has unit energy, so applied to independent noise of variance ``v`` it returns values of mean
+square ``v``, while it cancels every constant, linear ramp and straight axis-aligned edge of the signal (its rows
+and columns each sum to zero; Immerkaer 1996). It is applied to the residual ``y - out`` rather than to ``y``,
+so what the denoiser reproduces (edges of the guides) never counts as noise. As the noise falls, ``V`` falls
+with it while the bias stays, so ``s -> 1`` and the result goes to the input.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from vision.kernels import box_filter
+
+from .accumulate import finite
+from .repair import QUANTILE_SAMPLES
+from .signal import ALBEDO_FLOOR
+
+DEFAULT_RADIUS = 3  # 7 x 7 pixels x 3 channels per window
+# the noise is measured on the residual of a local linear fit in 5 x 5 windows (ridge 0.1 in units of each
+# standardised guide's variance): it follows the edges the guides explain, so they do not count as noise, and it
+# is too stiff to follow the noise itself (1 x 1 or 3 x 3 windows would)
+SHARP_RADIUS = 2
+SHARP_EPS = 0.1
+
+_K1 = (1.0, -2.0, 1.0)
+
+
+def noise_energy(x: torch.Tensor) -> torch.Tensor:
+    """Per pixel and channel, the square of the unit-energy 3 x 3 second-difference ``k k^T / 6`` of ``x``
+    (B, C, H, W): of mean ``v`` where ``x`` is a smooth signal plus independent noise of variance ``v``.
+    Computed at the interior pixels and copied outwards at the border (no padding enters it). Frames under
+    3 x 3 give zeros."""
+    b, c, h, w = x.shape
+    if h < 3 or w < 3:
+        return torch.zeros_like(x)
+    k = torch.tensor(_K1, dtype=x.dtype, device=x.device)
+    kernel = (k[:, None] * k[None, :] / 6.0).expand(c, 1, 3, 3)
+    e = F.conv2d(x, kernel, groups=c).square()
+    return F.pad(e, (1, 1, 1, 1), mode="replicate")
+
+
+def frame_share(energy: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """The share of a frame's residual that is the fit's bias rather than the input's noise, per image (B, 1, 1, 1):
+    ``max(0, 1 - median(noise / energy))`` over the windows whose residual ``energy`` is at least the frame's median
+    (the windows where the choice matters; the sky or a wall the fit gets right would otherwise speak for the
+    frame), from a strided subsample of about :data:`~.repair.QUANTILE_SAMPLES` windows. A median, so that one
+    firefly cannot decide it. 0 where nothing is known. ``energy`` and ``noise``: (B, 1, H, W) window means."""
+    b, _, h, w = energy.shape
+    step = max(1, math.ceil(math.sqrt(h * w / QUANTILE_SAMPLES)))
+    e = energy[..., ::step, ::step].reshape(b, -1)
+    q = noise[..., ::step, ::step].reshape(b, -1) / e
+    q = torch.where((e >= e.median(dim=1, keepdim=True).values) & torch.isfinite(q), q, torch.full_like(q, math.nan))
+    return (1 - torch.nanmedian(q, dim=1).values).nan_to_num(0.0).clamp(0, 1).view(b, 1, 1, 1)
+
+
+def towards_input(out: torch.Tensor, color: torch.Tensor, albedo: torch.Tensor | None = None,
+                 sharp: torch.Tensor | None = None, radius: int = DEFAULT_RADIUS) -> torch.Tensor:
+    """``out`` (B, 3, H, W), the denoised ``color`` (B, 3, H, W, the noisy input after repair), moved towards
+    ``color`` by the factor ``s`` of each ``(2 radius + 1)^2`` window (module docstring).
+
+    ``albedo`` (B, 3, H, W) as given to the denoiser, or None: the noise is estimated on residuals divided by
+    ``max(albedo, ALBEDO_FLOOR)``, so that the albedo's texture does not count as noise. ``sharp`` (B, 3, H, W):
+    a fit of ``color`` in small windows on the guides (:data:`SHARP_RADIUS`, :data:`SHARP_EPS`), whose residual
+    the noise is estimated on; None: ``out``'s residual. Every pixel takes part, those that see an emitter too:
+    at a few samples their noise keeps the fit, at many the input wins. Tensor operations only: no host
+    synchronisation, differentiable in ``out``.
+
+    Example:
+        >>> import torch
+        >>> y = torch.linspace(0, 1, 32).expand(1, 3, 32, 32).clone()
+        >>> y[..., 16:] += 0.5                     # a ramp and an edge with no noise left ...
+        >>> fit = torch.full_like(y, 0.5)          # ... and a fit that smooths them away
+        >>> torch.allclose(towards_input(fit, y), y)
+        True
+    """
+    residual = finite(color - out)
+    rough = residual if sharp is None else finite(color - sharp)
+    factor = torch.ones_like(color[:, :1]) if albedo is None else albedo.clamp_min(ALBEDO_FLOOR)
+    sums = torch.cat([residual.square().sum(1, keepdim=True),
+                      (factor.square() * noise_energy(rough / factor)).sum(1, keepdim=True)], 1)
+    sums = box_filter(finite(sums).contiguous(), radius)
+    s = 1 - sums[:, 1:2] / (sums[:, :1] * frame_share(sums[:, :1], sums[:, 1:2]).sqrt())
+    s = torch.where(torch.isfinite(s), s, torch.zeros_like(s)).clamp(0, 1).detach()
+    return out + s * residual
