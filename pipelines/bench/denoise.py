@@ -55,6 +55,7 @@ examples:
   vision bench denoise --data data/test         # 24 scenes no model has seen (BENCHMARKS.md: +2.57 dB FLNR - FLR)
   vision bench denoise --no-oidn --radius 6
   vision bench denoise --frames data/eval_blender/manifest.json   # real Blender files (benchmarks/denoise/)
+  vision bench denoise --frames data/spp_eval/manifest.json --spp 1 4 16 64 256   # one table per sample count
   vision bench denoise --time-size 1280x720 --threads 2       # also CPU time per 1280x720 frame (ratios)
   vision bench denoise --no-oidn --cuda-size 1920x1080 --repeat 20   # also GPU time per 1920x1080 frame
   vision bench denoise --cuda-size 1920x1080 --timing-only           # only the GPU rows (syncs, graph, kernels)
@@ -76,6 +77,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="renderer files as written (Blender Cycles, Mitsuba AOVs, PFM) listed in a JSON manifest "
                         "with their references (see benchmarks/denoise/README.md); rows per scene and spp, OIDN "
                         "with prefiltered (noisy) albedo and normal")
+    p.add_argument("--spp", type=int, nargs="+", default=None, metavar="N",
+                   help="with --frames: only the frames of these samples per pixel (e.g. 1 4 16 64 256), and one "
+                        "table per sample count (default: every frame; tables per count all the same)")
     p.add_argument("--split", default="all", choices=("train", "val", "test", "all"),
                    help="scenes of this split only (default all)")
     p.add_argument("--radius", type=int, default=8, help="FLR and box radius (default 8)")
@@ -130,8 +134,8 @@ def methods(args, upsample: bool = False, quarter: bool = False) -> dict:
         return d["color"]
 
     def run_on(color, **kw):
-        """A method: ``denoise`` of ``color(frame)`` with the frame's guides and ``kw``."""
-        return lambda d: denoise(color(d), **{k: d[k] for k in GUIDES if k in d}, **kw)
+        """A method: ``denoise`` of ``color(frame)`` with the frame's guides, its samples per pixel and ``kw``."""
+        return lambda d: denoise(color(d), **{k: d[k] for k in GUIDES if k in d}, spp=d.get("spp"), **kw)
 
     def flr(scale=1, color=full, **kw):
         return run_on(color, model="flr", radius=args.radius, eps=args.eps, scale=scale, **kw)
@@ -144,6 +148,10 @@ def methods(args, upsample: bool = False, quarter: bool = False) -> dict:
 
         net = load_flnr(getattr(args, "weights", None))
         m["flnr"] = run_on(full, model="flnr", weights=net)
+    if getattr(args, "frames", None) is not None:  # renderer files at any sample count: what the input blend adds
+        m["flr (no input blend)"] = flr(1, input_blend=False)
+        if net is not None:
+            m["flnr (no input blend)"] = run_on(full, model="flnr", weights=net, input_blend=False)
     if upsample:
         for how in ("mean", "pick", "pick+phase"):
             half = functools.partial(half_color, how=how.split("+")[0])
@@ -180,10 +188,12 @@ def load_frames(args) -> list[tuple[str, int, dict]]:
     from vision.bundled import asset_path
     from vision.data import RenderedScenes
 
+    if getattr(args, "spp", None) and getattr(args, "frames", None) is None:
+        raise ValueError("--spp picks frames of a --frames manifest by their samples per pixel; add --frames")
     if getattr(args, "frames", None) is not None:
         from .denoise_files import load_manifest_frames
 
-        return load_manifest_frames(args.frames)
+        return load_manifest_frames(args.frames, getattr(args, "spp", None))
 
     root = args.data or asset_path("scenes")
     ds = RenderedScenes(root, split=args.split, fields=["color", "reference", *GUIDES])
@@ -204,6 +214,8 @@ def enlarge(d: dict, size: tuple[int, int]) -> dict:
 
     out = {}
     for k, v in d.items():
+        if not isinstance(v, np.ndarray) or v.ndim != 3:  # the frame's spp and other scalars
+            continue
         t = torch.from_numpy(np.ascontiguousarray(v)).permute(2, 0, 1)[None]
         out[k] = np.ascontiguousarray(F.interpolate(t, size=size, mode="nearest")[0].permute(1, 2, 0).numpy())
     return out
@@ -286,7 +298,7 @@ def time_device(args, frames, device) -> dict:
     w, h = frame_size(args.cuda_size, "--cuda-size")
     d = enlarge(frames[0][2], (h, w))
     t = {k: torch.from_numpy(v).permute(2, 0, 1)[None].contiguous().to(device) for k, v in d.items()
-         if k != "reference"}
+         if k != "reference" and isinstance(v, np.ndarray)}
     guides = {k: t[k] for k in GUIDES if k in t}
     calls = {("flr" if s == 1 else f"flr s={s}"): functools.partial(denoise, t["color"], **guides, model="flr",
                                                                      radius=args.radius, eps=args.eps, scale=s)
@@ -423,10 +435,12 @@ def run(args) -> int:
                 print(f"acceptance 2c: HDR-FLIP FLNR - OIDN high aux = {df:+.4f} (<= 0.02): "
                       f"{'PASS' if df <= 0.02 else 'FAIL'}")
                 ok &= df <= 0.02
+    spp_records = None
     if real:
-        from .denoise_files import scene_checks
+        from .denoise_files import scene_checks, spp_tables
 
         ok &= scene_checks(per, scenes, means)
+        spp_records = spp_tables(per, frames, list(ms))
     if "flr 1/2 mean" in means:
         full = means["flr"]["psnr"]
         parts, same, quarter = [], [], []
@@ -464,7 +478,8 @@ def run(args) -> int:
         ok &= _device_acceptance(args, cuda)
         cuda = {k: v if isinstance(v, float) else repr(v) for k, v in cuda.items()}
     if args.json:
-        args.json.write_text(json.dumps({"size": [h, w], "rows": records, "timing_large": timing,
+        args.json.write_text(json.dumps({"size": [h, w], "rows": records, "per_spp": spp_records,
+                                         "timing_large": timing,
                                          "timing_cuda": cuda,
                                          "timing_cuda_rows": getattr(args, "device_rows", None)}, indent=1))
         print(f"wrote {args.json}")

@@ -62,14 +62,20 @@ def read_manifest(path) -> list[dict]:
     return out
 
 
-def load_manifest_frames(path) -> list[tuple[str, int, dict]]:
+def load_manifest_frames(path, spp=None) -> list[tuple[str, int, dict]]:
     """``(group, index, buffers)`` per manifest frame, the buffers as ``vision denoise`` reads them plus
-    ``reference``; the group is ``"SCENE Nspp"`` when the entry says its spp."""
+    ``reference`` and ``spp`` (the entry's samples per pixel, or None); the group is ``"SCENE Nspp"`` when the
+    entry says its spp. ``spp``: a list of sample counts to keep (ValueError when none of the frames has one)."""
     from vision.data.render_layers import read_render_file
 
     frames = []
     counts: dict[str, int] = {}
-    for e in read_manifest(path):
+    entries = read_manifest(path)
+    if spp:
+        entries = [e for e in entries if e.get("spp") in spp]
+        if not entries:
+            raise ValueError(f"--spp {' '.join(map(str, spp))}: no frame of {path} has that many samples per pixel")
+    for e in entries:
         extra = {k: e[k] for k in OPTIONAL if k in e}
         layer = read_render_file(e["noisy"], extra).layers[0]
         ref = read_render_file(e["reference"]).layers[0].buffers["color"]
@@ -78,10 +84,43 @@ def load_manifest_frames(path) -> list[tuple[str, int, dict]]:
             raise ValueError(f"{e['reference']}: reference is {ref.shape[1]}x{ref.shape[0]}, the noisy frame "
                              f"{e['noisy']} is {d['color'].shape[1]}x{d['color'].shape[0]}")
         d["reference"] = np.ascontiguousarray(ref, dtype=np.float32)
+        d["spp"] = e.get("spp")
         group = f"{e['scene']} {e['spp']}spp" if "spp" in e else str(e["scene"])
         frames.append((group, counts.get(group, 0), d))
         counts[group] = counts.get(group, 0) + 1
     return frames
+
+
+def spp_tables(per: dict, frames: list, methods: list[str]) -> list[dict]:
+    """One table per sample count (mean PSNR over its scenes per method, the gap to OIDN high and to the noisy
+    input), and the checks of a denoiser at every sample count: the default (FLNR) at or above the noisy input
+    and at or above FLR on every scene. Returns one record per (spp, method)."""
+    from .timing import print_table
+
+    groups: dict = {}
+    for group, _, d in frames:
+        groups.setdefault(d.get("spp"), set()).add(group)
+    records = []
+    summary = []
+    for spp in sorted(groups, key=lambda v: (v is None, v or 0)):
+        scenes = sorted(groups[spp])
+        mean = {m: float(np.mean([np.mean([r["psnr"] for r in per[(s, m)]]) for s in scenes])) for m in methods}
+        peer = mean.get("oidn high aux")
+        rows = [{"method": m, "PSNR": f"{mean[m]:.2f}", "- noisy": f"{mean[m] - mean['noisy']:+.2f}",
+                 "- oidn high aux": "-" if peer is None else f"{mean[m] - peer:+.2f}"} for m in methods]
+        print_table(rows, ["method", "PSNR", "- noisy", "- oidn high aux"],
+                    title=f"{spp if spp is not None else '?'} spp: mean PSNR over {len(scenes)} scene(s), dB")
+        records += [{"spp": spp, "method": m, "psnr": mean[m], "scenes": len(scenes)} for m in methods]
+        if "flnr" in mean:
+            worse = [s.rsplit(" ", 1)[0] for s in scenes
+                     if np.mean([r["psnr"] for r in per[(s, "flnr")]]) < max(
+                         np.mean([r["psnr"] for r in per[(s, m)]]) for m in ("noisy", "flr") if (s, m) in per)]
+            summary.append((spp, mean, peer, worse))
+    for spp, mean, peer, worse in summary:
+        gap = "" if peer is None else f"; FLNR - OIDN high aux {mean['flnr'] - peer:+.2f} dB"
+        print(f"{spp} spp: FLNR below the noisy input or FLR on {len(worse)} scene(s)"
+              + (f" ({', '.join(worse)})" if worse else "") + gap)
+    return records
 
 
 def scene_checks(per: dict, scenes: list[str], means: dict) -> bool:

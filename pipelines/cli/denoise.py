@@ -105,6 +105,14 @@ def add_arguments(p) -> None:
                                                            "flnr: the learned ones)")
     p.add_argument("--scale", type=int, default=None, help="fit on scale x scale cells, apply at full resolution "
                                                            "(default 1; flnr: the trained one)")
+    p.add_argument("--spp", type=float, default=None, metavar="N",
+                   help="samples per pixel of the colour (default: read from each file's header, Cycles' "
+                        "cycles.<ViewLayer>.samples or render-scenes' vision.spp; unknown: the noise is "
+                        "estimated from the frame); tells FLNR the noise level")
+    p.add_argument("--no-input-blend", action="store_true",
+                   help="keep the regression's result everywhere; by default it is moved back towards the noisy "
+                        "input wherever the input's own noise (estimated from the frame) is below the fit's "
+                        "bias, so high sample counts keep their detail and the result converges to the input")
     p.add_argument("--phase", default=None, metavar="DY,DX",
                    help="colour at 1/u resolution: the pixel of its u x u block each colour sample was shaded at "
                         "(default: anywhere, the guides are averaged over the block)")
@@ -207,7 +215,7 @@ def run(args) -> int:
     args.scale = defaults[2] if args.scale is None else args.scale
     from vision.pipelines.plugins import POSITIVE, check_numbers
 
-    check_numbers(args, {"eps": POSITIVE})  # NaN and inf too, named by the flag (not by the first frame)
+    check_numbers(args, {"eps": POSITIVE, "spp": dict(low=1)})  # NaN and inf too, named by the flag (not by the first frame)
     if ((args.radius is not None and args.radius < 0) or args.scale < 1 or (args.eps is not None and args.eps <= 0)
             or args.tile < 0):
         raise ValueError("--radius must be >= 0, --scale >= 1, --eps > 0 and --tile >= 0")
@@ -231,7 +239,7 @@ def run(args) -> int:
     if len(set(targets)) != len(targets):
         raise ValueError("two frames map to the same output name; use frames with distinct file names")
     from vision import __version__
-    from vision.data.render_layers import check_readable, describe, missing_guides
+    from vision.data.render_layers import check_readable, describe, missing_guides, samples_per_pixel
 
     for f in mine:  # a bad file stops the run before anything is made, with one line naming it
         check_readable(f)
@@ -247,6 +255,7 @@ def run(args) -> int:
     temporal = {} if args.temporal else None  # one history per view layer
     done = skipped = repaired = 0
     said = None
+    said_spp = None
     sizes = {}  # --temporal: the size of each view layer's sequence
     static = []  # --temporal: frames without motion vectors
     items = [(f, None) for f in warm] + list(zip(mine, targets))
@@ -277,6 +286,15 @@ def run(args) -> int:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", BufferWarning)
                 for layer in rf.layers:
+                    spp, source = (args.spp, "--spp") if args.spp is not None else samples_per_pixel(rf.header,
+                                                                                                    layer.name)
+                    spp_line = (f"samples per pixel: {spp:g} ({source})" if spp is not None else
+                                f"samples per pixel: unknown ({source}): the noise is estimated from the frame")
+                    if temporal is not None and spp is not None:
+                        spp_line += "; --temporal counts frames, not samples"
+                    if spp_line != said_spp:
+                        tqdm.write(f"vision denoise: {spp_line}", file=sys.stdout)
+                        said_spp = spp_line
                     t = {k: torch.from_numpy(v).to(device) for k, v in layer.buffers.items()}
                     guides = {k: t.get(k) for k in BUFFERS}
                     try:
@@ -308,7 +326,8 @@ def run(args) -> int:
                         else:
                             res = denoise(t["color"], **guides, model=args.model, radius=args.radius,
                                           eps=args.eps, scale=args.scale, tile=args.tile or None,
-                                          weights=net if args.weights else None, phase=phase)  # None: bundled
+                                          weights=net if args.weights else None, phase=phase,  # None: bundled
+                                          spp=spp, input_blend=not args.no_input_blend)
                     except ValueError as err:
                         raise ValueError(f"{frame}: {err}") from None
                     results.append(res.detach().cpu().numpy())
