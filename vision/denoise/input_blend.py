@@ -1,32 +1,32 @@
 """The input blend: a denoised frame moved back towards its noisy input wherever the input is the better estimate.
 
 A fixed smoother has a bias that does not fall with the noise: at 64 or 256 samples per pixel the input is often
-closer to the truth than any window fit of it (thin geometry, reflected texture, shadow edges the guides do not
-explain). The blend keeps what the denoiser gained where the input is noisy and converges to the input as its
-noise falls, with no parameter learned or tuned on a scene:
+closer to the truth than any window fit of it (silhouettes, thin geometry, reflected texture, shadow edges). The
+blend keeps what the denoiser gained where the input is noisy and converges to the input as its noise falls:
 
-    ``out' = out + s (y - out)``,   ``s = max(0, 1 - V / (g E))``
+    ``out' = out + s (y - out)``,   ``s = max(0, 1 - V / (sqrt(g) E))``
 
 with ``E`` and ``V`` the means over a ``(2 radius + 1)^2`` window (3 channels summed) of the squared residual
 ``(y - out)^2`` and of the input's noise variance. ``E`` estimates the fit's squared bias plus ``V``, so with
 ``g = 1`` this is the positive-part James-Stein factor (as the temporal history's
 :func:`~.accumulate.towards_history`): where the bias clearly exceeds the noise the input wins, where the noise
-dominates the fit is kept. Both are taken in radiance units (each channel weighted by its squared demodulation
-factor) on the albedo-demodulated, emission-free signal, so the albedo's texture is never taken for noise.
+dominates the fit is kept.
 
-``g = max(0, 1 - sum V / sum E)`` over the whole image is the same factor for the frame as a whole: the share of
-the residual that is the fit's bias and not noise. Path-traced noise at a few samples per pixel is so heavy-tailed
-(fireflies, clusters of bright samples) that a window of 25 pixels often shows twice its expected energy; a
-window's evidence against the fit must then be as much stronger as the frame's is weak. At 1 spp the frame's
-residual is nearly all noise (``g ~ 0``) and the result is the fit's; as the noise falls ``g -> 1``.
+``g`` (:func:`frame_share`) is the same factor for the frame as a whole, a median over its windows: the share of
+the residual that is the fit's bias rather than noise. Path-traced noise at a few samples per pixel is so
+heavy-tailed (fireflies, clusters of bright samples) that a window of 49 pixels often shows twice its expected
+energy; a window's evidence against the fit must then be as much stronger as the frame's is weak. At 1 spp the
+frame's residual is nearly all noise (``g ~ 0``) and the result is the fit's; as the noise falls ``g -> 1``. (The
+square root, rather than ``g`` itself, was chosen on tuning scenes: ``g`` gave up a third of the gain at 16 spp.)
 
 The noise variance comes from the frame itself, with no reference and no sample count: path-traced pixels
 (box pixel filter, independent samples) carry independent noise, and the 3 x 3 kernel ``k k^T / 6`` with
 ``k = (1, -2, 1)`` has unit energy, so applied to independent noise of variance ``v`` it returns values of mean
 square ``v``, while it cancels every constant, linear ramp and straight axis-aligned edge of the signal (its rows
-and columns each sum to zero; Immerkaer 1996). It is applied to the residual ``y - out`` rather than to ``y``,
-so what the denoiser reproduces (edges of the guides) never counts as noise. As the noise falls, ``V`` falls
-with it while the bias stays, so ``s -> 1`` and the result goes to the input.
+and columns each sum to zero; Immerkaer 1996). It is applied, divided by the albedo, to the residual of a sharp
+fit of the input in small windows on the guides (``sharp``: see :data:`SHARP_GUIDES`), so that neither the
+albedo's texture nor the edges the guides explain count as noise. As the noise falls, ``V`` falls with it while
+the bias stays, so ``s -> 1`` and the result goes to the input.
 """
 from __future__ import annotations
 
@@ -42,10 +42,15 @@ from .repair import QUANTILE_SAMPLES
 from .signal import ALBEDO_FLOOR
 
 DEFAULT_RADIUS = 3  # 7 x 7 pixels x 3 channels per window
-# the noise is measured on the residual of a local linear fit in 5 x 5 windows (ridge 0.1 in units of each
-# standardised guide's variance): it follows the edges the guides explain, so they do not count as noise, and it
-# is too stiff to follow the noise itself (1 x 1 or 3 x 3 windows would)
+# The noise is measured on the residual of FLR on the normal and the albedo (emission taken out) in small windows
+# (2 pixels' radius on 2 x 2 cells, ridge 0.1 in units of each standardised guide's variance): it follows the
+# edges those guides explain (silhouettes, creases, texture borders), so they do not count as noise, and it is too
+# stiff to follow the noise itself. Chosen on two tuning scenes rendered at 1-256 spp and the bundled 1-spp scenes,
+# never on the evaluation scenes: depth, AO and full-resolution cells changed nothing there but the cost; without
+# the albedo, or with the main fit's own residual, the noise was overestimated up to 5x at 256 spp.
+SHARP_GUIDES = ("normal", "albedo", "emission")
 SHARP_RADIUS = 2
+SHARP_SCALE = 2
 SHARP_EPS = 0.1
 
 _K1 = (1.0, -2.0, 1.0)
