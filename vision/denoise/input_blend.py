@@ -7,7 +7,8 @@ blend keeps what the denoiser gained where the input is noisy and converges to t
     ``out' = out + s (y - out)``,   ``s = max(0, 1 - V / (sqrt(g) E))``
 
 with ``E`` and ``V`` the means over a ``(2 radius + 1)^2`` window (3 channels summed) of the squared residual
-``(y - out)^2`` and of the input's noise variance. ``E`` estimates the fit's squared bias plus ``V``, so with
+``(y - out)^2`` and of the input's noise variance, and ``m`` is ``out`` moved part of the way towards a sharper
+fit (below). ``E`` estimates the fit's squared bias plus ``V``, so with
 ``g = 1`` this is the positive-part James-Stein factor (as the temporal history's
 :func:`~.accumulate.towards_history`): where the bias clearly exceeds the noise the input wins, where the noise
 dominates the fit is kept.
@@ -27,6 +28,12 @@ and columns each sum to zero; Immerkaer 1996). It is applied, divided by the alb
 fit of the input in small windows on the guides (``sharp``: see :data:`SHARP_GUIDES`), so that neither the
 albedo's texture nor the edges the guides explain count as noise. As the noise falls, ``V`` falls with it while
 the bias stays, so ``s -> 1`` and the result goes to the input.
+
+Between the two, the sharp fit ``f`` is a third candidate: ``m = out + w (f - out)`` with the least-squares weight
+of the window, ``w = (mean (y - out)(f - out) - h V) / mean (f - out)^2`` in [0, 1], times ``sqrt(g)``: the
+residual's regression on the step towards ``f`` measures how much of the fit's error the step removes, less
+what ``f`` owes to the noise it follows (``h``: its self-leverage, :data:`SHARP_LEVERAGE`). At a few samples it
+takes the sharper fit where the main one smooths over detail; at many, ``s ~ 1`` and the input wins.
 """
 from __future__ import annotations
 
@@ -52,6 +59,10 @@ SHARP_GUIDES = ("normal", "albedo", "emission")
 SHARP_RADIUS = 2
 SHARP_SCALE = 2
 SHARP_EPS = 0.1
+# The sharp fit's self-leverage, the covariance of its output with the input's noise per unit of noise variance:
+# it fits 7 coefficients (the normal's 3, the albedo's 3, a constant) in windows of 5 x 5 cells of 2 x 2 pixels,
+# about 7 / 100; rounded up, to the cautious side
+SHARP_LEVERAGE = 0.1
 
 _K1 = (1.0, -2.0, 1.0)
 
@@ -86,15 +97,16 @@ def frame_share(energy: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
 
 def towards_input(out: torch.Tensor, color: torch.Tensor, albedo: torch.Tensor | None = None,
                  sharp: torch.Tensor | None = None, radius: int = DEFAULT_RADIUS) -> torch.Tensor:
-    """``out`` (B, 3, H, W), the denoised ``color`` (B, 3, H, W, the noisy input after repair), moved towards
-    ``color`` by the factor ``s`` of each ``(2 radius + 1)^2`` window (module docstring).
+    """``out`` (B, 3, H, W), the denoised ``color`` (B, 3, H, W, the noisy input after repair), first moved towards
+    ``sharp`` as far as the window's residual says, then towards ``color`` by the factor ``s`` of each ``(2 radius +
+    1)^2`` window (module docstring).
 
     ``albedo`` (B, 3, H, W) as given to the denoiser, or None: the noise is estimated on residuals divided by
-    ``max(albedo, ALBEDO_FLOOR)``, so that the albedo's texture does not count as noise. ``sharp`` (B, 3, H, W):
-    a fit of ``color`` in small windows on the guides (:data:`SHARP_RADIUS`, :data:`SHARP_EPS`), whose residual
-    the noise is estimated on; None: ``out``'s residual. Every pixel takes part, those that see an emitter too:
-    at a few samples their noise keeps the fit, at many the input wins. Tensor operations only: no host
-    synchronisation, differentiable in ``out``.
+    ``max(albedo, ALBEDO_FLOOR)``, so that the albedo's texture does not count as noise. ``sharp`` (B, 3, H, W): a
+    fit of ``color`` in small windows on the guides (:data:`SHARP_GUIDES`), whose residual the noise is estimated
+    on, and a third candidate between ``out`` and ``color``; None: ``out``'s residual, no third candidate. Every
+    pixel takes part, those that see an emitter too: at a few samples their noise keeps the fit, at many the input
+    wins. Tensor operations only: no host synchronisation, differentiable in ``out``.
 
     Example:
         >>> import torch
@@ -105,11 +117,21 @@ def towards_input(out: torch.Tensor, color: torch.Tensor, albedo: torch.Tensor |
         True
     """
     residual = finite(color - out)
-    rough = residual if sharp is None else finite(color - sharp)
     factor = torch.ones_like(color[:, :1]) if albedo is None else albedo.clamp_min(ALBEDO_FLOOR)
+    step = torch.zeros_like(residual) if sharp is None else finite(sharp - out)
+    rough = residual - step  # color - sharp
     sums = torch.cat([residual.square().sum(1, keepdim=True),
-                      (factor.square() * noise_energy(rough / factor)).sum(1, keepdim=True)], 1)
-    sums = box_filter(finite(sums).contiguous(), radius)
-    s = 1 - sums[:, 1:2] / (sums[:, :1] * frame_share(sums[:, :1], sums[:, 1:2]).sqrt())
-    s = torch.where(torch.isfinite(s), s, torch.zeros_like(s)).clamp(0, 1).detach()
-    return out + s * residual
+                      (factor.square() * noise_energy(rough / factor)).sum(1, keepdim=True),
+                      (residual * step).sum(1, keepdim=True), step.square().sum(1, keepdim=True)], 1)
+    e, v, c, d = box_filter(finite(sums).contiguous(), radius).split(1, dim=1)
+    trust = frame_share(e, v).sqrt()
+    s = _unit(1 - v / (e * trust))
+    w = _unit((c - SHARP_LEVERAGE * v) / d) * trust
+    mid = out + w * step
+    return mid + s * (color - mid)
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    """``x`` clamped into [0, 1], NaN and inf (empty windows, overflow) as 0, no gradient (the factors are
+    estimates from the data, as the temporal history's)."""
+    return torch.where(torch.isfinite(x), x, torch.zeros_like(x)).clamp(0, 1).detach()
