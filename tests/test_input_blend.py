@@ -75,6 +75,7 @@ def test_one_spp_frames_keep_the_fit(model):
         fit = denoise(d["color"], **g, model=model, input_blend=False)
         out = denoise(d["color"], **g, model=model)
         assert M.psnr(out, d["reference"]) >= M.psnr(fit, d["reference"]) - 0.01
+        assert np.array_equal(denoise(d["color"], **g, model=model, spp=1), fit)  # known 1 spp: skipped
 
 
 def test_extremes_stay_finite():

@@ -31,6 +31,16 @@ examples:
   vision denoise 'half/*.exr' -o out/ --model flnr --albedo 'full/{stem}.exr' --normal 'full/{stem}.exr' --phase 0,0
   vision denoise 'blender/*.exr' -o out/ --only-rgb --half         # each view layer's beauty + alpha, float16
   vision denoise color.0001.pfm -o out/ --albedo 'albedo.{frame}.pfm' --normal 'normal.{frame}.pfm'   # OIDN-style PFM
+  vision denoise 'stills/*.exr' -o out/ --spp 256             # a sample count the files do not say (Cycles' do)
+  vision denoise 'stills/*.exr' -o out/ --no-input-blend      # the regression's result alone, a little faster
+
+Any sample count: the regression has a bias that does not fall with the noise, so by default its result is
+moved back towards the noisy input, per 7 x 7 window, as far as the input's own noise allows (a James-Stein
+factor; the noise is estimated from the frame itself, on the residual of a sharp fit in small windows). At 1
+spp the result is the regression's; at 64-256 spp it keeps the detail the input has and converges to the input as
+the noise falls. The samples per pixel are read from each file's header (Cycles writes cycles.<ViewLayer>.samples)
+and told to FLNR; one line per run says where they came from. --temporal leaves the blend out (a reprojected
+history's noise is not independent from pixel to pixel).
 
 Buffers are read from each frame by channel name: the layers vision render-scenes writes (R G B,
 albedo.*, normal.*, depth.Z, ao.Y, emission.*, position.*), Blender Cycles passes (Noisy Image or
@@ -80,9 +90,9 @@ memory instead of page-faulting it in (1280x720 on 2 threads: 67 ms -> 46 ms per
 
 
 HELP = "denoise path-traced EXR frames with local regression on guide buffers"
-DESCRIPTION = ("Denoise 1-spp path-traced EXR frames (single- or multi-layer) by local regression on albedo / "
-               "normal / depth / AO / emission buffers: FLNR (guides written by a small trained network, the "
-               "default) or FLR.")
+DESCRIPTION = ("Denoise path-traced EXR frames (single- or multi-layer) at any sample count by local regression on "
+               "albedo / normal / depth / AO / emission buffers: FLNR (guides written by a small trained network, the "
+               "default) or FLR, moved back towards the noisy input wherever its own noise is below the fit's bias.")
 
 
 def add_arguments(p) -> None:

@@ -71,14 +71,12 @@ def noise_energy(x: torch.Tensor) -> torch.Tensor:
     """Per pixel and channel, the square of the unit-energy 3 x 3 second-difference ``k k^T / 6`` of ``x``
     (B, C, H, W): of mean ``v`` where ``x`` is a smooth signal plus independent noise of variance ``v``.
     Computed at the interior pixels and copied outwards at the border (no padding enters it). Frames under
-    3 x 3 give zeros."""
-    b, c, h, w = x.shape
-    if h < 3 or w < 3:
+    3 x 3 give zeros. Separable: a second difference along rows, then along columns."""
+    if x.shape[-2] < 3 or x.shape[-1] < 3:
         return torch.zeros_like(x)
-    k = torch.tensor(_K1, dtype=x.dtype, device=x.device)
-    kernel = (k[:, None] * k[None, :] / 6.0).expand(c, 1, 3, 3)
-    e = F.conv2d(x, kernel, groups=c).square()
-    return F.pad(e, (1, 1, 1, 1), mode="replicate")
+    rows = x[..., :, 2:] + x[..., :, :-2] - 2 * x[..., :, 1:-1]
+    both = rows[..., 2:, :] + rows[..., :-2, :] - 2 * rows[..., 1:-1, :]
+    return F.pad(both.square_().div_(36.0), (1, 1, 1, 1), mode="replicate")
 
 
 def frame_share(energy: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
@@ -116,22 +114,28 @@ def towards_input(out: torch.Tensor, color: torch.Tensor, albedo: torch.Tensor |
         >>> torch.allclose(towards_input(fit, y), y)
         True
     """
-    residual = finite(color - out)
     factor = torch.ones_like(color[:, :1]) if albedo is None else albedo.clamp_min(ALBEDO_FLOOR)
-    step = torch.zeros_like(residual) if sharp is None else finite(sharp - out)
-    rough = residual - step  # color - sharp
-    sums = torch.cat([residual.square().sum(1, keepdim=True),
-                      (factor.square() * noise_energy(rough / factor)).sum(1, keepdim=True),
-                      (residual * step).sum(1, keepdim=True), step.square().sum(1, keepdim=True)], 1)
-    e, v, c, d = box_filter(finite(sums).contiguous(), radius).split(1, dim=1)
-    trust = frame_share(e, v).sqrt()
-    s = _unit(1 - v / (e * trust))
-    w = _unit((c - SHARP_LEVERAGE * v) / d) * trust
-    mid = out + w * step
-    return mid + s * (color - mid)
+    residual = color - out
+    step = None if sharp is None else sharp - out
+    with torch.no_grad():  # the factors are estimates from the data: no gradient flows through them
+        r = residual.detach()
+        rough = (r if step is None else color - sharp).detach() / factor
+        noise = noise_energy(rough).mul_(factor.square())
+        sums = [r.square().sum(1, keepdim=True), noise.sum(1, keepdim=True)]
+        if step is not None:
+            st = step.detach()
+            sums += [(r * st).sum(1, keepdim=True), st.square().sum(1, keepdim=True)]
+        sums = box_filter(finite(torch.cat(sums, 1)), radius)
+        e, v = sums[:, :1], sums[:, 1:2]
+        trust = frame_share(e, v).sqrt()
+        s = _unit(1 - v / (e * trust))
+        if step is None:
+            return out + s * residual
+        w = _unit((sums[:, 2:3] - SHARP_LEVERAGE * v) / sums[:, 3:4]) * trust
+    # out moved towards the sharp fit by w, then towards the input by s
+    return out + s * residual + (w * (1 - s)) * step
 
 
 def _unit(x: torch.Tensor) -> torch.Tensor:
-    """``x`` clamped into [0, 1], NaN and inf (empty windows, overflow) as 0, no gradient (the factors are
-    estimates from the data, as the temporal history's)."""
-    return torch.where(torch.isfinite(x), x, torch.zeros_like(x)).clamp(0, 1).detach()
+    """``x`` clamped into [0, 1] in place, NaN and inf (empty windows, overflow) as 0."""
+    return torch.nan_to_num_(x, nan=0.0, posinf=0.0, neginf=0.0).clamp_(0, 1)
