@@ -1,8 +1,10 @@
-"""Blender Cycles evaluation set for `vision denoise`: 4 hand-built scenes x 3 views, 1 and 4 spp + references.
+"""Blender Cycles evaluation sets for `vision denoise`: 4 hand-built scenes x 3 views, 1 and 4 spp + references
+(``--set eval``, the default), or the sample-count set of 8 scenes x 1 view (``--set spp``,
+``blender_spp_scenes.py``), rendered at the ``--spp`` given (1, 4, 16, 64, 256 by default for it).
 
     blender -b -noaudio --factory-startup -t 1 --python benchmarks/denoise/blender_eval.py -- OUTDIR \
-        [--scenes interior,yard,studio,bounce] [--views 0,1,2] [--what noisy,reference] [--ref-spp 4096] \
-        [--size 128x96] [--time SPP]
+        [--set eval|spp] [--scenes interior,yard,studio,bounce] [--views 0,1,2] [--what noisy,reference] \
+        [--spp 1,4] [--ref-spp 4096] [--size 128x96] [--time SPP]
 
 Every frame is a 32-bit multilayer EXR exactly as Blender writes it (view layer ``ViewLayer``: Combined RGBA,
 Depth, Normal, Emit and the Denoising Data passes); references are the same view, colour only (single-layer
@@ -22,17 +24,31 @@ import bpy
 from mathutils import Vector
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # Blender does not add the script's folder
-from blender_eval_scenes import SCENES  # noqa: E402
-from evalset import log_reference, seed, update_manifest  # noqa: E402
+from evalset import SET_OFFSET, log_reference, seed, update_manifest  # noqa: E402
+
+DEFAULT_SPP = {"eval": [1, 4], "spp": [1, 4, 16, 64, 256]}
+
+
+def scene_set(name):
+    """The SCENES table of a set: ``eval`` (blender_eval_scenes.py) or ``spp`` (blender_spp_scenes.py)."""
+    if name == "eval":
+        from blender_eval_scenes import SCENES
+    elif name == "spp":
+        from blender_spp_scenes import SCENES
+    else:
+        raise SystemExit(f"unknown --set {name!r}; known: eval, spp")
+    return SCENES
 
 
 def parse(argv):
     args = argv[argv.index("--") + 1:] if "--" in argv else []
-    opts = {"out": None, "scenes": list(SCENES), "views": [0, 1, 2], "what": ["noisy", "reference"],
-            "ref_spp": 4096, "size": (128, 96), "time": 0, "spp": [1, 4]}
+    opts = {"out": None, "set": "eval", "scenes": None, "views": None, "what": ["noisy", "reference"],
+            "ref_spp": 4096, "size": (128, 96), "time": 0, "spp": None}
     it = iter(args)
     for a in it:
-        if a == "--scenes":
+        if a == "--set":
+            opts["set"] = next(it)
+        elif a == "--scenes":
             opts["scenes"] = next(it).split(",")
         elif a == "--views":
             opts["views"] = [int(v) for v in next(it).split(",")]
@@ -53,10 +69,24 @@ def parse(argv):
             raise SystemExit(f"unknown argument {a!r}")
     if opts["out"] is None:
         raise SystemExit("usage: blender -b ... --python blender_eval.py -- OUTDIR [options]")
-    unknown = set(opts["scenes"]) - set(SCENES)
+    scenes = scene_set(opts["set"])
+    if opts["scenes"] is None:
+        opts["scenes"] = list(scenes)
+    unknown = set(opts["scenes"]) - set(scenes)
     if unknown:
-        raise SystemExit(f"unknown scene(s) {sorted(unknown)}; known: {', '.join(SCENES)}")
-    return opts
+        raise SystemExit(f"unknown scene(s) {sorted(unknown)}; known: {', '.join(scenes)}")
+    if opts["spp"] is None:
+        opts["spp"] = DEFAULT_SPP[opts["set"]]
+    if opts["views"] is not None:   # default: every view of each scene (3 in the eval set, 1 in the spp set)
+        short = [n for n in opts["scenes"] if max(opts["views"]) >= len(scenes[n][1])]
+        if short:
+            raise SystemExit(f"--views {max(opts['views'])}: scene(s) {', '.join(short)} have fewer views")
+    try:
+        for spp in opts["spp"]:
+            seed(0, 0, spp)     # refuses a sample count without a seed digit of its own
+    except ValueError as err:
+        raise SystemExit(f"--spp: {err}") from None
+    return opts, scenes
 
 
 def setup_render(scene, size):
@@ -132,19 +162,19 @@ def render(scene, path, spp, seed_value):
 
 
 def main():
-    opts = parse(sys.argv)
+    opts, scenes = parse(sys.argv)
     out = os.path.abspath(opts["out"])
     os.makedirs(out, exist_ok=True)
-    names = list(SCENES)
+    names = list(scenes)
     for name in opts["scenes"]:
-        index = names.index(name)
+        index = names.index(name) + SET_OFFSET[opts["set"]]   # seeds of the sets never meet
         scene = fresh_scene(opts["size"])
-        build, views, description = SCENES[name]
+        build, views, description = scenes[name]
         build(scene)
         cam = bpy.data.objects.new("Camera", bpy.data.cameras.new("Camera"))
         scene.collection.objects.link(cam)
         scene.camera = cam
-        for v in opts["views"]:
+        for v in (opts["views"] if opts["views"] is not None else range(len(views))):
             origin, target, lens = views[v]
             look(cam, origin, target, lens)
             stem = f"{name}_v{v}"

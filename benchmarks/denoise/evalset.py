@@ -4,14 +4,20 @@ reference render times."""
 import json
 import os
 
-SEED_OF_SPP = {1: 1, 4: 4}
+# last digit of a frame's seed per sample count; 1, 4 and the reference's 9 are those the eval sets were rendered with
+SEED_OF_SPP = {1: 1, 4: 4, 16: 2, 64: 3, 256: 5, 1024: 7, 2: 6, 8: 8}
 REFERENCE_SEED = 9
+# added to the scene index per Blender set, so that no two sets share a seed (``blender_eval.py --set``)
+SET_OFFSET = {"eval": 0, "spp": 20}
 
 
 def seed(scene_index, view, spp):
     """Fixed seed of a frame: different per scene, view and sample count (0 = the reference), never shared with a
-    reference (README: ``1000 (scene + 1) + 10 view + {1: 1, 4: 4, reference: 9}``)."""
-    return 1000 * (scene_index + 1) + 10 * view + (SEED_OF_SPP.get(spp, spp % 10) if spp else REFERENCE_SEED)
+    reference (README: ``1000 (scene + 1) + 10 view + {1: 1, 4: 4, 16: 2, 64: 3, 256: 5, 1024: 7, 2: 6, 8: 8,
+    reference: 9}``). A sample count outside that table is refused: any digit it took would be another's."""
+    if spp and spp not in SEED_OF_SPP:
+        raise ValueError(f"no seed digit for {spp} spp; known: {sorted(SEED_OF_SPP)} (evalset.SEED_OF_SPP)")
+    return 1000 * (scene_index + 1) + 10 * view + (SEED_OF_SPP[spp] if spp else REFERENCE_SEED)
 
 
 def update_manifest(out, entries, renderer):
