@@ -313,7 +313,9 @@ def _given_denoise():
         frames.append(SimpleNamespace(color=f["color"], color_half=f["color"][::2, ::2], albedo=f["albedo"],
                                       normal=f["normal"], depth=f["depth"], vector=np.zeros((h, w, 4), np.float32),
                                       index=np.ones((h, w, 1), np.float32)))   # a static camera, one object
-    return dict(b, linear_ldr=np.clip(b["color"], 0, 1), color_half=half, frames=frames)
+    return dict(b, linear_ldr=np.clip(b["color"], 0, 1), color_half=half, frames=frames,
+                color_256spp=np.clip(_scene_frame(0)["reference"] + np.random.default_rng(0).normal(
+                    0, 0.01, b["color"].shape).astype(np.float32), 0, None))   # a frame with little noise left
 
 
 def _files_sd15(cwd, mp):
