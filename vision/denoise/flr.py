@@ -188,16 +188,17 @@ def upsample_factor(small: tuple[int, int], full: tuple[int, int]) -> int:
 
 
 def flr_tiled(color: torch.Tensor, guides: dict, radius: int, eps: float, scale: int, tile: int,
-              phase=None) -> torch.Tensor:
+              phase=None, stats=None) -> torch.Tensor:
     """:func:`flr` over tiles of about ``tile`` full-resolution pixels with an overlap margin that makes
-    every tile's interior equal to the whole-frame result, so memory is bounded by the tile size."""
+    every tile's interior equal to the whole-frame result, so memory is bounded by the tile size. ``stats``: as
+    :func:`flr`'s (default: the whole frame's)."""
     h, w = color.shape[-2:]
     hf, wf = full_size(color, guides)
     u = upsample_factor((h, w), (hf, wf))
     raw, _ = B.raw_features({k: guides.get(k) for k in B.GUIDE_ORDER})
     if raw is None or (hf <= tile and wf <= tile):
-        return flr(color, guides, radius, eps, scale, phase=phase)
-    stats = B.feature_stats(raw)
+        return flr(color, guides, radius, eps, scale, stats=stats, phase=phase)
+    stats = B.feature_stats(raw) if stats is None else stats
     del raw
     # what influences a pixel: emitter fill (r) + fit window (r) + coefficient averaging (r) + one cell
     # each for the cell grid and the bilinear apply, all in colour pixels; aligned to whole cells
