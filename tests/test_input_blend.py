@@ -152,3 +152,15 @@ def test_command_says_where_the_sample_count_came_from(tmp_path, capsys):
         assert main(["denoise", str(frames / "bare.exr"), "-o", str(tmp_path / "d"), "-q", "--spp", value]) == 2
         err = capsys.readouterr().err
         assert "--spp" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_batch_is_blended_image_by_image():
+    """The frame's share of bias is per image: a batch gives each image what it gets alone."""
+    clean, albedo, normal = _scene(48)
+    rng = np.random.default_rng(3)
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a, np.float32)).permute(2, 0, 1)[None]  # noqa: E731
+    colors = [np.clip(clean + s * rng.standard_normal(clean.shape), 0, None) for s in (0.3, 0.003)]
+    both = denoise(torch.cat([t(c) for c in colors]), albedo=t(albedo).expand(2, -1, -1, -1),
+                   normal=t(normal).expand(2, -1, -1, -1), model="flr")
+    for i, c in enumerate(colors):
+        assert torch.equal(both[i:i + 1], denoise(t(c), albedo=t(albedo), normal=t(normal), model="flr"))
