@@ -234,8 +234,7 @@ def test_demo_section_writes_a_comparison(tmp_path):
 
 def test_temporal_flag_reduces_flicker(seq, tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
-    # --temporal leaves the input blend out (a reprojected history's noise is not independent per pixel)
-    assert main(["denoise", str(seq / "frame_*.exr"), "-o", str(a), "-q", "--no-input-blend"]) == 0
+    assert main(["denoise", str(seq / "frame_*.exr"), "-o", str(a), "-q"]) == 0
     assert main(["denoise", str(seq / "frame_*.exr"), "-o", str(b), "-q", "--temporal"]) == 0
     per = [_rgb(a / f"frame_{k:02d}.exr") for k in range(2)]
     tem = [_rgb(b / f"frame_{k:02d}.exr") for k in range(2)]

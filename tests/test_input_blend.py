@@ -164,3 +164,23 @@ def test_a_batch_is_blended_image_by_image():
                    normal=t(normal).expand(2, -1, -1, -1), model="flr")
     for i, c in enumerate(colors):
         assert torch.equal(both[i:i + 1], denoise(t(c), albedo=t(albedo), normal=t(normal), model="flr"))
+
+
+def test_temporal_results_converge_to_each_frame_as_its_noise_falls():
+    """--temporal moves its result towards each frame's own colour: with little noise left in the frames, the result
+    is at or better than a frame, and far better than the history's fit alone; bad ``spp`` is refused by name."""
+    from vision.denoise import TemporalDenoiser
+
+    clean, albedo, normal = _scene(64)
+    rng = np.random.default_rng(4)
+    frames = [np.clip(clean + 0.003 * rng.standard_normal(clean.shape), 0, None).astype(np.float32) for _ in range(3)]
+    on, off = TemporalDenoiser(model="flr"), TemporalDenoiser(model="flr", input_blend=False)
+    for f in frames:
+        a = on(f, albedo=albedo, normal=normal, spp=256)
+        b = off(f, albedo=albedo, normal=normal, spp=256)
+    assert _mse(a, clean) <= _mse(frames[-1], clean) * 1.01
+    assert _mse(a, clean) < 0.1 * _mse(b, clean)
+    with pytest.raises(ValueError, match="^spp must be"):
+        on(frames[0], albedo=albedo, normal=normal, spp="many")
+    with pytest.raises(ValueError, match="^input_blend must be True or False"):
+        TemporalDenoiser(model="flr", input_blend=1)

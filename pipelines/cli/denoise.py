@@ -39,8 +39,8 @@ moved back towards the noisy input, per 7 x 7 window, as far as the input's own 
 factor; the noise is estimated from the frame itself, on the residual of a sharp fit in small windows). At 1
 spp the result is the regression's; at 64-256 spp it keeps the detail the input has and converges to the input as
 the noise falls. The samples per pixel are read from each file's header (Cycles writes cycles.<ViewLayer>.samples)
-and told to FLNR; one line per run says where they came from. --temporal leaves the blend out (a reprojected
-history's noise is not independent from pixel to pixel).
+and told to FLNR; one line per run says where they came from. With --temporal the denoised history is blended
+towards each frame's own colour, at every sample count: where the history lags or was rejected, the frame wins.
 
 Buffers are read from each frame by channel name: the layers vision render-scenes writes (R G B,
 albedo.*, normal.*, depth.Z, ao.Y, emission.*, position.*), Blender Cycles passes (Noisy Image or
@@ -177,7 +177,7 @@ def new_history(args, net, phase):
     if phase is not None:
         return TemporalFLR(args.radius, args.eps, args.scale, alpha=1.0 / args.max_history, tile=tile)
     return TemporalDenoiser(model=args.model, weights=net, radius=args.radius, eps=args.eps, scale=args.scale,
-                            tile=tile, max_history=args.max_history)
+                            tile=tile, max_history=args.max_history, input_blend=not args.no_input_blend)
 
 
 # --------------------------------------------------------------------------- run
@@ -300,8 +300,6 @@ def run(args) -> int:
                                                                                                     layer.name)
                     spp_line = (f"samples per pixel: {spp:g} ({source})" if spp is not None else
                                 f"samples per pixel: unknown ({source}): the noise is estimated from the frame")
-                    if temporal is not None and spp is not None:
-                        spp_line += "; --temporal counts frames, not samples"
                     if spp_line != said_spp:
                         tqdm.write(f"vision denoise: {spp_line}", file=sys.stdout)
                         said_spp = spp_line
@@ -325,7 +323,7 @@ def run(args) -> int:
                                          "pass): its history assumes a static camera")
                                 if "motion" not in t:
                                     static.append(frame)
-                                kw = {"motion": t.get("motion"), "index": t.get("index")}
+                                kw = {"motion": t.get("motion"), "index": t.get("index"), "spp": spp}
                                 if skip and target is not None:  # its output holds what this frame gave
                                     kw["denoised"] = written_rgb(target, layer.beauty)
                                 step = functools.partial(history, **kw)  # warm-up frames are denoised

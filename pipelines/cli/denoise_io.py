@@ -126,7 +126,7 @@ def run_settings(args, phase, patterns: dict[str, str | None]) -> dict[str, str]
                     temporal=f"max-history {args.max_history}" if args.temporal else "off",
                     only_rgb=str(bool(args.only_rgb)).lower(), half=str(bool(args.half)).lower(),
                     spp="header" if args.spp is None else f"{args.spp:g}",
-                    input_blend="off" if args.no_input_blend or args.temporal else "on")
+                    input_blend="off" if args.no_input_blend else "on")
     for name in BUFFERS:
         if patterns.get(name):
             settings[name] = patterns[name]

@@ -13,7 +13,7 @@ from vision.kernels.runtime import forced_backend
 from . import buffers, graphs
 from .flr import DEFAULT_EPS, DEFAULT_RADIUS, full_size, sample_down, upsample_factor, check_phase, flr, flr_tiled
 from .flnr import flnr as run_flnr, flnr_tiled, load_flnr
-from .input_blend import SHARP_EPS, SHARP_GUIDES, SHARP_RADIUS, SHARP_SCALE, sharp_fit_stats, towards_input
+from .input_blend import blend_towards_input
 
 __all__ = ["denoise", "MODELS"]
 
@@ -211,13 +211,7 @@ def _model(c, *present, names, model, net, radius, eps, scale, tile, phase, repa
             out = flr_tiled(c, guides, radius, eps, scale, tile, phase=phase)
         else:
             out = flr(c, guides, radius, eps, scale, phase=phase)
-        if not blend:
-            return out
-        shape = {k: guides[k] for k in SHARP_GUIDES}
-        stats = sharp_fit_stats(shape)
-        sharp = (flr(c, shape, SHARP_RADIUS, SHARP_EPS, SHARP_SCALE, stats=stats) if tile is None else
-                 flr_tiled(c, shape, SHARP_RADIUS, SHARP_EPS, SHARP_SCALE, tile, stats=stats))
-        return towards_input(out, c, guides["albedo"], sharp)
+        return blend_towards_input(out, c, guides, tile) if blend else out
 
 
 def _dtype_name(x) -> str:

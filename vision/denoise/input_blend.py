@@ -46,6 +46,7 @@ from vision.kernels import box_filter
 
 from .accumulate import BIG
 from .features import GUIDE_ORDER, feature_stats, raw_features
+from .flr import flr, flr_tiled
 from .repair import QUANTILE_SAMPLES
 from .signal import ALBEDO_FLOOR
 
@@ -108,6 +109,18 @@ def frame_share(energy: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     q = noise[..., ::step, ::step].reshape(b, -1) / e
     q = torch.where((e >= e.median(dim=1, keepdim=True).values) & torch.isfinite(q), q, torch.full_like(q, math.nan))
     return (1 - torch.nanmedian(q, dim=1).values).nan_to_num(0.0).clamp(0, 1).view(b, 1, 1, 1)
+
+
+def blend_towards_input(out: torch.Tensor, color: torch.Tensor, guides: dict, tile: int | None = None
+                        ) -> torch.Tensor:
+    """:func:`towards_input` with its sharp fit: FLR of ``color`` on :data:`SHARP_GUIDES` of ``guides`` (a dict of
+    (B, C, H, W) buffers, any missing), over tiles of about ``tile`` pixels when given. What
+    :func:`~vision.denoise.denoise` and :class:`~vision.denoise.TemporalDenoiser` run after their fit."""
+    shape = {k: guides.get(k) for k in SHARP_GUIDES}
+    stats = sharp_fit_stats(shape)
+    sharp = (flr(color, shape, SHARP_RADIUS, SHARP_EPS, SHARP_SCALE, stats=stats) if tile is None else
+             flr_tiled(color, shape, SHARP_RADIUS, SHARP_EPS, SHARP_SCALE, tile, stats=stats))
+    return towards_input(out, color, guides.get("albedo"), sharp)
 
 
 def towards_input(out: torch.Tensor, color: torch.Tensor, albedo: torch.Tensor | None = None,
