@@ -9,7 +9,18 @@ frames ``--from`` and later:
   own difference, averaged in MSE over the frame pairs (flicker shows as error in the differences);
 * **disoccluded**: the PSNR over the pixels disoccluded in the last two frames: pixels whose previous
   position (the Vector pass, nearest pixel) lies outside the frame or on another object (IndexOB), at this
-  frame or the one before. The mask comes from the files alone, not from the denoiser's own test.
+  frame or the one before. The mask comes from the files alone, not from the denoiser's own test;
+* **flat**: the PSNR over the pixels away from edges (:func:`flat_mask`: more than 2 pixels, in a 5 x 5
+  neighbourhood, from any change of the rendered normal, log depth, albedo or object index), averaged over the
+  frames like PSNR; the share of such pixels over the scored frames is printed once per sequence. Where the
+  denoisers differ at edges, this says how well they smooth the rest;
+* **JOD**: ColorVideoVDP (``pip install cvvdp``, :func:`jod`): the just-objectionable-difference score of the
+  method's output video against the reference video, frames ``--from`` and later in order at 24 frames per
+  second, both tonemapped as for PSNR (clamp, gamma 1/2.2) and shown as SDR sRGB display-encoded frames on
+  cvvdp's ``standard_fhd`` display (a 24-inch 1920 x 1080 monitor, 200 cd/m^2 peak, office light, seen from
+  0.6 m: 37.8 pixels per degree), one frame pixel per display pixel (the frames at their own small size, not
+  scaled up). 10 = indistinguishable from the reference; lower is worse; it weighs flicker and noise as seen.
+  "-" when cvvdp is not installed. It runs on the CPU and reads only the data files in its wheel (no download).
 
 Methods: ``oidn high`` / ``oidn fast`` (per frame, albedo and normal as rendered, HDR; needs pyoidn),
 ``flnr`` / ``flr`` (``vision denoise`` per frame), ``temporal`` (:class:`vision.denoise.TemporalDenoiser`, FLNR,
@@ -33,6 +44,12 @@ EPILOG = """examples:
   vision bench denoise-sequences data/seq --sequences orbit --methods temporal,flnr --json seq.json
   vision bench denoise-sequences data/seq --methods flnr,temporal --weights my_flnr.safetensors
   vision bench denoise-sequences data/seq --figures figs/   # figs/SEQ_frame.png, figs/SEQ_flicker.png
+
+columns: PSNR (mean per-frame dB, tonemapped), stability (dB of the frame-to-frame differences), disoccluded
+(dB on pixels disoccluded in the last two frames), flat (dB on pixels more than 2 from any edge of the normal,
+log depth, albedo or object index passes; the share of such pixels is printed per sequence), JOD
+(ColorVideoVDP, 24 fps, tonemapped frames on the standard_fhd display, 10 = no visible difference; "-" without
+pip install cvvdp), s/frame.
 
 Acceptance (issue 37): temporal PSNR >= OIDN high's, stability >= OIDN high's + 4.8 dB, disoccluded PSNR >=
 per-frame FLNR's - 0.3 dB, per sequence.
@@ -114,6 +131,106 @@ def disoccluded(prev: dict | None, cur: dict) -> np.ndarray:
     return out
 
 
+FLAT_RADIUS = 2  # pixels: a pixel is flat when no guide changes within this distance (a 5 x 5 neighbourhood)
+FLAT_THRESHOLDS = {"normal": 0.1, "log depth": 0.05, "albedo": 0.1}  # index: any change
+
+
+def _changes(x: np.ndarray, threshold: float) -> np.ndarray:
+    """(H, W) bool: the pixel differs from a 4-neighbour by more than ``threshold`` in some channel (both pixels
+    of such a pair are marked); NaN counts as a change."""
+    x = x.reshape(*x.shape[:2], -1)
+    out = np.zeros(x.shape[:2], bool)
+    dx = ~(np.abs(x[:, 1:] - x[:, :-1]) <= threshold).all(-1)
+    dy = ~(np.abs(x[1:] - x[:-1]) <= threshold).all(-1)
+    out[:, 1:] |= dx
+    out[:, :-1] |= dx
+    out[1:] |= dy
+    out[:-1] |= dy
+    return out
+
+
+def flat_mask(frame_buffers: dict, radius: int = FLAT_RADIUS) -> np.ndarray:
+    """(H, W) bool: True where no guide buffer changes within ``radius`` pixels (a ``2 radius + 1`` square).
+
+    An edge lies between two 4-neighbour pixels whose ``normal`` differs by more than 0.1 in some channel, whose
+    ``depth`` differs by more than 0.05 in log (depth <= 0, >= 1e9 or not finite is no surface: surface next to
+    no surface is an edge, no surface next to no surface is not), whose ``albedo`` differs by more than 0.1 in
+    some channel, or whose ``index`` (IndexOB) differs at all; both pixels of such a pair are edge pixels, and
+    every pixel within ``radius`` of an edge pixel (Chebyshev distance) is not flat. Absent buffers are skipped.
+    From the rendered files alone (:func:`load_frame`'s dict), never from a denoiser."""
+    some = next((frame_buffers[k] for k in ("color", "reference", "normal", "depth", "albedo", "index")
+                 if k in frame_buffers), None)
+    if some is None:
+        raise ValueError("flat_mask: no buffer to take the frame size from")
+    h, w = some.shape[:2]
+    edge = np.zeros((h, w), bool)
+    for key, threshold in (("normal", FLAT_THRESHOLDS["normal"]), ("albedo", FLAT_THRESHOLDS["albedo"]),
+                           ("index", 0.0)):
+        if key in frame_buffers:
+            edge |= _changes(np.asarray(frame_buffers[key], np.float64), threshold)
+    if "depth" in frame_buffers:
+        z = np.asarray(frame_buffers["depth"], np.float64).reshape(h, w, -1)[..., 0]
+        surface = np.isfinite(z) & (z > 0) & (z < 1e9)
+        edge |= _changes(surface.astype(np.float64), 0.0)  # surface next to no surface
+        # no surface reads 0 here: two such pixels do not differ, and a pair of one of each is an edge above
+        edge |= _changes(np.log(np.where(surface, z, 1.0)), FLAT_THRESHOLDS["log depth"])
+    if radius > 0 and edge.any():  # dilate by a square of side 2 radius + 1, one axis at a time
+        for axis in (0, 1):
+            n = edge.shape[axis]
+            e = np.pad(edge, [(radius, radius) if a == axis else (0, 0) for a in (0, 1)])
+            edge = np.logical_or.reduce([np.take(e, np.arange(i, i + n), axis=axis) for i in range(2 * radius + 1)])
+    return ~edge
+
+
+JOD_FPS = 24
+JOD_DISPLAY = "standard_fhd"
+_jod_metric = None
+
+
+def _cvvdp():
+    """The ColorVideoVDP metric (cached; on the CPU; ``standard_fhd`` display). ImportError without cvvdp."""
+    global _jod_metric
+    if _jod_metric is None:
+        import logging
+
+        import torch
+
+        log = logging.getLogger("torch.utils.cpp_extension")  # pycvvdp imports torch.utils.benchmark, which
+        level = log.level  # warns once about CUDA_HOME on machines without CUDA: not ours to show
+        log.setLevel(logging.ERROR)
+        try:
+            import pycvvdp
+        finally:
+            log.setLevel(level)
+        _jod_metric = pycvvdp.cvvdp(display_name=JOD_DISPLAY, device=torch.device("cpu"), quiet=True)
+    return _jod_metric
+
+
+def jod_available() -> bool:
+    """Whether ``pycvvdp`` (``pip install cvvdp``) imports."""
+    try:
+        _cvvdp()
+    except ImportError:
+        return False
+    return True
+
+
+def jod(test_frames, reference_frames, fps: float = JOD_FPS) -> float:
+    """ColorVideoVDP JOD of the video ``test_frames`` against ``reference_frames`` (linear radiance, (H, W, 3)
+    each, in order): both tonemapped as for PSNR (clamp to [0, 1], gamma 1/2.2) and taken as SDR sRGB
+    display-encoded frames on cvvdp's ``standard_fhd`` display (24-inch 1920 x 1080, 200 cd/m^2, 0.6 m, 250 lux:
+    37.8 pixels per degree), one frame pixel per display pixel, at ``fps`` frames per second (one frame: an
+    image). 10 = no visible difference. Needs ``pycvvdp`` (ImportError otherwise); nothing is downloaded."""
+    from vision.denoise.metrics import tonemap
+
+    t = np.stack([tonemap(x) for x in test_frames]).astype(np.float32)
+    r = np.stack([tonemap(x) for x in reference_frames]).astype(np.float32)
+    if t.shape != r.shape or t.ndim != 4 or t.shape[-1] != 3:
+        raise ValueError(f"jod: test {t.shape} and reference {r.shape} must both be frames of (H, W, 3)")
+    q, _ = _cvvdp().predict(t, r, dim_order="FHWC", frames_per_second=fps if len(t) > 1 else 0)
+    return float(q)
+
+
 def _mse(a, b, mask=None):
     from vision.denoise.metrics import tonemap
 
@@ -168,19 +285,30 @@ def methods(names, weights=None):
     return {n: table[n]() for n in names}
 
 
-def score_sequence(frames: list[dict], runners: dict, first: int, progress=None, last: dict | None = None
-                   ) -> dict[str, dict]:
-    """Per method: PSNR, stability and disoccluded PSNR over frames >= ``first`` (see the module docstring).
+def score_sequence(frames: list[dict], runners: dict, first: int, progress=None, last: dict | None = None,
+                   jod_score: bool = False) -> dict[str, dict]:
+    """Per method: PSNR, stability, disoccluded PSNR and flat PSNR (with the share of flat pixels,
+    ``flat_share``, 0-1) over frames >= ``first`` (see the module docstring); with ``jod_score`` also the
+    ColorVideoVDP JOD of those frames (:func:`jod`; needs pycvvdp), else ``jod`` is None.
     ``last``: a dict that receives the last two frames' noisy colour, references and outputs (for figures)."""
     states = {n: {} for n in runners}
     prev_out = {n: None for n in runners}
-    acc = {n: {"psnr": [], "diff": [], "dis": [], "dis_n": 0, "seconds": 0.0} for n in runners}
+    acc = {n: {"psnr": [], "diff": [], "dis": [], "dis_n": 0, "flat": [], "seconds": 0.0} for n in runners}
+    videos = {n: [] for n in runners}  # the scored outputs, for the JOD (128 x 96 x 16 frames: small)
+    ref_video = []
+    flat_n = flat_total = 0
     prev = None
     prev_mask = None
     for f in frames:
         d = load_frame(f["noisy"], f["reference"])
         mask = disoccluded(prev, d)
         recent = mask if prev_mask is None else (mask | prev_mask)
+        flat = flat_mask(d)
+        if f["frame"] >= first:
+            flat_n += int(flat.sum())
+            flat_total += flat.size
+            if jod_score:
+                ref_video.append(d["reference"])
         for name, run in runners.items():
             t0 = time.perf_counter()
             out = run(d, states[name])
@@ -197,6 +325,10 @@ def score_sequence(frames: list[dict], runners: dict, first: int, progress=None,
                 if recent.any():
                     a["dis"].append(_mse(out, d["reference"], recent) * recent.sum())
                     a["dis_n"] += int(recent.sum())
+                if flat.any():  # a frame with no flat pixel adds nothing
+                    a["flat"].append(_db(_mse(out, d["reference"], flat)))
+                if jod_score:
+                    videos[name].append(out)
             prev_out[name] = (out, d["reference"])
         if progress:
             progress()
@@ -207,6 +339,9 @@ def score_sequence(frames: list[dict], runners: dict, first: int, progress=None,
         prev, prev_mask = d, mask
     return {n: {"psnr": float(np.mean(a["psnr"])), "stability": _db(float(np.mean(a["diff"]))),
                 "disoccluded": _db(sum(a["dis"]) / max(a["dis_n"], 1)), "disoccluded_pixels": a["dis_n"],
+                "flat": float(np.mean(a["flat"])) if a["flat"] else float("nan"),
+                "flat_share": flat_n / max(flat_total, 1),
+                "jod": jod(videos[n], ref_video) if jod_score and ref_video else None,
                 "seconds_per_frame": a["seconds"] / len(frames)} for n, a in acc.items()}
 
 
@@ -249,6 +384,9 @@ def run(args) -> int:
         except (OSError, ValueError, RuntimeError) as err:
             raise ValueError(f"--weights: {(str(err).strip().splitlines() or [type(err).__name__])[0]}") from None
     runners = methods(names, args.weights)
+    has_jod = jod_available()
+    if not has_jod:
+        print("(cvvdp not installed: no JOD column; pip install cvvdp)")
     rows, results = [], {}
     if args.figures is not None:  # before anything runs
         if args.figures.exists() and not args.figures.is_dir():
@@ -257,16 +395,23 @@ def run(args) -> int:
     bar = tqdm(total=sum(len(v) for v in seqs.values()), desc="sequences", unit="frame", file=sys.stderr)
     for seq, frames in seqs.items():
         last: dict = {}
-        res = score_sequence(frames, runners, args.first, progress=lambda: bar.update(1), last=last)
+        res = score_sequence(frames, runners, args.first, progress=lambda: bar.update(1), last=last,
+                             jod_score=has_jod)
         results[seq] = res
         if args.figures is not None:
             for path in write_figures(args.figures, seq, last, names):
                 print(f"wrote {path}", file=sys.stderr)
         for n, r in res.items():
             rows.append({"sequence": seq, "method": n, "PSNR": f"{r['psnr']:.2f}", "stability": f"{r['stability']:.2f}",
-                         "disoccluded": f"{r['disoccluded']:.2f}", "s/frame": f"{r['seconds_per_frame']:.3f}"})
+                         "disoccluded": f"{r['disoccluded']:.2f}", "flat": f"{r['flat']:.2f}",
+                         "JOD": "-" if r["jod"] is None else f"{r['jod']:.3f}",
+                         "s/frame": f"{r['seconds_per_frame']:.3f}"})
     bar.close()
-    print_table(rows, ["sequence", "method", "PSNR", "stability", "disoccluded", "s/frame"])
+    print_table(rows, ["sequence", "method", "PSNR", "stability", "disoccluded", "flat", "JOD", "s/frame"])
+    for seq, res in results.items():
+        share = next(iter(res.values()))["flat_share"]
+        print(f"{seq}: {100 * share:.1f}% of the scored pixels flat (no normal, depth, albedo or object-index edge "
+              f"within {FLAT_RADIUS} pixels)")
     if "temporal" in names:
         for seq, res in results.items():
             t = res["temporal"]
