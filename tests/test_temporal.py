@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from vision.data import read_exr
-from vision.data.render_layers import read_render_file
+from vision.data.render_layers import read_render_file, samples_per_pixel
 from vision.denoise import TemporalDenoiser, denoise
 from vision.denoise.accumulate import changed
 from vision.pipelines.cli import main
@@ -210,8 +210,10 @@ def test_command_equals_the_api_and_a_restarted_run_gives_the_same_frames(shot, 
     assert main(["denoise", str(shot / "f_*.exr"), "-o", str(out), "-q", "--temporal", "--model", "flr"]) == 0
     den = TemporalDenoiser(model="flr", tile=1024)
     for t in (1, 2, 3):
-        b = read_render_file(shot / f"f_{t}.exr").layers[0].buffers
-        np.testing.assert_array_equal(_rgb(out / f"f_{t}.exr"), den(b["color"], **_kw(b)))
+        rf = read_render_file(shot / f"f_{t}.exr")
+        b = rf.layers[0].buffers
+        spp = samples_per_pixel(rf.header, rf.layers[0].name)[0]  # the command reads it from the header
+        np.testing.assert_array_equal(_rgb(out / f"f_{t}.exr"), den(b["color"], **_kw(b), spp=spp))
     first = {t: _rgb(out / f"f_{t}.exr") for t in (2, 3)}
     (out / "f_2.exr").unlink()
     (out / "f_3.exr").unlink()

@@ -40,7 +40,8 @@ factor; the noise is estimated from the frame itself, on the residual of a sharp
 spp the result is the regression's; at 64-256 spp it keeps the detail the input has and converges to the input as
 the noise falls. The samples per pixel are read from each file's header (Cycles writes cycles.<ViewLayer>.samples)
 and told to FLNR; one line per run says where they came from. With --temporal the denoised history is blended
-towards each frame's own colour, at every sample count: where the history lags or was rejected, the frame wins.
+towards each frame's own colour: where the history lags or was rejected, the frame wins (1-spp frames skip it,
+as single frames do).
 
 Buffers are read from each frame by channel name: the layers vision render-scenes writes (R G B,
 albedo.*, normal.*, depth.Z, ao.Y, emission.*, position.*), Blender Cycles passes (Noisy Image or

@@ -230,7 +230,8 @@ class TemporalDenoiser:
         pixel to pixel, the reprojected history's is not. Where the history lags, was rejected (disocclusions) or
         has blurred a texture through its resampling, the frame wins back. On a 10-frame Cycles sequence this lifted
         ``--temporal`` by 2.8 dB PSNR and 2.6 dB stability at 16 spp a frame, and by 0.3 and 0.2 dB at 1 spp
-        (BENCHMARKS.md). Unlike single frames, 1-spp frames keep it."""
+        (BENCHMARKS.md); as for single frames, a frame known to be 1 spp skips it, since it costs as much as the
+        rest of the frame (0.31 -> 0.50 of OIDN fast's CPU time at 1280 x 720)."""
         spp = _check_spp(spp)  # before the history takes the frame
         signal, floor, add, mv, keys, g = self._prepare(color, motion, index, guides)
         prev_keys, offset = self._step(signal, mv, keys)
@@ -250,7 +251,7 @@ class TemporalDenoiser:
                           input_blend=False)  # the history's noise is not independent per pixel: see below
             if self.shrink_radius > 0:
                 out = accumulate.towards_history(out, acc, self._history, floor, self.shrink_radius)
-        blend = denoised is None and self.input_blend
+        blend = denoised is None and self.input_blend and spp != 1
         if self.edge_frames > 1:
             result, self._edges = edge_history(out, self._edges, offset, prev_keys, keys, self.tolerances,
                                                self.edge_frames)
