@@ -321,3 +321,15 @@ def test_denoising_commands_let_idle_openmp_threads_sleep():
     assert policy("finetune") == "None"
     assert policy("bench", "guided-filter") == "None"
     assert policy("denoise", OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"
+
+
+def test_huge_scale_and_frames_over_the_pixel_limit_are_refused_in_one_line(seq, tmp_path, capsys, monkeypatch):
+    frame = str(seq / "frame_00.exr")
+    assert main(["denoise", frame, "-o", str(tmp_path / "a"), "-q", "--scale", "100000000"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "frame_00.exr" in err[0] and "scale must be at most the frame's larger side (128" in err[0]
+    monkeypatch.setenv("VISION_MAX_PIXELS", "1000")  # the frame is 128 x 128: refused from its header
+    assert main(["denoise", frame, "-o", str(tmp_path / "b"), "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "frame_00.exr" in err[0] and "over the limit" in err[0]
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vision.io import check_exr_header
+
 from .exr import EXR_MAGIC, copyable_header, describe_bad_file, read_exr_header, read_exr_parts
 from .fields import CHANNELS, GUIDES as _DENOISER_GUIDES, INPUTS, REGRESSION_ORDER, find_fields
 from .pfm import PFM_MAGIC, read_pfm
@@ -90,9 +92,11 @@ def file_kind(path) -> str:
 
 
 def check_readable(path) -> None:
-    """Fail early, with one line naming the file, on what cannot be a frame (empty, not EXR/PFM, bad header)."""
+    """Fail early, with one line naming the file, on what cannot be a frame (empty, not EXR/PFM, bad header, a data
+    window over :func:`vision.io.max_pixels`, refused from the header before any pixel is decoded)."""
     if file_kind(path) == "exr":
         read_exr_header(path)
+        check_exr_header(path)
 
 
 WINDOWS = ("dataWindow", "displayWindow", "pixelAspectRatio", "screenWindowCenter", "screenWindowWidth")

@@ -135,8 +135,11 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
         sizes = [tuple(v.shape[-2:]) for v in present.values()]
         size = max(dict.fromkeys(sizes), key=lambda s: (sizes.count(s), s == tuple(c.shape[-2:])))
         buffers.check_sizes(present, size, c.shape[0])
-    u = upsample_factor(tuple(c.shape[-2:]), full_size(c, guides))
+    full = full_size(c, guides)
+    u = upsample_factor(tuple(c.shape[-2:]), full)
     phase = check_phase(phase, u)
+    if scale is not None and scale > max(full):  # a cell past the frame holds nothing more, and costs memory
+        raise ValueError(f"scale must be at most the frame's larger side ({max(full)} pixels), got {scale}")
     net = None
     if model == "flnr":
         net = load_flnr(weights, upsample=u, device=c.device, dtype=c.dtype)
