@@ -324,6 +324,10 @@ class FLNR(nn.Module, FLNRHubMixin):
             raise ValueError(f"FLNR weights were written for another FLNR network (configuration keys "
                              f"{sorted(unknown)}); retrain them with vision train-denoiser")
         check_config(cfg)  # sizes within bounds before anything is allocated
+        odd = sorted({str(v.dtype).removeprefix("torch.") for v in state.values()
+                      if isinstance(v, torch.Tensor) and not v.dtype.is_floating_point})
+        if odd:  # load_state_dict would cast integers and booleans into the weights without a word
+            raise ValueError(f"FLNR weights hold {', '.join(odd)} tensors; weights are floating point")
         model = cls(**cfg)
         try:
             model.load_state_dict(state)
@@ -342,8 +346,11 @@ class FLNR(nn.Module, FLNRHubMixin):
         check_weights_file(path)  # a pickle or a crafted header: one line, never loaded
         with safe_open(str(path), "pt") as f:
             meta = f.metadata() or {}
-        config = json.loads(meta[CONFIG_KEY]) if CONFIG_KEY in meta else None
-        check_config(config or {}, f"{path}")  # before any network is built: the file named
+        try:
+            config = json.loads(meta[CONFIG_KEY]) if CONFIG_KEY in meta else None
+        except (json.JSONDecodeError, RecursionError):
+            raise ValueError(f"{path}: its FLNR configuration is not JSON") from None
+        check_config({} if config is None else config, f"{path}")  # before any network is built: the file named
         return cls.from_state_dict(load_file(str(path)), config)
 
 

@@ -12,12 +12,22 @@ from pathlib import Path
 BOUNDS = {"widths": (1, 1024), "hidden": (0, 1024), "guides": (1, 64), "radii": (1, 256), "scale": (1, 64),
           "fit_down": (1, 64)}
 MAX_LEVELS = 8  # entries in widths / radii
+LISTS = ("widths", "radii")
+FLAGS = ("antialias", "detail", "history")
 MAX_HEADER = 64 << 20  # bytes of a safetensors JSON header
 
 
 def check_config(cfg: dict, where: str = "FLNR weights") -> dict:
-    """``cfg`` when every size in it lies within :data:`BOUNDS`; otherwise a one-line ValueError naming
-    ``where``, the key and the bound."""
+    """``cfg`` when it is a JSON object whose sizes lie within :data:`BOUNDS`, whose lists are lists and whose flags
+    are true or false; otherwise a one-line ValueError naming ``where``, the key and the bound."""
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{where}: the configuration must be a JSON object, got {type(cfg).__name__}")
+    for key in LISTS:
+        if key in cfg and not isinstance(cfg[key], (list, tuple)):
+            raise ValueError(f"{where}: config {key} must be a list of integers, got {cfg[key]!r}")
+    for key in FLAGS:
+        if key in cfg and not isinstance(cfg[key], bool):
+            raise ValueError(f"{where}: config {key} must be true or false, got {cfg[key]!r}")
     for key, (lo, hi) in BOUNDS.items():
         if key not in cfg:
             continue

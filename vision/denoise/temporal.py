@@ -12,7 +12,7 @@ from vision.data import fields
 from . import accumulate
 from . import buffers as B
 from .accumulate import History
-from .frame import _check_spp, denoise
+from .frame import _check_color, _check_spp, denoise
 from .input_blend import blend_towards_input
 from .flr import DEFAULT_EPS, DEFAULT_RADIUS
 from .edge_history import CAP as EDGE_CAP, edge_history
@@ -285,6 +285,7 @@ class TemporalDenoiser:
         if unknown:
             raise ValueError(f"unknown buffer(s) {', '.join(sorted(unknown))}; the temporal denoiser takes "
                              f"{', '.join(fields.GUIDES)}, motion and index")
+        _check_color(color)  # 8/16-bit codes and RGBA: refused in one line, as denoise() does
         c = B.to_bchw(color, "color", 3)
         work = torch.float64 if c.dtype == torch.float64 else torch.float32
         c, _ = B.repair_nonfinite(c.to(work), "color")
