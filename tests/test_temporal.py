@@ -303,3 +303,31 @@ def test_sequence_bench_scores_equal_hand_computed_numbers(tmp_path):
     flicker = np.asarray(Image.open(paths[1]))  # the map of the one method: its last difference's error, x4
     want = np.clip(4 * np.abs(tonemap(2 * refs[2]) - tonemap(2 * refs[1]) - (tm[2] - tm[1])).mean(-1), 0, 1)
     assert flicker.shape[0] > want.shape[0] and flicker.mean() > 0 and want.mean() > 0
+
+
+def test_a_frame_reached_twice_or_a_moving_data_window_is_refused_in_one_line(shot, tmp_path, capsys):
+    import os
+
+    os.link(shot / "f_1.exr", shot / "f_4.exr")  # a hard link: the same frame under a new name
+    assert main(["denoise", str(shot / "f_*.exr"), "-o", str(tmp_path / "a"), "-q", "--temporal"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "f_4.exr is the same file as" in err[0] and "f_1.exr" in err[0]
+    (shot / "f_4.exr").unlink()
+    (shot / "f_5.exr").symlink_to(shot / "f_2.exr")
+    assert main(["denoise", str(shot / "f_*.exr"), "-o", str(tmp_path / "b"), "-q", "--temporal"]) == 2
+    assert "is the same file as" in capsys.readouterr().err
+    (shot / "f_5.exr").unlink()
+    # frame 3 cropped one pixel further right: its history would be misregistered
+    import OpenEXR
+
+    moved = shot / "f_3.exr"
+    with OpenEXR.File(str(moved)) as f:
+        hdr, parts = f.header(), f.channels()
+        (x0, y0), (x1, y1) = (tuple(int(v) for v in c) for c in hdr["dataWindow"])
+        hdr["dataWindow"] = (np.array([x0 + 1, y0], np.int32), np.array([x1 + 1, y1], np.int32))
+        hdr["displayWindow"] = (np.array([0, 0], np.int32), np.array([x1 + 1, y1], np.int32))
+        OpenEXR.File(hdr, {k: v.pixels for k, v in parts.items()}).write(str(tmp_path / "moved.exr"))
+    (tmp_path / "moved.exr").replace(moved)
+    assert main(["denoise", str(shot / "f_*.exr"), "-o", str(tmp_path / "c"), "-q", "--temporal"]) == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if "error" in line]
+    assert len(err) == 1 and "f_3.exr" in err[0] and "data window" in err[0] and "misregistered" in err[0]

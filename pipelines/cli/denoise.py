@@ -153,20 +153,37 @@ def add_arguments(p) -> None:
 # --------------------------------------------------------------------------- sequences
 
 def check_sequence(patterns, frames: list[Path]) -> None:
-    """--temporal: a frame named twice is refused; files named in another order than their names' is said once
-    (the history needs the frames in time order, which is name order)."""
+    """--temporal: one file reached twice (named twice, or through a link) is refused; files named in another order
+    than their names' is said once (the history needs the frames in time order, which is name order)."""
     named = [Path(p) for p in patterns if not any(ch in p for ch in "*?[")]
-    seen: dict[Path, Path] = {}
+    given: dict[Path, Path] = {}
     for p in named:
         key = p.resolve()
-        if key in seen:
+        if key in given:
             raise ValueError(f"FRAMES: {p} is given twice; a --temporal sequence takes each frame once, in order")
+        given[key] = p
+    seen: dict = {}
+    for p in frames:  # one file reached twice (named twice, or through a symbolic or hard link) is one frame
+        try:
+            st = p.stat()
+        except OSError:
+            continue  # a file that cannot be read is reported by the reader, naming it
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            raise ValueError(f"FRAMES: {p} is the same file as {seen[key]}; a --temporal sequence takes each frame "
+                             "once, in order")
         seen[key] = p
     if len(named) > 1 and named != sorted(named, key=natural_key):
         from vision.kernels.runtime import get_logger
 
         get_logger(__name__).warning(f"vision denoise: --temporal takes the frames in name order ({frames[0].name} ... "
                                   f"{frames[-1].name}), not in the order given")
+
+
+def _window(rf) -> tuple | None:
+    """A frame's EXR data window as ((xmin, ymin), (xmax, ymax)) of ints, or None (a PFM, or no window)."""
+    w = rf.windows.get("dataWindow")
+    return None if w is None else tuple(tuple(int(v) for v in corner) for corner in w)
 
 
 def new_history(args, net, phase):
@@ -268,6 +285,7 @@ def run(args) -> int:
     said = None
     said_spp = None
     sizes = {}  # --temporal: the size of each view layer's sequence
+    windows = {}  # --temporal: the data window of each view layer's sequence
     static = []  # --temporal: frames without motion vectors
     items = [(f, None) for f in warm] + list(zip(mine, targets))
     bar = tqdm(items, desc="denoise", unit="frame", disable=args.quiet, file=sys.stderr)
@@ -313,6 +331,12 @@ def run(args) -> int:
                                 raise ValueError(f"colour is {t['color'].shape[0]}x{t['color'].shape[1]} (HxW) but "
                                                  f"the frames before it are {size[0]}x{size[1]}: a --temporal "
                                                  "sequence has one size")
+                            here = _window(rf)
+                            window = windows.setdefault(layer.name, here)
+                            if here != window:
+                                raise ValueError(f"its data window {here} is not the frames' before it, {window}: a "
+                                                 "--temporal sequence has one crop of the canvas (the history would "
+                                                 "be misregistered)")
                             history = temporal.get(layer.name)
                             if history is None:
                                 history = temporal[layer.name] = new_history(args, net, phase)
