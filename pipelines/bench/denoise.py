@@ -79,7 +79,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "with prefiltered (noisy) albedo and normal")
     p.add_argument("--spp", type=int, nargs="+", default=None, metavar="N",
                    help="with --frames: only the frames of these samples per pixel (e.g. 1 4 16 64 256), and one "
-                        "table per sample count (default: every frame; tables per count all the same)")
+                        "table per sample count (default: every frame, still one table per sample count)")
     p.add_argument("--split", default="all", choices=("train", "val", "test", "all"),
                    help="scenes of this split only (default all)")
     p.add_argument("--radius", type=int, default=8, help="FLR and box radius (default 8)")
