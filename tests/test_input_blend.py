@@ -184,3 +184,22 @@ def test_temporal_results_converge_to_each_frame_as_its_noise_falls():
         on(frames[0], albedo=albedo, normal=normal, spp="many")
     with pytest.raises(ValueError, match="^input_blend must be True or False"):
         TemporalDenoiser(model="flr", input_blend=1)
+
+
+def test_the_blend_is_differentiable_in_the_fit_with_the_factors_held():
+    """Gradients flow through the result into the fit (the factors are data estimates, held constant): d out' / d
+    out = (1 - s)(1 - w) elementwise, checked against finite differences in float64."""
+    g = torch.Generator().manual_seed(5)
+    y = torch.rand(1, 3, 12, 12, generator=g, dtype=torch.float64)
+    sharp = y + 0.05 * torch.randn(1, 3, 12, 12, generator=g, dtype=torch.float64)
+    for with_sharp in (None, sharp):
+        fit = (0.5 + 0.1 * torch.rand(1, 3, 12, 12, generator=g, dtype=torch.float64)).requires_grad_()
+        out = towards_input(fit, y, sharp=with_sharp)
+        assert out.requires_grad
+        grad, = torch.autograd.grad(out.sum(), fit)
+        eps = 1e-6
+        with torch.no_grad():  # the same factors: a step small enough not to move them measurably
+            bump = fit.clone()
+            bump[0, 1, 5, 5] += eps
+            numeric = (towards_input(bump, y, sharp=with_sharp) - towards_input(fit, y, sharp=with_sharp))[0, 1, 5, 5]
+        assert abs(float(grad[0, 1, 5, 5]) - float(numeric) / eps) < 1e-3

@@ -66,9 +66,6 @@ SHARP_EPS = 0.1
 # about 7 / 100; rounded up, to the cautious side
 SHARP_LEVERAGE = 0.1
 
-_K1 = (1.0, -2.0, 1.0)
-
-
 def noise_energy(x: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
     """Per pixel and channel, the square of the unit-energy 3 x 3 second-difference ``k k^T / 6`` of ``x``
     (B, C, H, W), times ``scale ** 2`` (broadcast to ``x``; default 1): of mean ``v`` where ``x`` is a smooth signal
@@ -159,9 +156,10 @@ def towards_input(out: torch.Tensor, color: torch.Tensor, albedo: torch.Tensor |
         e, v = sums[:, :1], sums[:, 1:2]
         trust = frame_share(e, v).sqrt()
         s = _unit(1 - v / (e * trust))
-        if step is None:
-            return out + s * residual
-        w = _unit((sums[:, 2:3] - SHARP_LEVERAGE * v) / sums[:, 3:4]) * trust
+        if step is not None:
+            w = _unit((sums[:, 2:3] - SHARP_LEVERAGE * v) / sums[:, 3:4]) * trust
+    if step is None:
+        return out + s * residual
     # out moved towards the sharp fit by w, then towards the input by s
     return out + s * residual + (w * (1 - s)) * step
 
