@@ -72,13 +72,13 @@ def check_image_header(path) -> None:
     check_pixels(path, (h, w))
 
 
-def check_exr_header(path) -> None:
-    """:func:`check_pixels` on an EXR file's data window, read from its header only (an unreadable header is
-    left to the reader, which reports it)."""
+def check_exr_header(path, header=None) -> None:
+    """:func:`check_pixels` on an EXR file's data window, read from its header only (``header``: the one the caller
+    has read already; an unreadable header is left to the reader, which reports it)."""
     from vision.data.exr import read_exr_header
 
     try:
-        lo, hi = read_exr_header(path)["dataWindow"]
+        lo, hi = (read_exr_header(path) if header is None else header)["dataWindow"]
     except Exception:  # noqa: BLE001 - the reader's own error names the file
         return
     check_pixels(path, (int(hi[1]) - int(lo[1]) + 1, int(hi[0]) - int(lo[0]) + 1))

@@ -95,8 +95,7 @@ def check_readable(path) -> None:
     """Fail early, with one line naming the file, on what cannot be a frame (empty, not EXR/PFM, bad header, a data
     window over :func:`vision.io.max_pixels`, refused from the header before any pixel is decoded)."""
     if file_kind(path) == "exr":
-        read_exr_header(path)
-        check_exr_header(path)
+        check_exr_header(path, read_exr_header(path))
 
 
 WINDOWS = ("dataWindow", "displayWindow", "pixelAspectRatio", "screenWindowCenter", "screenWindowWidth")

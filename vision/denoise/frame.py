@@ -13,7 +13,7 @@ from vision.kernels.runtime import forced_backend
 from . import buffers, graphs
 from .flr import DEFAULT_EPS, DEFAULT_RADIUS, full_size, sample_down, upsample_factor, check_phase, flr, flr_tiled
 from .flnr import flnr as run_flnr, flnr_tiled, load_flnr
-from .input_blend import blend_towards_input
+from .input_blend import blend_towards_input, blends
 
 __all__ = ["denoise", "MODELS"]
 
@@ -156,9 +156,7 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
     names = tuple(present)
     inputs = [c, *(guides[k] for k in names)]
     needs_grad = torch.is_grad_enabled() and (c.requires_grad or (net is not None and net.training))
-    # at one sample per pixel the fit's residual is nearly all noise and the blend leaves the fit as it is (the
-    # held-out Cycles set: +0.01 dB on average), at twice the cost: a frame known to be 1 spp skips it
-    blend = bool(input_blend) and u == 1 and spp != 1
+    blend = bool(input_blend) and u == 1 and blends(spp)
     frame = functools.partial(_frame, names=names, model=model, net=net, radius=radius, eps=eps, scale=scale,
                               tile=tile, phase=phase, repair=repair, needs_grad=needs_grad, hdr=hdr, blend=blend)
     # a frame that reads no tensor on the host (repair on, data checks off) can be a CUDA graph

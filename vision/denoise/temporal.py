@@ -13,7 +13,7 @@ from . import accumulate
 from . import buffers as B
 from .accumulate import History
 from .frame import _check_color, _check_spp, denoise
-from .input_blend import blend_towards_input
+from .input_blend import blend_towards_input, blends
 from .flr import DEFAULT_EPS, DEFAULT_RADIUS
 from .edge_history import CAP as EDGE_CAP, edge_history
 from .reproject import CONVENTIONS, Tolerances, previous_offset
@@ -251,18 +251,16 @@ class TemporalDenoiser:
                           input_blend=False)  # the history's noise is not independent per pixel: see below
             if self.shrink_radius > 0:
                 out = accumulate.towards_history(out, acc, self._history, floor, self.shrink_radius)
-        blend = denoised is None and self.input_blend and spp != 1
+        blend = denoised is None and self.input_blend and blends(spp)
         if self.edge_frames > 1:
             result, self._edges = edge_history(out, self._edges, offset, prev_keys, keys, self.tolerances,
                                                self.edge_frames)
             if denoised is None:
                 out = result
-            if blend:  # towards this frame's colour, whose noise is independent per pixel
-                out = blend_towards_input(out, signal * floor + add, g, self.tile)
-            if blend or denoised is not None:  # the frame as returned (or written) is the edges' history
-                self._edges = torch.cat([out, self._edges[:, 3:]], 1)
-        elif blend:
+        if blend:  # towards this frame's colour, whose noise is independent per pixel
             out = blend_towards_input(out, signal * floor + add, g, self.tile)
+        if self.edge_frames > 1 and (blend or denoised is not None):  # the frame as returned (or written) is the
+            self._edges = torch.cat([out, self._edges[:, 3:]], 1)    # edges' history
         return B.like(out, color)
 
     def _step(self, signal, mv, keys):
