@@ -1,8 +1,6 @@
 """vision bench denoise-sequences' flat-pixel PSNR (flat_mask) and ColorVideoVDP JOD columns, against numbers
 written here by hand: edge masks listed pixel by pixel, PSNRs in numpy."""
 import json
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,7 +8,7 @@ import pytest
 from vision.pipelines.bench import denoise_sequences as ds
 from vision.pipelines.bench.denoise_sequences import flat_mask
 
-SEQ = Path(__file__).parent / "data" / "blender" / "seq"
+from sequence_folder import sequence_folder
 
 
 def _within(seeds, h, w, r=2):
@@ -149,19 +147,7 @@ def test_jod_identical_is_ten_and_more_noise_scores_lower():
 
 
 def _bench_folder(tmp_path):
-    """The bundled 40 x 30 orbit frames with a stand-in reference (the frame's own colour, halved), as
-    tests/test_temporal.py does."""
-    from vision.data import write_exr
-    from vision.data.render_layers import read_render_file
-
-    entries = []
-    for t in (1, 2, 3):
-        shutil.copy(SEQ / f"noisy_{t:04d}.exr", tmp_path / f"n{t}.exr")
-        c = read_render_file(SEQ / f"noisy_{t:04d}.exr").layers[0].buffers["color"]
-        write_exr(tmp_path / f"r{t}.exr", {k: np.ascontiguousarray(c[..., i] / 2) for i, k in enumerate("RGB")})
-        entries.append({"sequence": "orbit", "frame": t, "noisy": f"n{t}.exr", "reference": f"r{t}.exr"})
-    (tmp_path / "manifest.json").write_text(json.dumps({"frames": entries}))
-    return tmp_path
+    return sequence_folder(tmp_path)
 
 
 @pytest.mark.parametrize("cvvdp", [True, False], ids=["cvvdp", "no-cvvdp"])

@@ -264,19 +264,11 @@ def test_hostile_sequences_each_give_one_line(shot, tmp_path, capsys):
 def test_sequence_bench_scores_equal_hand_computed_numbers(tmp_path):
     """vision bench denoise-sequences' PSNR and stability against numpy written here, on the fixture frames with
     a stand-in reference (the frame's own colour, halved)."""
-    import json
-
-    from vision.data import write_exr
+    from sequence_folder import sequence_folder
     from vision.denoise.metrics import tonemap
     from vision.pipelines.bench.denoise_sequences import read_sequences, score_sequence
 
-    entries = []
-    for t in (1, 2, 3):
-        shutil.copy(SEQ / f"noisy_{t:04d}.exr", tmp_path / f"n{t}.exr")
-        c = read_render_file(SEQ / f"noisy_{t:04d}.exr").layers[0].buffers["color"]
-        write_exr(tmp_path / f"r{t}.exr", {k: np.ascontiguousarray(c[..., i] / 2) for i, k in enumerate("RGB")})
-        entries.append({"sequence": "s", "frame": t, "noisy": f"n{t}.exr", "reference": f"r{t}.exr"})
-    (tmp_path / "manifest.json").write_text(json.dumps({"frames": entries[::-1]}))
+    sequence_folder(tmp_path, "s", reverse=True)
     frames = read_sequences(tmp_path)["s"]
     assert [f["frame"] for f in frames] == [1, 2, 3]
     res = score_sequence(frames, {"exact": lambda d, s: d["reference"], "double": lambda d, s: 2 * d["reference"]},
