@@ -203,3 +203,50 @@ def test_the_blend_is_differentiable_in_the_fit_with_the_factors_held():
             bump[0, 1, 5, 5] += eps
             numeric = (towards_input(bump, y, sharp=with_sharp) - towards_input(fit, y, sharp=with_sharp))[0, 1, 5, 5]
         assert abs(float(grad[0, 1, 5, 5]) - float(numeric) / eps) < 1e-3
+
+
+def _blend_reference(out, color, albedo, sharp, radius=3):
+    """The blend written out in float64 from its definition (module docstring of input_blend): window sums by
+    explicit shifts, the noise energy as the 3 x 3 second difference k k^T / 6 at interior pixels, copied outwards."""
+    o, y, f = out.double(), color.double(), albedo.double().clamp_min(0.1)
+    sh = sharp.double()
+    r, d = y - o, sh - o
+    rough = (y - sh) / f
+    k = torch.tensor([1.0, -2.0, 1.0], dtype=torch.float64)
+    kern = (k[:, None] * k[None, :] / 6).expand(3, 1, 3, 3)
+    if min(rough.shape[-2:]) < 3:  # no interior pixel: no noise measured
+        ne = torch.zeros_like(rough[:, :1])
+    else:
+        inner = torch.nn.functional.conv2d(rough, kern, groups=3) * f[..., 1:-1, 1:-1]
+        ne = torch.nn.functional.pad(inner.square(), (1, 1, 1, 1), mode="replicate").sum(1, keepdim=True)
+    planes = torch.cat([(r * r).sum(1, keepdim=True), ne, (r * d).sum(1, keepdim=True), (d * d).sum(1, keepdim=True)], 1)
+    n = 2 * radius + 1
+    padded = torch.nn.functional.pad(planes, (radius,) * 4)
+    ones = torch.nn.functional.pad(torch.ones_like(planes[:, :1]), (radius,) * 4)
+    box = torch.nn.functional.avg_pool2d(padded, n, 1) / torch.nn.functional.avg_pool2d(ones, n, 1)
+    from vision.denoise.input_blend import SHARP_LEVERAGE, frame_share
+
+    e, v = box[:, :1], box[:, 1:2]
+    trust = frame_share(e.float(), v.float()).double().sqrt()
+    s = (1 - v / (e * trust)).nan_to_num(0, 0, 0).clamp(0, 1)
+    w = ((box[:, 2:3] - SHARP_LEVERAGE * v) / box[:, 3:4]).nan_to_num(0, 0, 0).clamp(0, 1) * trust
+    return o + s * r + w * (1 - s) * d
+
+
+@pytest.mark.parametrize("size", [(29, 41), (3, 17), (2, 9)])
+def test_fused_cpu_blend_matches_the_float64_definition(size):
+    """The CPU path (two numba passes around the box filter) against the blend written out in float64."""
+    from vision.kernels.runtime import explain
+
+    g = torch.Generator().manual_seed(3)
+    h, w = size
+    truth = torch.rand(2, 3, h, w, generator=g)
+    color = truth + 0.2 * torch.randn(2, 3, h, w, generator=g)
+    out = truth + 0.05 * torch.randn(2, 3, h, w, generator=g)
+    sharp = color + 0.1 * torch.randn(2, 3, h, w, generator=g)
+    sharp[0, :, : h // 2] = color[0, :, : h // 2]  # noise-free windows: the input wins there
+    albedo = torch.rand(2, 3, h, w, generator=g)
+    got = towards_input(out, color, albedo, sharp)
+    assert "torch+numba" in str(explain("denoise.input_blend", out, tensors=(out, color, sharp, albedo)))
+    want = _blend_reference(out, color, albedo, sharp)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)

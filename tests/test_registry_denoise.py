@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from vision.denoise import edge_history as EH, features, flnr_net, flnr_stages, repair, reproject as RP
+from vision.denoise import input_blend as IB
 from vision.denoise.flnr import FLNR
 from vision.kernels import runtime
 from vision.kernels.runtime import paths
@@ -24,14 +25,15 @@ from registry_spy import check, spies
 
 ROOT = Path(__file__).resolve().parents[1]
 FLR = importlib.import_module("vision.denoise.flr")  # the module: vision.denoise.flr is also the function
-DECIDERS = (features, RP, EH, flnr_stages, flnr_net, FLR, repair)  # the modules whose stages call decide
+DECIDERS = (features, RP, EH, flnr_stages, flnr_net, FLR, repair, IB)  # the modules whose stages call decide
 OPS = {"denoise.log_depth": ["torch+numba", "torch"], "denoise.reproject": ["torch+numba", "torch"],
        "denoise.edge_history": ["torch+numba", "torch"], "denoise.repair": ["triton", "torch"],
        "denoise.fill": ["triton", "torch"], "denoise.flnr.prepare": ["torch+numba", "torch"],
        "denoise.flnr.cells": ["torch+numba", "torch"], "denoise.flnr.head": ["torch+numba", "torch+bands", "torch"],
        "denoise.flnr.finish": ["torch+numba", "torch+bands", "torch"], "denoise.flnr.detail": ["torch+numba", "torch"],
        "denoise.flnr.mean3": ["torch+opencv", "torch"], "denoise.flnr.contrast": ["torch+opencv", "torch"],
-       "denoise.flnr.log1p": ["torch+opencv", "torch"], "denoise.area_down": ["torch+opencv", "torch"]}
+       "denoise.flnr.log1p": ["torch+opencv", "torch"], "denoise.area_down": ["torch+opencv", "torch"],
+       "denoise.input_blend": ["torch+numba", "torch"]}
 
 
 @pytest.fixture
@@ -92,6 +94,18 @@ def test_edge_history_runs_the_path_it_explains(case, spy):
     with runtime.use_numba(numba):
         EH.edge_history(out, torch.rand(1, 4, 9, 11, dtype=dtype), offset, prev, cur)
         _check("denoise.edge_history", case.split("/")[0], hits, asked)
+
+
+@pytest.mark.parametrize("case", ["torch+numba", "torch", "torch/autograd", "torch/float64"])
+def test_input_blend_runs_the_path_it_explains(case, spy):
+    hits, asked = spy("denoise.input_blend")
+    numba, grad, dtype = _engine(case)
+    torch.manual_seed(0)
+    color, sharp, albedo = (torch.rand(1, 3, 9, 11, dtype=dtype) for _ in range(3))
+    out = torch.rand(1, 3, 9, 11, dtype=dtype, requires_grad=grad)
+    with runtime.use_numba(numba):
+        IB.towards_input(out, color, albedo, sharp)
+        _check("denoise.input_blend", case.split("/")[0], hits, asked)
 
 
 # ------------------------------------------------------------------------------------------------ FLNR's stages

@@ -28,6 +28,7 @@ op                          paths (priority)                     where
 ``denoise.flnr.contrast``   torch+opencv (5), torch (0)          :mod:`.flnr_stages`
 ``denoise.flnr.log1p``      torch+opencv (5), torch (0)          :mod:`.flnr_net`
 ``denoise.area_down``       torch+opencv (5), torch (0)          :mod:`.flr`
+``denoise.input_blend``     torch+numba (5), torch (0)           :mod:`.input_blend`
 ==========================  ===================================  =====================================
 """
 from __future__ import annotations

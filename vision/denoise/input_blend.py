@@ -43,8 +43,10 @@ import torch
 import torch.nn.functional as F
 
 from vision.kernels import box_filter
+from vision.kernels.runtime import decide, register_path
 
 from .accumulate import BIG
+from .engines import NUMBA, TORCH, numba_takes
 from .features import GUIDE_ORDER, feature_stats, raw_features
 from .flr import flr, flr_tiled
 from .repair import QUANTILE_SAMPLES
@@ -149,6 +151,13 @@ def towards_input(out: torch.Tensor, color: torch.Tensor, albedo: torch.Tensor |
         True
     """
     factor = torch.ones_like(color[:, :1]) if albedo is None else albedo.clamp_min(ALBEDO_FLOOR)
+    if sharp is None:
+        return _towards_input_torch(out, color, factor, sharp, radius)
+    return decide("denoise.input_blend", out, tensors=(out, color, sharp, factor)).run(out, color, factor, sharp,
+                                                                                     radius)
+
+
+def _towards_input_torch(out, color, factor, sharp, radius):
     residual = color - out
     step = None if sharp is None else sharp - out
     with torch.no_grad():  # the factors are estimates from the data: no gradient flows through them
@@ -169,6 +178,20 @@ def towards_input(out: torch.Tensor, color: torch.Tensor, albedo: torch.Tensor |
         return out + s * residual
     # out moved towards the sharp fit by w, then towards the input by s
     return out + s * residual + (w * (1 - s)) * step
+
+
+def _towards_input_numba(out, color, factor, sharp, radius):
+    """The same in two numba passes (:mod:`.input_blend_cpu`) around the box filter and the frame's share."""
+    from . import input_blend_cpu as cpu
+
+    sums = box_filter(cpu.blend_sums(out, color, sharp, factor), radius)
+    trust = frame_share(sums[:, :1], sums[:, 1:2]).sqrt()
+    return cpu.blend_apply(out, color, sharp, sums, trust, SHARP_LEVERAGE)
+
+
+register_path("denoise.input_blend", NUMBA, "torch", 5, supports=lambda tensors: numba_takes(*tensors),
+              run=_towards_input_numba)
+register_path("denoise.input_blend", TORCH, "torch", 0, run=_towards_input_torch)
 
 
 def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,105 @@
+"""numba loops for the input blend on CPU float32 (see :mod:`vision.kernels.runtime.jit`): the per-pixel sums of
+:func:`~vision.denoise.input_blend.towards_input` in one pass over its four inputs, and the blend itself in a
+second, where the PyTorch path streams a dozen full planes through memory. Imported only where numba is available;
+the PyTorch formulas in :mod:`.input_blend` are what this is tested against.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numba import prange
+
+from vision.kernels.runtime.jit import kernel
+
+from .accumulate import BIG
+
+_ANY4 = "float32[:, :, :, :]"
+
+
+@kernel(f"void({_ANY4}, {_ANY4}, {_ANY4}, {_ANY4}, float32[:, :, :, ::1])")
+def blend_sums_planes(out, color, sharp, factor, sums):
+    """``sums`` (B, 4, H, W) = per pixel, summed over the 3 channels: ``r r``, the noise energy, ``r d`` and ``d d``,
+    with ``r = color - out`` and ``d = sharp - out``; the noise energy is that of
+    :func:`~vision.denoise.input_blend.noise_energy` on ``(color - sharp) / factor`` scaled by ``factor``
+    (interior pixels, copied outwards at the border; zeros for frames under 3 x 3). Each sum is clamped into
+    [-BIG, BIG], NaN as BIG. ``out``, ``color``, ``sharp``: (B, 3, H, W); ``factor``: (B, 1 or 3, H, W), > 0."""
+    B, C, H, W = out.shape
+    fc = factor.shape[1]
+    big, sixth, two = np.float32(BIG), np.float32(1.0 / 6.0), np.float32(2.0)
+    small = H < 3 or W < 3
+    for n in prange(B * H):
+        b, y = n // H, n % H
+        row = sums[b, :, y]
+        for k in range(4):
+            for x in range(W):
+                row[k, x] = np.float32(0.0)
+        for c in range(C):
+            o, yv, sv = out[b, c, y], color[b, c, y], sharp[b, c, y]
+            for x in range(W):
+                r = yv[x] - o[x]
+                d = sv[x] - o[x]
+                row[0, x] += r * r
+                row[2, x] += r * d
+                row[3, x] += d * d
+        if not small:
+            yc = min(max(y, 1), H - 2)  # the nearest interior row: the border copies it
+            rough = np.empty((3, W), np.float32)
+            across = np.empty(W, np.float32)
+            for c in range(C):
+                cc = c if fc > 1 else 0
+                for k in range(3):
+                    yy = yc - 1 + k
+                    yv, sv, fv = color[b, c, yy], sharp[b, c, yy], factor[b, cc, yy]
+                    for x in range(W):
+                        rough[k, x] = (yv[x] - sv[x]) / fv[x]
+                for x in range(W):  # the second difference down the column, then along the row
+                    across[x] = rough[0, x] + rough[2, x] - two * rough[1, x]
+                fv = factor[b, cc, yc]
+                for x in range(W):
+                    xc = min(max(x, 1), W - 2)
+                    v = (across[xc - 1] + across[xc + 1] - two * across[xc]) * sixth * fv[xc]
+                    row[1, x] += v * v
+        for k in range(4):
+            for x in range(W):
+                v = row[k, x]
+                row[k, x] = big if v != v else min(max(v, -big), big)
+
+
+@kernel(f"void({_ANY4}, {_ANY4}, {_ANY4}, float32[:, :, :, ::1], float32[::1], float32, float32[:, :, :, ::1])")
+def blend_apply_planes(out, color, sharp, sums, trust, leverage, result):
+    """``result`` (B, 3, H, W) = ``out + s r + w (1 - s) d`` with the window sums ``sums`` (B, 4, H, W, as
+    :func:`blend_sums_planes` writes them, box-filtered), ``trust`` (B,) the square root of each image's
+    :func:`~vision.denoise.input_blend.frame_share`, ``s = unit(1 - v / (e trust))`` and ``w = unit((rd -
+    leverage v) / dd) trust`` (``unit``: clamped into [0, 1], NaN and inf as 0)."""
+    B, C, H, W = out.shape
+    zero, one = np.float32(0.0), np.float32(1.0)
+    for n in prange(B * H):
+        b, y = n // H, n % H
+        t = trust[b]
+        for x in range(W):
+            e, v, rd, dd = sums[b, 0, y, x], sums[b, 1, y, x], sums[b, 2, y, x], sums[b, 3, y, x]
+            s = one - v / (e * t)
+            s = zero if not np.isfinite(s) else min(max(s, zero), one)
+            w = (rd - leverage * v) / dd
+            w = zero if not np.isfinite(w) else min(max(w, zero), one) * t
+            ws = w * (one - s)
+            for c in range(C):
+                o = out[b, c, y, x]
+                result[b, c, y, x] = o + s * (color[b, c, y, x] - o) + ws * (sharp[b, c, y, x] - o)
+
+
+def blend_sums(out: torch.Tensor, color: torch.Tensor, sharp: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """:func:`blend_sums_planes` into a new (B, 4, H, W) tensor."""
+    b, _, h, w = out.shape
+    sums = out.new_empty(b, 4, h, w)
+    blend_sums_planes(out, color, sharp, factor.expand(b, -1, h, w), sums)
+    return sums
+
+
+def blend_apply(out: torch.Tensor, color: torch.Tensor, sharp: torch.Tensor, sums: torch.Tensor,
+                trust: torch.Tensor, leverage: float) -> torch.Tensor:
+    """:func:`blend_apply_planes` into a new (B, 3, H, W) tensor; ``trust`` (B, 1, 1, 1)."""
+    result = torch.empty(out.shape, dtype=out.dtype)
+    blend_apply_planes(out, color, sharp, sums.contiguous(), trust.reshape(-1).contiguous(), float(leverage),
+                       result)
+    return result
