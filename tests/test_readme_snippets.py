@@ -390,7 +390,7 @@ def _given_attention_mask():
 
 ENTRIES = [
     Entry("out = guided_filter(img, img, radius=8, eps=1e-2)", _check_quick_operators),
-    Entry('f = read_frame("frame.exr"', _check_quick_denoise, files=_files_frame),
+    Entry('f = read_frame("frame.exr"', _check_quick_denoise, files=_files_frame, slow=True),
     Entry("smooth = guided_filter(img, img, radius=8, eps=1e-2)", _check_operators),
     Entry('ds = RenderedScenes("data/scenes"', _check_dataset, files=_files_scenes),
     Entry("restored = vision.restore_structure(src, edit, steps=100)", _check_spl),
@@ -413,7 +413,14 @@ ENTRIES = [
           given=lambda: dict(x=torch.rand(2, 3, 128, 128), depth=1 + 4 * torch.rand(2, 1, 128, 128))),
 ]
 
-SNIPPETS = python_snippets()
+def _needs_blender(snippet: Snippet) -> bool:
+    """Code for Blender's own Python (``import bpy``): compiled here, run only inside Blender."""
+    return re.search(r"^\s*(?:import bpy|from bpy)", snippet.code, re.M) is not None
+
+
+ALL_PYTHON = python_snippets()
+SNIPPETS = [s for s in ALL_PYTHON if not _needs_blender(s)]
+BLENDER_SNIPPETS = [s for s in ALL_PYTHON if _needs_blender(s)]
 
 
 def _entry(snippet: Snippet) -> Entry:
@@ -547,3 +554,11 @@ def test_bash_block_commands_parse(block):
                     assert not unknown, f"{where}: extras {sorted(unknown)} are not in pyproject.toml"
                 if word.endswith(".py") and not word.startswith("-") and "/" in word:
                     assert (ROOT / word).is_file(), f"{where}: {word} does not exist"
+
+
+@pytest.mark.parametrize("snippet", BLENDER_SNIPPETS or [None], ids=lambda s: s.id if s else "none")
+def test_blender_snippets_compile(snippet):
+    """Python for Blender (``import bpy``) cannot run outside it: each such block at least compiles."""
+    if snippet is None:
+        pytest.skip("no Blender snippets in the pages")
+    compile(snippet.code, f"{snippet.page}:{snippet.line}", "exec")
