@@ -416,7 +416,7 @@ def test_local_weights_load_through_pretrained_cfg_overlay(tmp_path, fmt):
         torch.testing.assert_close(got[k], expected[k].to(got[k].dtype), rtol=0, atol=0)
 
 
-# ------------------------------------------------------------------ acceptance 3: it learns
+# ------------------------------------------------------------------ it learns
 
 def render_shapes(n, size=64, seed=0):
     """Four classes (disc, square, triangle, cross) at random position, size and colours, with noise."""
@@ -478,7 +478,7 @@ def test_tiny_vig_learns_rendered_shapes():
     assert acc >= 0.9
 
 
-# ------------------------------------------------------------------ acceptance 4 (CPU): memory at 1024^2
+# ------------------------------------------------------------------ memory at 1024^2 (CPU)
 
 @pytest.mark.slow
 def test_vig_tiny_uses_less_memory_than_deit_tiny_at_1024():

@@ -1,6 +1,6 @@
 """Every public op of ``vision.kernels``, as a function and as an ``nn.Module``, forward and backward, under
 ``torch.compile(fullgraph=True, dynamic=True)`` on CPU against eager, and ``torch.export`` of the module forms
-(issue 39, finding 4: a module's float ``eps`` reached ``math.isfinite`` as a SymFloat and broke the graph).
+(a module's float ``eps`` reached ``math.isfinite`` as a SymFloat and broke the graph).
 
 Compiles use Inductor, except GLA: its chunked scan is plain PyTorch that Inductor turns into minutes of C++ on two
 cores, so it compiles with ``aot_eager`` here -- the same Dynamo capture (fullgraph, dynamic shapes) and

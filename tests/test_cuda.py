@@ -1,5 +1,5 @@
 """Every Triton kernel on a real GPU against the float64 references, and the denoisers on CUDA against their
-CPU results: what a session lent a GPU runs first (`bash .ci/device-check`; README, "Checks on a GPU").
+CPU results: the first thing to run on a machine with a CUDA device (docs/benchmarks.md, "GPU").
 
 Skipped without CUDA. ``VISION_TEST_DEVICE=cpu`` runs the same tests on CPU tensors through the Triton
 interpreter (the test code itself checked without a GPU; slow, so small sizes throughout).

@@ -24,7 +24,7 @@ def _guides(d):
 
 
 def test_flr_gains_12db_over_1spp_on_bundled_scenes(frames):
-    """Acceptance 1 on the bundled scenes (never used for fitting any parameter of a network)."""
+    """The FLR target (12 dB over the input) on the bundled scenes (never used for fitting any parameter of a network)."""
     noisy, ours = [], []
     for d in frames.values():
         out = denoise(d["color"], **_guides(d), model="flr")
@@ -96,7 +96,7 @@ def test_known_phase_on_the_bundled_frames(frames):
 
 
 def test_flnr_from_a_quarter_of_the_samples_is_within_1_5_db_of_full_resolution_flr(frames):
-    """Acceptance 3 with one 1-spp sample of every 2 x 2 block (phase known), FLNR with the bundled upsampling
+    """The joint-upsampling target with one 1-spp sample of every 2 x 2 block (phase known), FLNR with the bundled upsampling
     weights (never trained on these scenes): measured 2026-12-04 -0.69 dB at phase (0, 0), -0.64 dB at (1, 1)."""
     loss = []
     for d in frames.values():
@@ -550,8 +550,8 @@ def test_bench_denoise_rows_and_acceptance_lines(frames, tmp_path, capsys):
     out = tmp_path / "bench.json"
     assert main(["bench", "denoise", "--no-oidn", "--repeat", "1", "--threads", "1", "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "acceptance 1: FLR - noisy = +15.3" in text and "PASS" in text
-    assert "acceptance 3: full-resolution FLR - joint upsampling" in text
+    assert "target: FLR - noisy = +15.3" in text and "PASS" in text
+    assert "target: full-resolution FLR - joint upsampling" in text
     rows = {(r["scene"], r["method"]): r for r in json.loads(out.read_text())["rows"]}
     for name in ("noisy", "box", "flr", "flr s=2", "flnr", "flr 1/2 mean", "flr 1/2 pick", "flnr 1/2 mean",
                  "flnr 1/2 pick", "flr 1/2 pick+phase", "flnr 1/2 pick+phase", "flr 1/4 pick+phase",

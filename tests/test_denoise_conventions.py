@@ -1,4 +1,4 @@
-"""The denoiser's conventions, as OIDN's (issue 39, finding 6): one default model for the library and the command,
+"""The denoiser's conventions, as OIDN's: one default model for the library and the command,
 an explicit ``hdr`` switch, uint8 and RGBA colour refused in one line, sizes as HxW in every message, and EXR
 outputs whose layers each hold one pixel type (so ``OpenEXR.File(out)`` reads them)."""
 import shutil

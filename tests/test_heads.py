@@ -334,7 +334,7 @@ def test_dpt_head_cost_and_errors(backbone_features):
     maps, strides = feats["vig"]
     head = DPTHead([192] * 4, 1)
     assert head(maps, (64, 64)).shape == (2, 1, 64, 64)
-    # the token-local head needs <= 1/10 of the DPT head's parameters (issue 9, acceptance 3)
+    # the token-local head needs <= 1/10 of the DPT head's parameters
     assert head_parameter_count(TokenLocalHead(192, 16, 1)) * 10 <= head_parameter_count(head)
     with pytest.raises(ValueError, match="four"):
         head(maps[:3], (64, 64))

@@ -1,4 +1,4 @@
-"""Issue 38, the rest: a full disk at the end of `vision train-denoiser` loses no weights, and the hostile corpus
+"""A full disk at the end of `vision train-denoiser` loses no weights, and the hostile corpus
 (tests/hostile/corpus.py: ~40 hostile command lines over every subcommand, run as subprocesses) ends in no
 traceback and no timeout."""
 from __future__ import annotations
@@ -142,7 +142,7 @@ def test_sigterm_and_a_full_disk_rescue_the_weights_beside_the_checkpoint(tmp_pa
     assert read_metadata(tmp_path / "w.rescued.safetensors")["vision.train.epochs"] == "1" and not out.exists()
 
 
-# --------------------------------------------------------------------------- the corpus (issue 38, acceptance 2)
+# --------------------------------------------------------------------------- the corpus
 
 @pytest.mark.slow  # ~60 subprocesses, two at a time: about 2-3 minutes on 2 idle cores
 def test_the_hostile_corpus_has_no_traceback_timeout_or_stray_write(tmp_path):

@@ -1,4 +1,4 @@
-"""Hostile and careless inputs, round two (issue 38): numeric flags that are NaN, inf or out of range, loss
+"""Hostile and careless inputs, part two: numeric flags that are NaN, inf or out of range, loss
 inputs beyond float32, and malformed options are one line with exit 2, before any work and with nothing written."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 39, findings 1 and 2: a run folder travels (it predicts and evaluates after the --pretrained file is
+"""A run folder travels (it predicts and evaluates after the --pretrained file is
 gone, its card's snippet reproduces its features, its adapters name their base), LoRA is never trained on
 random weights silently, convolutional backbones take LoRA on their convolutions, and a failed start leaves
 no run folder behind."""

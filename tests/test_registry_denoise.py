@@ -1,4 +1,4 @@
-"""The denoiser's stages choose their engine through the registry (issue 40): for every denoiser op and each of its
+"""The denoiser's stages choose their engine through the registry: for every denoiser op and each of its
 paths, a call forced onto that path (numba on or off, autograd, dtype, the backend) runs exactly that path's
 implementation, and ``explain`` for the same call names it.
 

@@ -1,4 +1,4 @@
-"""The registry decides the engines outside the image ops too (issue 40): gated linear attention (op ``gla``: fla's
+"""The registry decides the engines outside the image ops too: gated linear attention (op ``gla``: fla's
 ``chunk_gla`` or our chunked PyTorch scan) and the restore loop (op ``restore_step``: the fused Triton SGD step or a
 ``torch.optim`` step). For each op and engine a call is made with that engine forced, and ``explain`` for the call
 the op asked the registry about must name the path whose implementation ran, and no other path's may run.

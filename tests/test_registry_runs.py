@@ -1,4 +1,4 @@
-"""The registry describes and decides (issue 40): for every op and every engine, the implementation registered with
+"""The registry describes and decides: for every op and every engine, the implementation registered with
 the path ``explain`` names is the one that runs, and no other path's implementation runs.
 
 Each test spies on every path of the op (a counting proxy in place of ``Path.run``), makes a call that takes the

@@ -1,4 +1,4 @@
-"""Run folders are untrusted input (issue 38): no write through a symbolic link, checkpoints that a kill leaves
+"""Run folders are untrusted input: no write through a symbolic link, checkpoints that a kill leaves
 whole, one run per folder, and `vision denoise` leaves no temporary files after SIGTERM or a kill."""
 import os
 import shutil

@@ -1,4 +1,4 @@
-"""Issue 38, acceptance 3: SIGKILL at random moments of a short `vision finetune`, then `--resume`, ends with the
+"""SIGKILL at random moments of a short `vision finetune`, then `--resume`, ends with the
 weights of an uninterrupted run (bit for bit), or at most a one-line refusal that names the damaged file; never a
 traceback, never a silent divergence.
 

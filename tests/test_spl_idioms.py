@@ -1,4 +1,4 @@
-"""SPL options behave like diffusers options (issue 39, finding 3; issue 40, finding 4): per-call keywords are
+"""SPL options behave like diffusers options: per-call keywords are
 checked, ``structure_preservation=False`` works per call on every pipeline kind, a public report of the guided
 steps, the method form of disable, pickling, AutoPipeline loading of a saved enabled pipeline, one frozen config
 object, progress on the pipeline's bar, and outputs equal to an independent re-statement of the guided step.

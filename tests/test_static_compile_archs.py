@@ -1,4 +1,4 @@
-"""Every reachable Triton launch configuration compiles for the GPUs users run (issue 39, finding 7).
+"""Every reachable Triton launch configuration compiles for the GPUs users run.
 
 sm_80 (A100), sm_86 (RTX 30, A10, A40), sm_89 (RTX 40, L4, L40) and sm_90 (H100, H200): zero spills, at most 255
 registers per thread and 64 Ki per block, shared memory within what a block may opt into (163 KB on sm_80, 99 KB

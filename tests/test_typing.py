@@ -1,4 +1,4 @@
-"""Static types of the public API (issue 39, finding 5): mypy sees the real signatures behind the lazy exports.
+"""Static types of the public API: mypy sees the real signatures behind the lazy exports.
 
 The exports resolve on first access (PEP 562, ``kernels/_lazy.py``), which a type checker cannot follow; each lazy
 table therefore has an ``if TYPE_CHECKING:`` import of the same names beside it, and

@@ -6,7 +6,7 @@ nothing here may import timm, diffusers or transformers.
 """
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+__version__ = "0.4.0"
 from ._timm_hook import install as _install_timm_hook  # noqa: E402
 from vision.kernels._lazy import lazy_exports  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Experiment (BENCHMARKS.md, 2026-12-06): choose FLNR or FLR per tile by generalised cross-validation.
+"""Experiment (CHANGELOG.md, 0.4.0, "Measured and not kept"): choose FLNR or FLR per tile by generalised cross-validation.
 
 Each denoiser's tile score is its residual energy over (1 - df/n)^2, df its Monte-Carlo divergence (one more call
 with the colour perturbed by +-1 % of its mean, Rademacher signs): no reference and no noise variance is read.

@@ -1,4 +1,4 @@
-"""Experiment (BENCHMARKS.md, 2026-12-06): what FLNR's history input buys on colour that averages k noisy frames.
+"""Experiment (CHANGELOG.md, 0.4.0): what FLNR's history input buys on colour that averages k noisy frames.
 
 For every scene of a ``vision render-scenes`` folder rendered with several noisy seeds, the colour is the mean of the
 first k of its 1-spp frames (what a history of k frames holds where nothing moved), for k = 1, 2, 4, 8, 16 (as many as

@@ -1,10 +1,10 @@
-"""Experiment (BENCHMARKS.md, 2026-12-06): how stable can FLNR be on these sequences at all?
+"""Experiment (BENCHMARKS.md, "Animation"): how stable can FLNR be on these sequences at all?
 
 FLNR per frame and ``TemporalDenoiser`` are fed each frame's noise-free reference as their colour (albedo, normal,
 depth, motion and index as rendered: the 1-spp Denoising passes), and scored as ``vision bench denoise-sequences``
 scores (frames 4 on). With nothing left to average, what remains is the fit's own error on these buffers: an upper
 bound on what accumulating more frames can give this fit. Printed beside per-frame OIDN high on the noisy frames and
-issue 37's stability target (OIDN high's + 4.8 dB).
+the stability target (OIDN high's + 4.8 dB).
 
     python3 benchmarks/denoise/temporal_bound.py DIR [DIR...]    # blender_seq.py output folders
 """

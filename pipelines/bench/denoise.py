@@ -52,7 +52,7 @@ examples:
   vision bench denoise                          # the bundled scenes (3 scenes x 2 frames, 128x128)
   vision bench denoise --data data/scenes --split test --json bench-denoise.json
   vision render-scenes --out data/test --count 24 --size 128 --spp-ref 2048 --noisy-seeds 2 --seed 101
-  vision bench denoise --data data/test         # 24 scenes no model has seen (BENCHMARKS.md: +2.57 dB FLNR - FLR)
+  vision bench denoise --data data/test         # a vision render-scenes folder, e.g. scenes no model has seen
   vision bench denoise --no-oidn --radius 6
   vision bench denoise --frames data/eval_blender/manifest.json   # real Blender files (benchmarks/denoise/)
   vision bench denoise --frames data/spp_eval/manifest.json --spp 1 4 16 64 256   # one table per sample count
@@ -62,7 +62,7 @@ examples:
   vision bench denoise --cuda-size 64x64 --device cpu --timing-only  # the same calls on CPU tensors
 
 Tonemap for PSNR/SSIM: clamp to [0, 1], then gamma 1/2.2. relMSE: mean((x-y)^2/(y^2+0.01)).
-Acceptance (issue 7) checked here: FLR >= 12 dB above the 1-spp input on average; FLNR >= FLR + 2 dB,
+Targets checked here (each printed with PASS or FAIL): FLR >= 12 dB above the 1-spp input on average; FLNR >= FLR + 2 dB,
 within 2 dB of OIDN high (albedo+normal, cleanAux), HDR-FLIP <= OIDN high's + 0.02, and (with
 --time-size 1280x720) <= 1/5 of OIDN fast's CPU time; joint upsampling from 1/2-resolution colour
 (rows "1/2 mean": 2x2 means, "1/2 pick": one sample in four, "1/2 pick+phase": the same with its pixel
@@ -93,7 +93,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "1280x720 (--repeat rounds, methods interleaved)")
     p.add_argument("--cuda-size", default=None, metavar="WxH",
                    help="also time FLR (scales 1, 2, 4) and FLNR on the GPU per frame of this size, the buffers "
-                        "resident there as tensors (acceptance 5 at 1920x1080: FLR <= 1 ms, FLNR <= 5 ms)")
+                        "resident there as tensors (targets at 1920x1080: FLR <= 1 ms, FLNR <= 5 ms)")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                    help="where --cuda-size times the denoisers (default cuda; cpu runs the same calls on CPU "
                         "tensors, e.g. with a small --cuda-size 64x64 to check the command)")
@@ -321,14 +321,14 @@ def time_device(args, frames, device) -> dict:
 
 
 def _device_acceptance(args, res: dict) -> bool:
-    """Acceptance 5 (per-call time at --cuda-size on the GPU: FLR <= 1 ms, FLNR <= 5 ms; FLNR's target 2 ms)."""
+    """The GPU targets (per-call time at --cuda-size on the GPU: FLR <= 1 ms, FLNR <= 5 ms; FLNR's goal 2 ms)."""
     ok = True
     if args.device != "cuda":
         return ok
     for key, limit, target in (("flr", 1e-3, 1e-3), ("flnr", 5e-3, 2e-3)):
         if isinstance(res.get(key), float):
-            print(f"acceptance 5: {key.upper()} at {args.cuda_size} on the GPU = {res[key] * 1e3:.2f} ms per call "
-                  f"(<= {limit * 1e3:.0f} ms): {'PASS' if res[key] <= limit else 'FAIL'}; target <= "
+            print(f"target: {key.upper()} at {args.cuda_size} on the GPU = {res[key] * 1e3:.2f} ms per call "
+                  f"(<= {limit * 1e3:.0f} ms): {'PASS' if res[key] <= limit else 'FAIL'}; goal <= "
                   f"{target * 1e3:.0f} ms: {'met' if res[key] <= target else 'not met'}")
             ok &= res[key] <= limit
     return ok
@@ -415,7 +415,7 @@ def run(args) -> int:
     if not real:
         verdict = "PASS" if gain >= 12 else "FAIL"
         ok &= gain >= 12
-        print(f"acceptance 1: FLR - noisy = {gain:+.2f} dB (>= 12): {verdict}")
+        print(f"target: FLR - noisy = {gain:+.2f} dB (>= 12): {verdict}")
     for peer in ("oidn high aux", "oidn fast aux"):
         if peer in means:
             print(f"FLR vs {peer}: {means['flr']['psnr'] - means[peer]['psnr']:+.2f} dB PSNR, time ratio (ours / "
@@ -423,16 +423,16 @@ def run(args) -> int:
     if "flnr" in means and not real:
         m_f, m_r = means["flnr"], means["flr"]
         gain = m_f["psnr"] - m_r["psnr"]
-        print(f"acceptance 2a: FLNR - FLR = {gain:+.2f} dB (>= 2): {'PASS' if gain >= 2 else 'FAIL'}")
+        print(f"target: FLNR - FLR = {gain:+.2f} dB (>= 2): {'PASS' if gain >= 2 else 'FAIL'}")
         ok &= gain >= 2
         if "oidn high aux" in means:
             m_o = means["oidn high aux"]
             gap = m_f["psnr"] - m_o["psnr"]
-            print(f"acceptance 2b: FLNR - OIDN high aux = {gap:+.2f} dB (>= -2): {'PASS' if gap >= -2 else 'FAIL'}")
+            print(f"target: FLNR - OIDN high aux = {gap:+.2f} dB (>= -2): {'PASS' if gap >= -2 else 'FAIL'}")
             ok &= gap >= -2
             if has_flip:
                 df = m_f["flip"] - m_o["flip"]
-                print(f"acceptance 2c: HDR-FLIP FLNR - OIDN high aux = {df:+.4f} (<= 0.02): "
+                print(f"target: HDR-FLIP FLNR - OIDN high aux = {df:+.4f} (<= 0.02): "
                       f"{'PASS' if df <= 0.02 else 'FAIL'}")
                 ok &= df <= 0.02
     spp_records = None
@@ -451,7 +451,7 @@ def run(args) -> int:
                              f"{lq:+.2f} dB (one in four, phase known)")
                 same.append(lm)
                 quarter.append(lq)
-        print(f"acceptance 3: full-resolution FLR - joint upsampling from 1/2-resolution colour: {'; '.join(parts)} "
+        print(f"target: full-resolution FLR - joint upsampling from 1/2-resolution colour: {'; '.join(parts)} "
               f"(<= 1.5) with the same samples: {'PASS' if min(same) <= 1.5 else 'FAIL'}; with a quarter of the "
               f"samples (phase known): {'PASS' if min(quarter) <= 1.5 else 'FAIL'}")
         ok &= min(same) <= 1.5 and min(quarter) <= 1.5
@@ -460,16 +460,16 @@ def run(args) -> int:
         losses = [f"{model.upper()} {full - means[f'{model} 1/4 pick+phase']['psnr']:+.2f} dB"
                   for model in ("flr", "flnr") if f"{model} 1/4 pick+phase" in means]
         print(f"joint upsampling from 1/4-resolution colour (one sample in 16, phase known), loss against "
-              f"full-resolution FLR: {', '.join(losses)} (for reference; the issue's acceptance 3 is about 1/2)")
+              f"full-resolution FLR: {', '.join(losses)} (for reference; the target is for 1/2)")
     timing = time_large(args, frames, ms) if args.time_size else None
     if timing and "flnr" in timing and "oidn fast aux" in timing:
         ratio = timing["flnr"] / timing["oidn fast aux"]
-        print(f"acceptance 2d: FLNR / OIDN fast time at {args.time_size} = {ratio:.2f} (<= 0.2): "
+        print(f"target: FLNR / OIDN fast time at {args.time_size} = {ratio:.2f} (<= 0.2): "
               f"{'PASS' if ratio <= 0.2 else 'FAIL'}")
         ok &= ratio <= 0.2
     if timing and "temporal flnr" in timing and "oidn fast aux" in timing:
         ratio = timing["temporal flnr"] / timing["oidn fast aux"]
-        print(f"temporal cost (issue 37, acceptance 2): temporal FLNR / OIDN fast time at {args.time_size} = "
+        print(f"target: temporal FLNR / OIDN fast time at {args.time_size} = "
               f"{ratio:.2f} (<= 0.3): {'PASS' if ratio <= 0.3 else 'FAIL'}")
         ok &= ratio <= 0.3
     cuda = None

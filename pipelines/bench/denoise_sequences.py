@@ -51,7 +51,7 @@ log depth, albedo or object index passes; the share of such pixels is printed pe
 (ColorVideoVDP, 24 fps, tonemapped frames on the standard_fhd display, 10 = no visible difference; "-" without
 pip install cvvdp), s/frame.
 
-Acceptance (issue 37): temporal PSNR >= OIDN high's, stability >= OIDN high's + 4.8 dB, disoccluded PSNR >=
+Targets for `--temporal`: PSNR >= OIDN high's, stability >= OIDN high's + 4.8 dB, disoccluded PSNR >=
 per-frame FLNR's - 0.3 dB, per sequence.
 """
 METHODS = ("oidn high", "oidn fast", "flnr", "flr", "temporal", "temporal flr")

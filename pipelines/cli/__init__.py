@@ -105,7 +105,7 @@ def tune_for_denoising(words: list[str]) -> None:
     - glibc's malloc keeps freed memory for reuse (``mallopt``: no mmap below 256 MB, no trimming): each frame
       allocates the same few-MB tensors again, and fresh pages from the kernel cost page faults on first touch.
 
-    At 1280x720 on 2 threads: 67 ms per frame, 58 with the first, 42-46 with both (BENCHMARKS.md, 2026-12-05)."""
+    At 1280x720 on 2 threads: 67 ms per frame, 58 with the first, 42-46 with both (CHANGELOG.md, 0.3.0)."""
     if not any(tuple(words[:len(c)]) == c for c in DENOISING_COMMANDS):
         return
     if "torch" not in sys.modules and "OMP_WAIT_POLICY" not in os.environ:

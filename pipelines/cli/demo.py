@@ -20,7 +20,7 @@ SECTIONS = {
 
 HELP = "run the bundled demos, results in ./vision-demo/"
 DESCRIPTION = "Run every bundled demo on bundled inputs (no downloads) and write PNGs and side-by-side comparisons."
-EPILOG = "examples:\n  vision demo\n  vision demo -o /tmp/demo --only guided-filter\n"
+EPILOG = "examples:\n  vision demo\n  vision demo -o demo --only guided-filter\n"
 
 
 def add_arguments(p) -> None:

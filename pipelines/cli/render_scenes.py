@@ -21,7 +21,7 @@ from pathlib import Path
 EPILOG = """examples:
   vision render-scenes --out data/scenes --count 100 --size 128 --spp-ref 1024
   vision render-scenes --out data/scenes --count 200 --size 128 --spp-ref 1024   # resumes: renders scenes 100..199 only
-  vision render-scenes --out /tmp/tiny --count 3 --size 64 --spp-ref 256 --kinds rooms,lamps --variant scalar_rgb
+  vision render-scenes --out tiny --count 3 --size 64 --spp-ref 256 --kinds rooms,lamps --variant scalar_rgb
 
 needs Mitsuba 3:  pip install 'locallinear-vision[render]'
 fast variant:     llvm_ad_rgb needs libLLVM >= 16 (Debian/Ubuntu: apt-get install libllvm19); else scalar_rgb is used

@@ -6,7 +6,7 @@ The runs (``assets/weights/dense/{depth,normals}``; how they were trained is in 
 bundled scenes. One PNG per scene, one row per task: input | prediction | ground truth | error map with the edge
 band (valid pixels within ``BAND`` px of an instance or depth edge, :func:`vision.dense.edges.edge_band`, as
 ``vision evaluate`` scores it) at full brightness and the rest dimmed. The footer gives the figures over all three
-scenes beside those of the token-local runs bundled before (``PREVIOUS``).
+scenes, as ``vision evaluate RUN --data assets/scenes --split all`` reports them.
 """
 from __future__ import annotations
 
@@ -20,9 +20,6 @@ BAND = 4
 # guided_refine (radius, eps) on each task's raw output, or None; chosen on the validation split of the training
 # renders: edge-band AbsRel 0.275 -> 0.272 for depth, edge mean angle 25.78 -> 25.86 deg (worse) for normals
 REFINE = {"depth": (4, 1e-3), "normals": None}
-# Edge-band error of the token-local runs bundled before these (4-block ViG, 240 training scenes) on the same
-# three scenes, flip TTA as here: `vision evaluate RUN --data assets/scenes --split all` (BENCHMARKS.md).
-PREVIOUS = {"depth": 0.2805, "normals": 35.29}
 ZOOM = 2  # 128-px scenes are drawn at twice their size so that boundaries can be seen
 
 
@@ -177,11 +174,8 @@ def run(out_dir: Path, device: str) -> list[Path]:
         pred, target, valid, band = (torch.cat(t) for t in zip(*(results[name][s] for s in SCENES)))
         overall[name] = scores(pred, target, valid, band, name)
     d, n = overall["depth"], overall["normals"]
-    change = {name: 100 * (overall[name][1] / PREVIOUS[name] - 1) for name in RUNS}
-    footer = (f"all {len(SCENES)} bundled scenes, depth: AbsRel {d[0]:.3f}, edge band {d[1]:.3f} "
-              f"(token-local run bundled before: {PREVIOUS['depth']:.3f}, {change['depth']:+.0f} %)\n"
-              f"all {len(SCENES)} bundled scenes, normals: mean angle {n[0]:.1f} deg, edge band {n[1]:.1f} deg "
-              f"(before: {PREVIOUS['normals']:.1f} deg, {change['normals']:+.0f} %)")
+    footer = (f"all {len(SCENES)} bundled scenes, depth: AbsRel {d[0]:.3f}, edge band {d[1]:.3f}\n"
+              f"all {len(SCENES)} bundled scenes, normals: mean angle {n[0]:.1f} deg, edge band {n[1]:.1f} deg")
     written = []
     with tempfile.TemporaryDirectory() as tmp:
         for scene in SCENES:

@@ -1,4 +1,4 @@
-"""The hostile-input corpus (issue 38, acceptance 2): careless and crafted command lines for every `vision`
+"""The hostile-input corpus: careless and crafted command lines for every `vision`
 subcommand, each run as a real subprocess, counted by outcome.
 
     python tests/hostile/corpus.py            # prints the counts table and the cases that were not as expected

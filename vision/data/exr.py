@@ -5,7 +5,7 @@ Float channels are stored as 32-bit float and ids as 32-bit unsigned int, so rea
 the very bits that were written (NaN payloads, signed zeros and denormals included).
 
 Channel names follow the EXR layer convention ``layer.channel``; a *field* is one layer read as an
-``(H, W, C)`` array. The table :data:`LAYERS` is the documentation of record (the README repeats it):
+``(H, W, C)`` array. The table :data:`LAYERS` is the documentation of record (docs/render-scenes.md repeats it):
 
 ======================  ============================================  ========  ==============================================
 field                   channels                                      type      meaning

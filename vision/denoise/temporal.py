@@ -142,7 +142,7 @@ class TemporalDenoiser:
             (the input blend of :func:`~vision.denoise.denoise`; default True).
         shrink_radius: the window radius of :func:`.accumulate.towards_history`; 0 (the default) = off. At 2 it
             gained 0.16-0.30 dB on two of the three sequences it was tried on and lost 0.03-0.04 dB on both
-            held-out ones (BENCHMARKS.md), so it is not on by default.
+            held-out ones (CHANGELOG.md, 0.4.0), so it is not on by default.
 
     Call it once per frame, in order: ``den(color, motion=..., index=..., albedo=..., normal=..., depth=...,
     ao=..., emission=..., position=...)``, buffers as for :func:`~vision.denoise.denoise` but all at the
@@ -230,7 +230,7 @@ class TemporalDenoiser:
         pixel to pixel, the reprojected history's is not. Where the history lags, was rejected (disocclusions) or
         has blurred a texture through its resampling, the frame wins back. On a 10-frame Cycles sequence this lifted
         ``--temporal`` by 2.8 dB PSNR and 2.6 dB stability at 16 spp a frame, and by 0.3 and 0.2 dB at 1 spp
-        (BENCHMARKS.md); as for single frames, a frame known to be 1 spp skips it, since it costs as much as the
+        (CHANGELOG.md, Unreleased); as for single frames, a frame known to be 1 spp skips it, since it costs as much as the
         rest of the frame (0.31 -> 0.50 of OIDN fast's CPU time at 1280 x 720)."""
         spp = _check_spp(spp)  # before the history takes the frame
         signal, floor, add, mv, keys, g = self._prepare(color, motion, index, guides)
