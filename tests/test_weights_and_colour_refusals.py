@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from vision.bundled import asset_path
-from vision.denoise import TemporalDenoiser, load_flnr
+from vision.denoise import TemporalDenoiser, denoise, load_flnr
 from vision.denoise.flnr import read_metadata
 
 KEY = "vision.flnr.config"
@@ -67,3 +67,13 @@ def test_temporal_denoiser_refuses_integer_and_rgba_colour_as_denoise_does(color
     with pytest.raises(ValueError, match=message):
         den(color)
     assert den.history_length is None  # nothing entered the history
+
+
+@pytest.mark.parametrize("bad", [-1, 0, 0.5, float("nan"), float("inf")])
+def test_history_below_one_frame_or_not_finite_is_refused_in_one_line(bad):
+    rng = np.random.default_rng(0)
+    c = rng.random((12, 12, 3), dtype=np.float32)
+    history = np.full((12, 12), 2.0, np.float32)
+    history[3, 4] = bad
+    with pytest.raises(ValueError, match=r"history must be a count of frames per pixel >= 1 \(finite\), got .* at 1 pixel"):
+        denoise(c, albedo=c, normal=c, history=history)

@@ -14,6 +14,7 @@ from . import buffers, graphs
 from .flr import DEFAULT_EPS, DEFAULT_RADIUS, full_size, sample_down, upsample_factor, check_phase, flr, flr_tiled
 from .flnr import flnr as run_flnr, flnr_tiled, load_flnr
 from .input_blend import blend_towards_input, blends
+from .layout import host_reads
 
 __all__ = ["denoise", "MODELS"]
 
@@ -125,7 +126,13 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
         if h is None or h.dtype == torch.bool or h.is_complex():
             got = type(history).__name__ if h is None else _dtype_name(h)
             raise ValueError(f"history must be a real count of frames per pixel (>= 1), got {got}")
-        guides["history"] = buffers.to_bchw(h if h.is_floating_point() else h.float(), "history", 1).to(device)
+        h = h if h.is_floating_point() else h.float()
+        # a count below one frame, NaN or inf is no history: refused where reading it costs no device sync
+        if host_reads(h) and h.numel() and not bool(((h >= 1) & torch.isfinite(h)).all()):
+            bad = h[~((h >= 1) & torch.isfinite(h))].flatten()[0].item()
+            raise ValueError(f"history must be a count of frames per pixel >= 1 (finite), got {bad!r} at "
+                             f"{int((~((h >= 1) & torch.isfinite(h))).sum())} pixel(s)")
+        guides["history"] = buffers.to_bchw(h, "history", 1).to(device)
     work = torch.float64 if c.dtype == torch.float64 else torch.float32
     c = c.to(work)
     guides = {k: (None if v is None else v.to(work)) for k, v in guides.items()}
