@@ -17,6 +17,6 @@ from vision.data.fields import ALIASES, CHANNELS, INPUTS as FIELDS, find_fields 
 from .features import GUIDE_ORDER, feature_stats, guide_list, log_depth, raw_features  # noqa: F401
 from .layout import check_sizes, cpu_path, dense, host_reads, like, to_bchw  # noqa: F401
 from .repair import (ALBEDO_RANGE, BROKEN_RATIO, FIREFLY_RATIO, NORMAL_RANGE, QUANTILE_SAMPLES,  # noqa: F401
-                     BufferWarning, check_ranges, fill_from_neighbours, light_level, repair_nonfinite,
+                     BufferWarning, bright_regions, check_ranges, fill_from_neighbours, light_level, repair_nonfinite,
                      suppress_fireflies)
 from .signal import ALBEDO_FLOOR, demodulate, emitter_mask, fill_emitters  # noqa: F401

@@ -210,6 +210,8 @@ def _model(c, *present, names, model, net, radius, eps, scale, tile, phase, repa
         if not hdr:
             c = c.clamp(max=1.0)
         c = buffers.suppress_fireflies(c, sample_down(guides["emission"], u, phase))
+        if guides["emission"] is None and u == 1:  # a lamp seen without an emission buffer: put back as it is
+            guides["emission"] = buffers.bright_regions(c)
         if model == "flnr":
             if tile is not None:
                 out = flnr_tiled(c, guides, net, radius, eps, scale, tile, phase=phase)

@@ -96,17 +96,22 @@ def sharp_fit_stats(guides: dict) -> tuple[torch.Tensor, torch.Tensor] | None:
     return feature_stats(raw[..., ::step, ::step])
 
 
-def frame_share(energy: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+def frame_share(energy: torch.Tensor, noise: torch.Tensor, exclude: torch.Tensor | None = None) -> torch.Tensor:
     """The share of a frame's residual that is the fit's bias rather than the input's noise, per image (B, 1, 1, 1):
     ``max(0, 1 - median(noise / energy))`` over the windows whose residual ``energy`` is at least the frame's median
     (the windows where the choice matters; the sky or a wall the fit gets right would otherwise speak for the
     frame), from a strided subsample of about :data:`~.repair.QUANTILE_SAMPLES` windows. A median, so that one
-    firefly cannot decide it. 0 where nothing is known. ``energy`` and ``noise``: (B, 1, H, W) window means."""
+    firefly cannot decide it. 0 where nothing is known. ``energy`` and ``noise``: (B, 1, H, W) window means;
+    ``exclude`` (B, 1, H, W) bool or None: windows that take no part (those centred on emitter pixels, which are put
+    back as they are and say nothing about the fit), so that a lamp in view does not move the frame's share."""
     b, _, h, w = energy.shape
     step = max(1, math.ceil(math.sqrt(h * w / QUANTILE_SAMPLES)))
     e = energy[..., ::step, ::step].reshape(b, -1)
     q = noise[..., ::step, ::step].reshape(b, -1) / e
-    q = torch.where((e >= e.median(dim=1, keepdim=True).values) & torch.isfinite(q), q, torch.full_like(q, math.nan))
+    if exclude is not None:
+        e = e.masked_fill(exclude[..., ::step, ::step].reshape(b, -1), math.nan)
+    q = torch.where((e >= e.nanmedian(dim=1, keepdim=True).values) & torch.isfinite(q), q,
+                    torch.full_like(q, math.nan))
     return (1 - torch.nanmedian(q, dim=1).values).nan_to_num(0.0).clamp(0, 1).view(b, 1, 1, 1)
 
 
@@ -126,11 +131,20 @@ def blend_towards_input(out: torch.Tensor, color: torch.Tensor, guides: dict, ti
     stats = sharp_fit_stats(shape)
     sharp = (flr(color, shape, SHARP_RADIUS, SHARP_EPS, SHARP_SCALE, stats=stats) if tile is None else
              flr_tiled(color, shape, SHARP_RADIUS, SHARP_EPS, SHARP_SCALE, tile, stats=stats))
-    return towards_input(out, color, guides.get("albedo"), sharp)
+    return towards_input(out, color, guides.get("albedo"), sharp, emitters=_emitter_windows(guides.get("emission")))
+
+
+def _emitter_windows(emission: torch.Tensor | None) -> torch.Tensor | None:
+    """(B, 1, H, W) bool: the windows centred on a pixel that sees an emitter (``emission`` > 0 in any channel);
+    None without an emission buffer."""
+    if emission is None:
+        return None
+    return emission.amax(1, keepdim=True) > 0
 
 
 def towards_input(out: torch.Tensor, color: torch.Tensor, albedo: torch.Tensor | None = None,
-                 sharp: torch.Tensor | None = None, radius: int = DEFAULT_RADIUS) -> torch.Tensor:
+                 sharp: torch.Tensor | None = None, radius: int = DEFAULT_RADIUS,
+                 emitters: torch.Tensor | None = None) -> torch.Tensor:
     """``out`` (B, 3, H, W), the denoised ``color`` (B, 3, H, W, the noisy input after repair), first moved towards
     ``sharp`` as far as the window's residual says, then towards ``color`` by the factor ``s`` of each ``(2 radius +
     1)^2`` window (module docstring).
@@ -140,7 +154,8 @@ def towards_input(out: torch.Tensor, color: torch.Tensor, albedo: torch.Tensor |
     fit of ``color`` in small windows on the guides (:data:`SHARP_GUIDES`), whose residual the noise is estimated
     on, and a third candidate between ``out`` and ``color``; None: ``out``'s residual, no third candidate. Every
     pixel takes part, those that see an emitter too: at a few samples their noise keeps the fit, at many the input
-    wins. Tensor operations only: no host synchronisation, differentiable in ``out``.
+    wins. ``emitters`` (B, 1, H, W) bool or None: windows left out of the frame's share (:func:`frame_share`).
+    Tensor operations only: no host synchronisation, differentiable in ``out``.
 
     Example:
         >>> import torch
@@ -152,12 +167,12 @@ def towards_input(out: torch.Tensor, color: torch.Tensor, albedo: torch.Tensor |
     """
     factor = torch.ones_like(color[:, :1]) if albedo is None else albedo.clamp_min(ALBEDO_FLOOR)
     if sharp is None:
-        return _towards_input_torch(out, color, factor, sharp, radius)
+        return _towards_input_torch(out, color, factor, sharp, radius, emitters)
     return decide("denoise.input_blend", out, tensors=(out, color, sharp, factor)).run(out, color, factor, sharp,
-                                                                                     radius)
+                                                                                     radius, emitters)
 
 
-def _towards_input_torch(out, color, factor, sharp, radius):
+def _towards_input_torch(out, color, factor, sharp, radius, emitters=None):
     residual = color - out
     step = None if sharp is None else sharp - out
     with torch.no_grad():  # the factors are estimates from the data: no gradient flows through them
@@ -170,7 +185,7 @@ def _towards_input_torch(out, color, factor, sharp, radius):
         sums = torch.stack(sums, 1)  # squares past the float range: BIG, so that window sums stay finite
         sums = box_filter(torch.nan_to_num_(sums, nan=BIG, posinf=BIG, neginf=-BIG).clamp_(-BIG, BIG), radius)
         e, v = sums[:, :1], sums[:, 1:2]
-        trust = frame_share(e, v).sqrt()
+        trust = frame_share(e, v, emitters).sqrt()
         s = _unit(1 - v / (e * trust))
         if step is not None:
             w = _unit((sums[:, 2:3] - SHARP_LEVERAGE * v) / sums[:, 3:4]) * trust
@@ -180,12 +195,12 @@ def _towards_input_torch(out, color, factor, sharp, radius):
     return out + s * residual + (w * (1 - s)) * step
 
 
-def _towards_input_numba(out, color, factor, sharp, radius):
+def _towards_input_numba(out, color, factor, sharp, radius, emitters=None):
     """The same in two numba passes (:mod:`.input_blend_cpu`) around the box filter and the frame's share."""
     from . import input_blend_cpu as cpu
 
     sums = box_filter(cpu.blend_sums(out, color, sharp, factor), radius)
-    trust = frame_share(sums[:, :1], sums[:, 1:2]).sqrt()
+    trust = frame_share(sums[:, :1], sums[:, 1:2], emitters).sqrt()
     return cpu.blend_apply(out, color, sharp, sums, trust, SHARP_LEVERAGE)
 
 

@@ -109,14 +109,14 @@ BROKEN_RATIO = 1e8
 QUANTILE_SAMPLES = 1 << 16  # the quantile reads a strided subsample of at most about this many pixels
 
 
-def light_level(light: torch.Tensor) -> torch.Tensor:
-    """The 0.9 quantile of the positive values of ``light`` (B, 1, H, W) per image, (B, 1, 1, 1), on the device
-    (from a strided subsample); +inf where the subsample has no positive value."""
+def light_level(light: torch.Tensor, quantile: float = 0.9) -> torch.Tensor:
+    """The ``quantile`` (default 0.9) of the positive values of ``light`` (B, 1, H, W) per image, (B, 1, 1, 1), on
+    the device (from a strided subsample); +inf where the subsample has no positive value."""
     b, _, h, w = light.shape
     step = max(1, math.ceil(math.sqrt(h * w / QUANTILE_SAMPLES)))
     sub = light[..., ::step, ::step].reshape(b, -1).float()
     sub = torch.where(sub > 0, sub, torch.full_like(sub, float("nan")))  # the quantile of the lit pixels only
-    q = torch.nanquantile(sub, 0.9, dim=1)
+    q = torch.nanquantile(sub, quantile, dim=1)
     return torch.where(torch.isnan(q), torch.full_like(q, float("inf")), q).view(b, 1, 1, 1).to(light.dtype)
 
 
@@ -156,6 +156,29 @@ def suppress_fireflies(color: torch.Tensor, emission: torch.Tensor | None = None
               f"above {BROKEN_RATIO:g} x) replaced by the mean of their neighbours"] if hits else [])
         warnings.warn(f"{name}: {'; '.join(parts)}", BufferWarning, stacklevel=3)
     return x
+
+
+def bright_regions(color: torch.Tensor, name: str = "color") -> torch.Tensor:
+    """The emission of a frame that has no emission buffer, where it shows: ``color`` (B, C, H, W) at the pixels
+    whose light (largest channel) exceeds :data:`FIREFLY_RATIO` times :func:`light_level` with at least two such
+    neighbours (a lamp, the sun: what :func:`suppress_fireflies` leaves whole), 0 elsewhere. The level here is the
+    median of the frame's positive light, not its 0.9 quantile: a lamp may fill a tenth of the frame.
+
+    Taken as emission, such a region is put back as it is and left out of the regression, whose window moments
+    would otherwise carry values 1e3 to 1e20 times the rest of the frame and, in float32, lose the light of every
+    window they pass through (a lamp at 1e4 darkened pixels 20 rows away by a quarter). One
+    :class:`BufferWarning` with the count where :func:`host_reads` allows (CPU). Branch-free on the device."""
+    top = color.amax(1, keepdim=True)
+    bright = (top > FIREFLY_RATIO * light_level(top, 0.5)).to(top.dtype)
+    lit = F.avg_pool2d(bright, 3, 1, 1, count_include_pad=True) * 9
+    region = (bright > 0) & (lit > 2.5)
+    if host_reads(color):
+        n = int(region.sum())
+        if n:
+            warnings.warn(f"{name}: {n} pixel(s) in regions of light above {FIREFLY_RATIO:g} x the frame's median "
+                          "taken as emitters (no emission buffer given): kept as they are and left out of "
+                          "the fit", BufferWarning, stacklevel=3)
+    return torch.where(region, color, torch.zeros_like(color))
 
 
 def check_ranges(albedo: torch.Tensor | None, normal: torch.Tensor | None) -> None:
