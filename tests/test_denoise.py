@@ -207,7 +207,7 @@ def test_demodulate_fills_emitter_pixels_with_the_mean_of_their_emitter_free_nei
     """float64 loop oracle of demodulate's target: (colour - emission) / max(albedo, the floor),
     and at pixels that see an emitter the mean of that over the emitter-free pixels of the
     (2r+1)^2 window inside the image; factor 0 where an emitter pixel has no albedo. "numba": FLNR's one-pass
-    version on the HWC buffers as they lie (vision.denoise.flnr_cpu.prepare), which also returns the emitter
+    version on the HWC buffers as they lie (vision.denoise.flnr.prepare_numba.prepare), which also returns the emitter
     mask and the albedo and emission as planes, here for a batch of the frame and its mirror image (their own
     colour and albedo) sharing one emission buffer (batch 1)."""
     from vision.denoise.buffers import ALBEDO_FLOOR, demodulate
@@ -238,7 +238,7 @@ def test_demodulate_fills_emitter_pixels_with_the_mean_of_their_emitter_free_nei
         np.testing.assert_allclose(fac[0].permute(1, 2, 0).numpy(), want_factor, rtol=1e-6)
         np.testing.assert_allclose(add[0].permute(1, 2, 0).numpy(), emission, rtol=1e-6)
         return
-    from vision.denoise.flnr_cpu import prepare
+    from vision.denoise.flnr.prepare_numba import prepare
 
     mirror = lambda a: np.ascontiguousarray(a[:, ::-1])  # noqa: E731 - the second image: emitters elsewhere
     hwc = lambda *a: torch.from_numpy(np.stack(a).astype(np.float32)).permute(0, 3, 1, 2)  # noqa: E731

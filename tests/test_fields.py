@@ -38,7 +38,8 @@ def test_no_alias_names_two_fields():
 
 def test_former_tuples_are_the_derived_names():
     from vision.data import render_layers as R
-    from vision.denoise import buffers as B, flnr, flnr_net
+    from vision.denoise import buffers as B, flnr
+    from vision.denoise.flnr import cells
     from vision.pipelines.bench import denoise as bench, denoise_files
     from vision.pipelines.cli import denoise as cli
     from vision.pipelines.demos import denoise as demo
@@ -47,14 +48,14 @@ def test_former_tuples_are_the_derived_names():
     assert F.GUIDES == every_guide == cli.BUFFERS == bench.GUIDES == denoise_files.OPTIONAL
     assert F.INPUTS == ("color", *every_guide) == B.FIELDS
     assert F.REGRESSION_ORDER == ("normal", "depth", "ao", "albedo", "position") == B.GUIDE_ORDER
-    assert F.FLNR_LAYOUT == ("normal", "depth", "ao", "albedo") == flnr_net.GUIDES == flnr.GUIDES
+    assert F.FLNR_LAYOUT == ("normal", "depth", "ao", "albedo") == cells.GUIDES == flnr.GUIDES
     assert F.FLNR_GUIDES == ("albedo", "normal", "depth", "ao", "emission") == demo.GUIDES
     assert R.GUIDES == ("albedo", "normal", "depth", "ao", "position")
     assert R.CHANNEL_COUNT == {"color": 3, "albedo": 3, "normal": 3, "depth": 1, "ao": 1, "emission": 3,
                                "position": 3, "motion": 4, "index": 1}
     assert {k: v for k, v in B.CHANNELS.items() if k not in ("motion", "index")} == {
         "color": 3, "albedo": 3, "normal": 3, "depth": 1, "ao": 1, "emission": 3, "position": 3, "reference": 3}
-    assert B.find_fields is F.find_fields and flnr_net.FEATURES == 8
+    assert B.find_fields is F.find_fields and cells.FEATURES == 8
     assert B.guide_list(["position", "albedo", "depth"]) == ["depth", "albedo", "position"]
     assert B.guide_list(F.GUIDES) == list(F.FLNR_LAYOUT)
 

@@ -74,7 +74,7 @@ def test_linear_head_is_the_regression_on_standardised_guides(frame, radius, gra
 
 @pytest.fixture(params=["numba", "torch"])
 def cpu_loops(request, monkeypatch):
-    """FLNR's no-autograd CPU stages once with the numba loops (vision.denoise.flnr_cpu), once without."""
+    """FLNR's no-autograd CPU stages once with the numba loops (vision.denoise.flnr.*_numba), once without."""
     from vision.kernels.runtime import jit
 
     monkeypatch.setenv("VISION_NUMBA", "1" if request.param == "numba" else "0")
@@ -89,7 +89,7 @@ def test_banded_guide_head_matches_a_float64_oracle(frame, hw, hidden, antialias
     upsampling) against float64: g = W2 leaky(up(code) + W1 (f - mean) / std + b1) + b2 with up =
     F.interpolate (bilinear, x4), for a batch of two frames (each standardised by its own statistics),
     HWC-layout buffers, AO missing."""
-    from vision.denoise import flnr as FL
+    from vision.denoise.flnr import cells as FL
 
     model = _random_model(3, hidden=hidden, guides=4, antialias=antialias)
     h, w = hw
@@ -102,7 +102,7 @@ def test_banded_guide_head_matches_a_float64_oracle(frame, hw, hidden, antialias
     mask = torch.zeros_like(color[:, :1])
     buffers = FL.guide_buffers(bufs, color)
     with torch.no_grad():
-        assert FL._unbanded(target, model) is None
+        assert model._whole_frame(target) is None
         g, _ = model.learned_guides(buffers, target, mask)
     # the oracle, in float64 from the same network code
     m64 = _random_model(3, hidden=hidden, guides=4, antialias=antialias).double()
@@ -351,11 +351,11 @@ def test_antialias_model_blends_the_light_where_the_buffers_have_edges(frame, gr
     emission is added back unblended. Without autograd the last steps run band by band (here also in bands of
     7 rows, the last one partial: the 3 x 3 means at their edges must see the neighbouring bands) or, with
     numba, row by row."""
-    from vision.denoise import flnr as FL, flnr_stages
+    from vision.denoise.flnr import cells as FL, finish
 
     monkeypatch.setenv("VISION_NUMBA", loops)
     if band:
-        monkeypatch.setattr(flnr_stages, "FINISH_BAND_PIXELS", band)
+        monkeypatch.setattr(finish, "FINISH_BAND_PIXELS", band)
 
     aa = _random_model(7, antialias=True)
     with torch.no_grad():
@@ -391,7 +391,7 @@ def test_finish_against_float64_loops(shape, albedo, cpu_loops):
     sigmoid(l + v contrast(albedo))) + emission, L = max(fitted, 0) factor, written into a channels-last
     output (HWC arrays), for batches whose albedo is per image or shared (batch 1), no albedo, and frames one
     pixel high or wide. mean3 and contrast are written here as float64 loops over the neighbours."""
-    from vision.denoise import flnr as FL
+    from vision.denoise.flnr.finish import finish
 
     rng = np.random.default_rng(12)
     b, c, h, w = shape
@@ -413,7 +413,8 @@ def test_finish_against_float64_loops(shape, albedo, cpu_loops):
     out = torch.empty(shape).contiguous(memory_format=torch.channels_last)
     args = [torch.from_numpy(v) for v in (fitted, factor, add, blend)]
     with torch.no_grad():
-        FL._finish(model, *args, None if alb is None else torch.from_numpy(alb).expand(b, -1, -1, -1), out)
+        finish(*args, None if alb is None else torch.from_numpy(alb).expand(b, -1, -1, -1), model.edge_gain,
+               model.blend_max, out)
     light = np.maximum(fitted.astype(np.float64), 0) * factor
     logit = blend.astype(np.float64)
     if alb is not None:
@@ -444,7 +445,8 @@ def test_pruned_keeps_the_most_useful_units_and_folds_the_rest_into_the_bias(fra
     """pruned(h) = the same model with the dropped units' activations replaced by their mean over the frames
     (checked through the full-width model with those output columns zeroed and the bias moved), and it drops
     the units that cannot matter: here two whose output column is zero and two that never vary."""
-    from vision.denoise import flnr as FL
+    from vision.denoise import buffers as B
+    from vision.denoise.flnr import cells as FL
 
     model = _random_model(11, hidden=8, antialias=True)
     with torch.no_grad():
@@ -457,7 +459,9 @@ def test_pruned_keeps_the_most_useful_units_and_folds_the_rest_into_the_bias(fra
     frames = [(c["color"], {k: c[k] for k in GUIDES}) for c in crops]
     small = model.pruned(4, frames, fit_down=2)
     assert small.config == dict(model.config, hidden=4, fit_down=2) and small.head_out.in_features == 4
-    assert small.net.out.out_channels == 4 + 3 and model._record is None
+    assert small.net.out.out_channels == 4 + 3
+    with torch.no_grad():
+        assert model._whole_frame(crops[0]["color"]) is None  # no hook left: the model's fast paths are back
     # the oracle: every 7th pixel's hidden activations, from the float64 head on the same inputs
     acts = []
     for color, g in frames:
@@ -467,8 +471,8 @@ def test_pruned_keeps_the_most_useful_units_and_folds_the_rest_into_the_bias(fra
         buffers = FL.guide_buffers({k: (None if v is None else v.double()) for k, v in g.items()}, target)
         cells = FL.cell_guides(buffers, target, target.shape[-2:])
         mean, std = FL.guide_stats(cells)
-        tgt, _, _ = FL.B.demodulate(target, buffers[3], g["emission"].double(), 8)
-        mask = FL.B.emitter_mask(g["emission"].double(), target)
+        tgt, _, _ = B.demodulate(target, buffers[3], g["emission"].double(), 8)
+        mask = B.emitter_mask(g["emission"].double(), target)
         with torch.no_grad():
             out = m64.net(FL.cell_inputs((cells - mean) / std, tgt, mask))
         up = torch.nn.functional.interpolate(out[:, :8], scale_factor=4, mode="bilinear")
@@ -492,6 +496,50 @@ def test_pruned_keeps_the_most_useful_units_and_folds_the_rest_into_the_bias(fra
         model.pruned(9, frames)
     with pytest.raises(ValueError, match="hidden"):
         FLNR(hidden=0).pruned(1, frames)
+
+
+@pytest.mark.parametrize("loops", ["1", "0"], ids=["numba", "bands"])
+def test_forward_hooks_on_the_guide_head_see_its_hidden_layer(frame, loops, monkeypatch):
+    """A forward hook on the guide head's output layer sees the hidden activations leaky(up(code) + W1 (f - mean) /
+    std + b1) (a float64 oracle) and gives W2 h + b2, also on CPU without autograd, where the head otherwise runs in
+    numba or in bands of rows that never call the layer (how pruning measures the units); with the hook removed
+    the model takes those paths again, and both results agree."""
+    from vision.denoise import buffers as B
+    from vision.denoise.flnr import cells as FL
+
+    monkeypatch.setenv("VISION_NUMBA", loops)
+    model = _random_model(5, hidden=8)
+    crop = {k: torch.from_numpy(np.ascontiguousarray(frame[k][8:56, 16:80])).permute(2, 0, 1)[None]
+            for k in (*GUIDES, "color")}
+    color, g = crop["color"], {k: crop[k] for k in GUIDES}
+    seen = []
+    hook = model.head_out.register_forward_hook(lambda layer, args, out: seen.append((args[0].clone(), out.clone())))
+    assert model._whole_frame(color) == "forward hooks watch the guide head's output layer"
+    with torch.no_grad():
+        hooked = model(color, g)
+    hook.remove()
+    with torch.no_grad():
+        assert model._whole_frame(color) is None
+        plain = model(color, g)
+    assert len(seen) == 1 and seen[0][0].shape == (48 * 64, 8)
+    # the oracle, float64 from the definitions
+    m64 = _random_model(5, hidden=8).double()
+    target = color.double()
+    buffers = FL.guide_buffers({k: v.double() for k, v in g.items()}, target)
+    cells = FL.cell_guides(buffers, target, target.shape[-2:])
+    mean, std = FL.guide_stats(cells)
+    tgt, _, _ = B.demodulate(target, buffers[3], g["emission"].double(), 8)
+    with torch.no_grad():
+        out = m64.net(FL.cell_inputs((cells - mean) / std, tgt, B.emitter_mask(g["emission"].double(), target)))
+        up = torch.nn.functional.interpolate(out[:, :8], scale_factor=4, mode="bilinear")
+        f = torch.cat(buffers, 1)
+        hid = up + torch.einsum("kc,bchw->bkhw", m64.head_in.weight, (f - mean) / std) + m64.head_in.bias[:, None, None]
+        acts = torch.nn.functional.leaky_relu(hid, 0.1).permute(0, 2, 3, 1).reshape(-1, 8)
+        outs = acts @ m64.head_out.weight.t() + m64.head_out.bias
+    assert acts.std(0).min() > 1e-3  # every unit varies over the crop
+    torch.testing.assert_close(seen[0][0].double(), acts, rtol=0, atol=1e-4 * float(acts.abs().max()))
+    torch.testing.assert_close(seen[0][1].double(), outs, rtol=0, atol=1e-4 * float(outs.abs().max()))
+    torch.testing.assert_close(hooked, plain, rtol=0, atol=1e-5 * float(plain.abs().max()))
 
 
 def test_bundled_weights_beat_flr_on_a_held_out_scene():
@@ -654,7 +702,7 @@ def test_train_denoiser_ctrl_c_still_writes_the_best_weights(tmp_path, monkeypat
 def test_half_resolution_colour_takes_the_bundled_upsampling_weights_when_there_are_such(tmp_path, monkeypatch):
     """weights=None: colour at 1/2 of the guides' size loads BUNDLED_UPSAMPLE[2] if that file exists (else the
     full-resolution weights); full-resolution colour always the full-resolution ones."""
-    from vision.denoise import flnr as F
+    from vision.denoise.flnr import loading as F
 
     d = read_frame(asset_path("scenes", "scene_00000", "frame_00.exr"))
     g = {k: d[k] for k in ("albedo", "normal", "depth", "ao", "emission")}
@@ -663,7 +711,7 @@ def test_half_resolution_colour_takes_the_bundled_upsampling_weights_when_there_
     monkeypatch.setattr(F, "BUNDLED_UPSAMPLE", {2: ("no_such_file.safetensors",)})
     np.testing.assert_array_equal(denoise(lo, **g, model="flnr"), bundled)  # missing: the full-resolution ones
     other = load_flnr(asset_path("weights", "flnr.safetensors"))
-    other = F.FLNR.from_state_dict({k: v * 1.01 for k, v in other.state_dict().items()}, other.config)
+    other = FLNR.from_state_dict({k: v * 1.01 for k, v in other.state_dict().items()}, other.config)
     path = other.save(tmp_path / "up2.safetensors")
     monkeypatch.setattr(F, "BUNDLED_UPSAMPLE", {2: (str(path),)})  # an absolute path joins as itself
     got = denoise(lo, **g, model="flnr")
@@ -718,7 +766,7 @@ def test_drop_ao_crops_look_like_frames_without_ao():
     standardised as a missing buffer), and the probability is honoured."""
     import torch
 
-    from vision.denoise.flnr_net import GUIDES, frame_stats
+    from vision.denoise.flnr.cells import GUIDES, frame_stats
     from vision.pipelines.cli.train_denoiser import AO_CHANNEL, FIELDS, sample_batch
 
     assert sum({"normal": 3, "depth": 1}[g] for g in GUIDES[:GUIDES.index("ao")]) == AO_CHANNEL

@@ -1,4 +1,4 @@
-"""FLNR's one-pass CPU cell statistics and log-depth (vision.denoise.flnr_cpu.cells, log_cpu.log_depth) against
+"""FLNR's one-pass CPU cell statistics and log-depth (vision.denoise.flnr.cells_numba.cells, log_cpu.log_depth) against
 float64 NumPy written from their definitions: 4 x 4 cell means (partial cells over their real pixels), log1p of the
 clamped signal, the log-luminance spread, and log-depth with no-surface pixels at the batch's largest depth."""
 import numpy as np
@@ -6,7 +6,8 @@ import pytest
 import torch
 
 pytest.importorskip("numba")
-from vision.denoise import flnr_cpu, log_cpu  # noqa: E402
+from vision.denoise import log_cpu  # noqa: E402
+from vision.denoise.flnr import cells_numba  # noqa: E402
 
 
 def _cell_means(x: np.ndarray, s: int) -> np.ndarray:
@@ -33,7 +34,7 @@ def test_cell_stats_match_float64(hw):
     t = torch.from_numpy(target).float()
     bufs = [torch.from_numpy(normal).float().permute(0, 3, 1, 2), torch.from_numpy(depth).float(), None,
             torch.from_numpy(albedo).float()]
-    cells, rest = flnr_cpu.cells(bufs, t, torch.from_numpy(mask).float(), 4)
+    cells, rest = cells_numba.cells(bufs, t, torch.from_numpy(mask).float(), 4)
     # float64 oracle from the definitions
     t32 = t.double().numpy()
     guides = np.concatenate([np.broadcast_to(normal.transpose(0, 3, 1, 2), (2, 3, h, w)), depth,

@@ -9,9 +9,9 @@ import torch
 from vision.bundled import asset_path
 from vision.data import read_frame
 from vision.denoise import FLNR, load_flnr
-from vision.denoise.flnr import DETAIL_BIAS, BLEND_BIAS, read_metadata
-from vision.denoise.flnr_stages import detail_blend
-from vision.denoise.flnr_surgery import head_rows
+from vision.denoise.flnr import detail_blend, read_metadata
+from vision.denoise.flnr.model import BLEND_BIAS, DETAIL_BIAS
+from vision.denoise.flnr.surgery import head_rows
 
 GUIDES = ("albedo", "normal", "depth", "ao", "emission")
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from vision.denoise import TemporalDenoiser, denoise
-from vision.denoise import flnr as flnr_module
-from vision.denoise.flnr import FLNR, HISTORY_CAP, history_input, load_flnr
+from vision.denoise.flnr import FLNR, load_flnr, model as flnr_model
+from vision.denoise.flnr.cells import HISTORY_CAP, history_input
 from vision.pipelines.training.denoiser_data import SINGLE_SHARE, averaged, history_map, sample_batch, scene_groups
 
 
@@ -117,7 +117,7 @@ def test_temporal_denoiser_tells_the_network_each_pixel_s_history(monkeypatch):
         seen.append(None if history is None else history.clone())
         return history_input(history, like)
 
-    monkeypatch.setattr(flnr_module, "history_input", spy)
+    monkeypatch.setattr(flnr_model, "history_input", spy)
     color, guides = _frame(32, 32)
     den = TemporalDenoiser(weights=_history_model())
     motion = torch.zeros(1, 4, 32, 32)
@@ -253,7 +253,7 @@ def test_history_only_training_changes_nothing_but_the_history_weights(tmp_path)
     color, guides = _frame()
     assert torch.equal(denoise(color, **guides, weights=str(out)), denoise(color, **guides, weights=str(init)))
     with pytest.raises(ValueError, match="train_history_only needs a model with the history input"):
-        from vision.denoise.flnr_surgery import train_history_only
+        from vision.denoise.flnr.surgery import train_history_only
         train_history_only(_plain())
     assert load_flnr().config["history"]  # the bundled weights read the history
 

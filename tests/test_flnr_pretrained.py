@@ -20,7 +20,7 @@ def _frame(rng, h=24, w=32):
 @pytest.mark.slow  # two FLNR frames and a save: ~15 s on 2 cores
 def test_round_trip_gives_the_bundled_files_results(tmp_path, rng):
     from vision.bundled import asset_path
-    from vision.denoise.flnr import BUNDLED
+    from vision.denoise.flnr.loading import BUNDLED
 
     bundled = FLNR.from_file(asset_path(*BUNDLED))  # the safetensors file loader: the independent reference
     bundled.save_pretrained(tmp_path / "m")

@@ -9,7 +9,7 @@ from vision.bundled import asset_path
 from vision.data import read_frame
 from vision.denoise import FLNR, load_flnr
 from vision.denoise.flnr import parameter_count, read_metadata
-from vision.denoise.flnr_surgery import head_rows
+from vision.denoise.flnr.surgery import head_rows
 
 GUIDES = ("albedo", "normal", "depth", "ao", "emission")
 
@@ -63,7 +63,7 @@ def test_widened_computes_the_same_function(crop, grow, grad):
 def test_a_new_guide_starts_small_and_gets_a_gradient(crop):
     """An added guide that is exactly 0 gets no gradient at all (slope 0 and guide 0: the fit's first-order change is
     0); the one widened writes is small (GUIDE_START of the old rows' scale) and its row has a gradient."""
-    from vision.denoise.flnr_surgery import GUIDE_START
+    from vision.denoise.flnr.surgery import GUIDE_START
 
     old = _random_model(4, hidden=8)
     new = old.widened(guides=5).train()

@@ -216,7 +216,7 @@ def _weights_with(path, **changes):
     from safetensors.torch import load_file, save_file
 
     from vision.bundled import asset_path
-    from vision.denoise.flnr import CONFIG_KEY
+    from vision.denoise.flnr.model import CONFIG_KEY
 
     src = asset_path("weights", "flnr.safetensors")
     with safe_open(str(src), "pt") as f:

@@ -16,16 +16,27 @@ from pathlib import Path
 import pytest
 import torch
 
-from vision.denoise import edge_history as EH, features, flnr_net, flnr_stages, repair, reproject as RP
+from vision.denoise import edge_history as EH, features, repair, reproject as RP
 from vision.denoise import input_blend as IB
-from vision.denoise.flnr import FLNR
+from vision.denoise.flnr import FLNR, cells, finish
 from vision.kernels import runtime
 from vision.kernels.runtime import paths
 from registry_spy import check, spies
 
 ROOT = Path(__file__).resolve().parents[1]
 FLR = importlib.import_module("vision.denoise.flr")  # the module: vision.denoise.flr is also the function
-DECIDERS = (features, RP, EH, flnr_stages, flnr_net, FLR, repair, IB)  # the modules whose stages call decide
+
+
+def _deciders() -> tuple:
+    """The modules whose stages call ``decide`` (each imported it by name and holds its own reference), found in the
+    source, so a new stage's module is spied on without a line here."""
+    root = ROOT / "vision" / "denoise"
+    names = [".".join(("vision", "denoise", *p.relative_to(root).with_suffix("").parts))
+             for p in sorted(root.rglob("*.py")) if "decide(" in p.read_text()]
+    return tuple(importlib.import_module(n) for n in names)
+
+
+DECIDERS = _deciders()
 OPS = {"denoise.log_depth": ["torch+numba", "torch"], "denoise.reproject": ["torch+numba", "torch"],
        "denoise.edge_history": ["torch+numba", "torch"], "denoise.repair": ["triton", "torch"],
        "denoise.fill": ["triton", "torch"], "denoise.flnr.prepare": ["torch+numba", "torch"],
@@ -53,6 +64,8 @@ def _engine(name):
 
 
 def test_every_denoiser_op_has_its_engines_as_paths():
+    spied = {m.__name__ for m in DECIDERS}
+    assert {"vision.denoise.flr", "vision.denoise.flnr.head", "vision.denoise.flnr.cells", EH.__name__} <= spied, spied
     for op, names in OPS.items():
         assert [p.name for p in paths.paths(op)] == names, op
 
@@ -195,7 +208,7 @@ def _opencv_case(case, shape=(2, 3, 8, 12)):
 def test_mean3_runs_the_path_it_explains(case, spy):
     hits, asked = spy("denoise.flnr.mean3")
     x = _opencv_case(case)
-    flnr_stages.antialias(x, torch.zeros_like(x[:, :1]))
+    finish.antialias(x, torch.zeros_like(x[:, :1]))
     _check("denoise.flnr.mean3", case.split("/")[0], hits, asked)
 
 
@@ -204,7 +217,7 @@ def test_local_contrast_runs_the_path_it_explains(case, spy):
     """The contrast's path runs its own engine's 3 x 3 mean: no second decision through denoise.flnr.mean3."""
     hits, asked = spy("denoise.flnr.contrast")
     means, mean_asked = spy("denoise.flnr.mean3")
-    flnr_stages.local_contrast(_opencv_case(case))
+    finish.local_contrast(_opencv_case(case))
     _check("denoise.flnr.contrast", case.split("/")[0], hits, asked)
     assert not means and not mean_asked
 
@@ -223,7 +236,7 @@ def test_cell_log_runs_the_path_it_explains(case, spy):
     hits, asked = spy("denoise.flnr.log1p")
     target = _opencv_case("torch+opencv/channels-last" if case == "torch/channels-last" else case, (1, 3, 8, 12))
     dtype = target.dtype
-    flnr_net.cell_inputs(torch.zeros(1, 8, 2, 3, dtype=dtype), target, torch.zeros(1, 1, 8, 12, dtype=dtype))
+    cells.cell_inputs(torch.zeros(1, 8, 2, 3, dtype=dtype), target, torch.zeros(1, 1, 8, 12, dtype=dtype))
     _check("denoise.flnr.log1p", case.split("/")[0], hits, asked)
 
 
@@ -300,7 +313,7 @@ def test_no_denoiser_call_site_decides_an_engine_itself():
     torch+opencv path (a function its module hands to ``register_path(op, OPENCV, ..., run=...)``), so no call site
     and no other path picks OpenCV."""
     found = []
-    for path in sorted((ROOT / "vision" / "denoise").glob("*.py")):
+    for path in sorted((ROOT / "vision" / "denoise").rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):

@@ -4,8 +4,9 @@ On CPU, PyTorch runs a stage such as "lerp 15 coefficient planes, multiply by 4 
 per step, and each op streams full planes through memory; on a 2-core machine that traffic, not the
 arithmetic, is the time. A numba loop does the whole stage per row while the row is in cache.
 
-Every kernel (``kernels/local_linear/cpu_path.py``, ``vision/denoise/flnr_cpu.py``, ``log_cpu.py``) has a PyTorch
-path beside it (what autograd, CUDA, float64 and half precision take), and the tests compare both to float64 references.
+Every kernel (``kernels/local_linear/cpu_path.py``, the ``*_numba.py`` modules of ``vision/denoise/flnr/``,
+``log_cpu.py``) has a PyTorch path beside it (what autograd, CUDA, float64 and half precision take), and the tests
+compare both to float64 references.
 ``VISION_NUMBA=0`` (or ``runtime.set_numba(False)``) turns the numba paths off (read at every call). The kernels compile on first use (about
 20 s for all of them, once: the machine code is cached next to their module), and run on as many threads as
 torch's. Threads: a fork-safe numba threading layer, TBB (the ``tbb`` dependency; else numba's workqueue

@@ -248,7 +248,7 @@ def _build(args, widths):
         model = model.with_detail() if args.detail and not model.config["detail"] else model
         model = model.with_history() if args.history > 1 and not model.config["history"] else model
         if args.history_only:
-            from vision.denoise.flnr_surgery import train_history_only
+            from vision.denoise.flnr.surgery import train_history_only
 
             train_history_only(model)
         return model
@@ -289,7 +289,7 @@ def run(args) -> int:
     check_numbers(args, dict(lr=POSITIVE, smape=NON_NEGATIVE, drop_ao=dict(low=0, high=1), minutes=POSITIVE,
                              threads=dict(low=1), scale=dict(low=1), hidden=NON_NEGATIVE,
                              fit_down=dict(low=1), steps=dict(low=1), history=dict(low=1)))
-    from vision.denoise.flnr_config import check_config
+    from vision.denoise.flnr.config import check_config
 
     # (--guides: the network's own check, 1 to 8, says it, and with --init that guides only grow)
     for key, value in (("widths", widths), ("hidden", args.hidden), ("radii", _radii(args.radii)),

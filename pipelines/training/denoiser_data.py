@@ -33,7 +33,7 @@ def loss_fn(out, ref, smape: float, tonemapped: str = "l1"):
     return base + smape * rel
 
 
-AO_CHANNEL = 4  # of the network's guide layout (normal 3, log-depth 1, AO 1, albedo 3: flnr_net.GUIDES)
+AO_CHANNEL = 4  # of the network's guide layout (normal 3, log-depth 1, AO 1, albedo 3: flnr.cells.GUIDES)
 
 
 def scene_groups(frames) -> list[list[int]]:

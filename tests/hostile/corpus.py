@@ -93,7 +93,7 @@ def make_inputs(root: Path) -> Path:
 
     from vision.bundled import asset_path
     from vision.data import write_exr
-    from vision.denoise.flnr import CONFIG_KEY
+    from vision.denoise.flnr.model import CONFIG_KEY
     from vision.io import write_image
 
     root.mkdir(parents=True, exist_ok=True)

@@ -141,7 +141,7 @@ def towards_history(out: torch.Tensor, acc: torch.Tensor, hist: History, floor: 
     squared bias plus ``V``: where the history has averaged its noise down below the fit's bias (long histories,
     detail the fit smooths away: glossy highlights, fine shading, thin shadows) the history wins; where it is still
     noisy, the fit. A sample variance from fewer than ``min_frames`` frames is too rough to trust: there ``s = 0``.
-    The same shrinkage as FLNR's detail blend (:func:`~.flnr_stages.detail_blend`), with the pixel's own frames
+    The same shrinkage as FLNR's detail blend (:func:`~.flnr.detail.detail_blend`), with the pixel's own frames
     for samples instead of its 3 x 3 neighbours. All (B, C, H, W); tensor ops, no host synchronisation."""
     d = acc - out
     v = (hist.variance_of_mean() * floor.square()).sum(1, keepdim=True)

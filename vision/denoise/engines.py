@@ -1,4 +1,4 @@
-"""The engines of the denoiser's stages as registry ops (issue 40).
+"""The engines of the denoiser's stages as registry ops.
 
 A stage with more than one implementation (a fused numba loop, PyTorch bands of rows, PyTorch formulas over the
 whole frame, a Triton kernel) registers them beside its code as the paths of one op
@@ -17,19 +17,15 @@ op                          paths (priority)                     where
 ``denoise.edge_history``    torch+numba (5), torch (0)           :mod:`.edge_history`
 ``denoise.repair``          triton (10), torch (0)               :mod:`.repair`
 ``denoise.fill``            triton (10), torch (0)               :mod:`.repair`
-``denoise.flnr.prepare``    torch+numba (5), torch (0)           :mod:`.flnr`
-``denoise.flnr.cells``      torch+numba (5), torch (0)           :mod:`.flnr`
-``denoise.flnr.head``       torch+numba (5), torch+bands (3),    :mod:`.flnr_stages`
-                            torch (0)
-``denoise.flnr.finish``     torch+numba (5), torch+bands (3),    :mod:`.flnr_stages`
-                            torch (0)
-``denoise.flnr.detail``     torch+numba (5), torch (0)           :mod:`.flnr_stages`
-``denoise.flnr.mean3``      torch+opencv (5), torch (0)          :mod:`.flnr_stages`
-``denoise.flnr.contrast``   torch+opencv (5), torch (0)          :mod:`.flnr_stages`
-``denoise.flnr.log1p``      torch+opencv (5), torch (0)          :mod:`.flnr_net`
+``denoise.flnr.X``          torch+numba (5), torch+bands (3),    ``flnr/X.py`` (:mod:`.flnr`: one module per
+                            torch+opencv (5), torch (0)          stage, named after its op)
 ``denoise.area_down``       torch+opencv (5), torch (0)          :mod:`.flr`
 ``denoise.input_blend``     torch+numba (5), torch (0)           :mod:`.input_blend`
 ==========================  ===================================  =====================================
+
+The numba paths' loops live beside their stage in a module of their own (``flnr/head_numba.py`` beside
+``flnr/head.py``, ``reproject_cpu.py`` beside ``reproject.py``), imported by the path's implementation when it runs:
+numba is optional, and loading it costs.
 """
 from __future__ import annotations
 

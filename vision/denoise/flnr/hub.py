@@ -3,7 +3,7 @@
 huggingface_hub's ``PyTorchModelHubMixin`` writes a folder of ``config.json`` (the network's constructor
 arguments) and ``model.safetensors``, the layout diffusers, timm and transformers users know. Loading here is
 stricter than the mixin's: the folder must exist on this machine (nothing downloads at run time), the sizes in
-``config.json`` are checked against :data:`~vision.denoise.flnr_config.BOUNDS` before any network is built, the
+``config.json`` are checked against :data:`~.config.BOUNDS` before any network is built, the
 weights file must be safetensors (never a pickle), and every error is one line naming the folder.
 
 Example:
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from huggingface_hub import PyTorchModelHubMixin
 
-from .flnr_config import check_config, check_weights_file
+from .config import check_config, check_weights_file
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 

@@ -1,93 +1,28 @@
-"""FLNR's cell network and its inputs: :class:`FLNRNet` and the 4 x 4 cell statistics it reads.
+"""FLNR's cell statistics, the network's input (op ``denoise.flnr.cells``), and the guide layout they read.
 
-Split from :mod:`vision.denoise.flnr` (which re-exports every name); see that module for the method.
+Per 4 x 4 cell of full-resolution pixels: the means of the 8 guide channels in the :data:`GUIDES` layout, of
+``log1p`` of the demodulated noisy colour and of the emitter mask, and the spread of the log-luminance
+(:func:`cell_guides`, :func:`cell_inputs`); with the history input, the cell mean of ``log(min(n, HISTORY_CAP))``
+(:func:`history_input`). The registry picks the engine per call: one numba pass over the pixels
+(:mod:`.cells_numba`) on CPU float32 without autograd, else the PyTorch formulas here. The log runs through its own
+op (``denoise.flnr.log1p``: OpenCV in place on CPU float32 without autograd, else PyTorch).
 """
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from vision.data.fields import FEATURE_CHANNELS, FLNR_LAYOUT
 from vision.kernels.runtime import decide, register_path
 
-from . import buffers as B
-from .engines import OPENCV, TORCH, opencv_takes
-from .flr import area_down
+from .. import buffers as B
+from ..engines import NUMBA, OPENCV, TORCH, numba_takes, opencv_takes
+from ..flr import area_down
 
 GUIDES = FLNR_LAYOUT  # fixed layout of the buffers: normal, depth, ao, albedo, 3 + 1 + 1 + 3 = 8 channels
 FEATURES = FEATURE_CHANNELS
 CELL = 4  # the network's cells, in full-resolution pixels
 NET_IN = FEATURES + 3 + 1 + 1  # cell means of the guides, log1p(colour), emitter mask; spread of log-luminance
 HISTORY_CAP = 16  # frames: the history input saturates here (the bundled weights were trained on 1 to 16)
-
-
-def _conv(cin, cout, k=3):
-    return nn.Conv2d(cin, cout, k, padding=k // 2)
-
-
-class FLNRNet(nn.Module):
-    r"""The cell network: ``(B, 13, h, w)`` statistics of 4 x 4 cells -> ``(B, code + R, h, w)``.
-
-    A 1 x 1 stem at the cells' resolution, then a U-Net whose 3 x 3 convolutions start one level down:
-    ``widths[1:]`` at 1/2, 1/4, ... of the cell grid (two convolutions per level, average-pool down,
-    bilinear up, skip concatenation), and a 1 x 1 layer back at the cell grid that joins the stem. Output
-    channels ``0..code-1`` are the code the guide head adds to its hidden layer, the last R the radius
-    logits. Any h, w work (inputs are padded by replication to a multiple of ``2 ** (len(widths) - 1)``).
-
-    Example:
-        >>> net = FLNRNet()
-        >>> net(torch.rand(1, 13, 45, 80)).shape
-        torch.Size([1, 19, 45, 80])
-    """
-
-    def __init__(self, widths=(16, 24, 32, 48), code: int = 16, n_radii: int = 3, in_channels: int = NET_IN):
-        super().__init__()
-        w = [int(v) for v in widths]
-        if len(w) < 2 or min(w) < 1:
-            raise ValueError(f"widths must list at least two positive widths, got {widths}")
-        act = nn.LeakyReLU(0.1, inplace=True)  # after every convolution: no copy (their backward needs no output)
-        self.stem = nn.Sequential(nn.Conv2d(in_channels, w[0], 1), act)
-        self.down = nn.ModuleList()
-        for cin, cout in zip(w[:-1], w[1:]):
-            self.down.append(nn.Sequential(_conv(cin, cout), act, _conv(cout, cout), act))
-        self.up = nn.ModuleList(nn.Sequential(_conv(w[i + 1] + w[i], w[i]), act) for i in range(len(w) - 2, 0, -1))
-        self.top = nn.Sequential(nn.Conv2d(w[1] + w[0], w[0], 1), act)
-        self.out = nn.Conv2d(w[0], code + n_radii, 1)
-        self.multiple = 2 ** (len(w) - 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h, w = x.shape[-2:]
-        m = self.multiple
-        ph, pw = -h % m, -w % m
-        x = F.pad(x, (0, pw, 0, ph), mode="replicate") if ph or pw else x
-        act = self.stem[1]
-        top = act(_pointwise(self.stem[0], x))
-        skips, y = [], top
-        for down in self.down:
-            y = down(F.avg_pool2d(y, 2))
-            skips.append(y)
-        for up, skip in zip(self.up, reversed(skips[:-1])):
-            y = up(torch.cat([_resize(y, skip), skip], 1))
-        # the 1 x 1 layer on [up(y), top] is W_y up(y) + W_t top + b = up(W_y y) + W_t top + b (bilinear weights
-        # sum to 1): W_y runs at the coarser level and the full-grid concatenation is never formed
-        conv, n = self.top[0], y.shape[1]
-        y = _resize(_pointwise(conv, y, channels=slice(0, n), bias=False), top)
-        y = self.top[1](y + _pointwise(conv, top, channels=slice(n, None)))
-        return _pointwise(self.out, y)[..., :h, :w]
-
-
-def _pointwise(conv: nn.Conv2d, x: torch.Tensor, channels: slice = slice(None), bias: bool = True) -> torch.Tensor:
-    """A 1 x 1 ``conv`` (or its input ``channels`` only) as one matrix product over the pixels: the same
-    function, but PyTorch's CPU convolution takes its slow path for 1 x 1 kernels on these shapes (3x slower).
-    Channels-last in, channels-last out."""
-    weight = conv.weight[:, channels, 0, 0]
-    out = F.linear(x.permute(0, 2, 3, 1), weight, conv.bias if bias else None)
-    return out.permute(0, 3, 1, 2)
-
-
-def _resize(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    return F.interpolate(x, size=like.shape[-2:], mode="bilinear", align_corners=False)
 
 
 def _pool(x: torch.Tensor) -> torch.Tensor:
@@ -105,6 +40,31 @@ def guide_buffers(guides: dict, like: torch.Tensor) -> list[torch.Tensor | None]
             v = B.log_depth(v) if name == "depth" else v
         out.append(v)
     return out
+
+
+def cells(buffers: list, target: torch.Tensor, mask: torch.Tensor, whole_frame: str | None):
+    """``(cells, inputs)``: the 4 x 4 cell means of the guide buffers (B, 8, h, w) and ``inputs(standardised
+    cells)``, the network's input; the registry picks the engine (op ``denoise.flnr.cells``: the statistics in one
+    numba pass over the pixels, or :func:`cell_guides` and :func:`cell_inputs`). ``whole_frame``: why the stage must
+    run in PyTorch (autograd, another backend, hooks on the guide head; None: numba may take it)."""
+    return decide("denoise.flnr.cells", target, tensors=(target, mask, *buffers),
+                  bands=whole_frame).run(buffers, target, mask)
+
+
+def _cells_numba(buffers, target, mask):
+    from . import cells_numba  # numba is optional: loaded when this path runs
+
+    stats, rest = cells_numba.cells(buffers, target, mask, CELL)
+    return stats, lambda std: torch.cat([std, rest], 1)
+
+
+def _cells_torch(buffers, target, mask):
+    return cell_guides(buffers, target, tuple(target.shape[-2:])), lambda std: cell_inputs(std, target, mask)
+
+
+register_path("denoise.flnr.cells", NUMBA, "torch", 5, run=_cells_numba,
+              supports=lambda tensors, bands: bands or numba_takes(*tensors))
+register_path("denoise.flnr.cells", TORCH, "torch", 0, run=_cells_torch)
 
 
 def cell_guides(buffers: list, like: torch.Tensor, size) -> torch.Tensor:
@@ -126,7 +86,7 @@ def guide_stats(cells: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def frame_stats(guides: dict, like: torch.Tensor, size) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`guide_stats` of a whole frame (pass them to :class:`FLNR` when it sees crops or tiles)."""
+    """:func:`guide_stats` of a whole frame (pass them to :class:`~.model.FLNR` when it sees crops or tiles)."""
     return guide_stats(cell_guides(guide_buffers(guides, like), like, size))
 
 

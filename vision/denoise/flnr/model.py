@@ -1,81 +1,33 @@
-"""Fast Local Neural Regression (FLNR): a small network writes the guides of the local regression.
+"""The FLNR model: :class:`FLNR` wires the stages (:mod:`.prepare`, :mod:`.cells`, the cell network
+(:mod:`.network`), :mod:`.head`, the regression, :mod:`.finish`, :mod:`.detail`) and reads and writes its weights.
 
-Salmi, Csefalvay and Imber, "Fast Local Neural Regression for Low-Cost, Path Traced Lambertian Global
-Illumination", 2024. FLR (:mod:`vision.denoise.flr`) explains the demodulated radiance in every window
-as an affine function of the guide buffers. Two things limit it: where the light changes without a
-buffer changing (shadows, contact shadows, falloff) no guide can follow it, and with 8 guides every
-window fits 9 coefficients per channel from noisy samples, so the noise left grows with the number of
-guides. FLNR keeps the regression and lets a network write *few, better* guides:
-
-1. the signal model is FLR's: emission subtracted, albedo divided out (see :func:`.buffers.demodulate`);
-2. the buffers are laid out as :data:`GUIDES` (normal, log-depth, AO, albedo: 8 channels; a missing
-   buffer is a zero channel) and standardised per frame;
-3. :class:`FLNRNet` sees cell statistics (4 x 4 pixel means of those guides, of ``log1p`` of the noisy
-   demodulated colour and of the emitter mask, and the cell's spread of log-luminance), runs a small
-   U-Net at 1/8 to 1/32 resolution and returns a latent code and radius logits per 4 x 4 cell;
-4. a per-pixel MLP (``guide head``) maps the full-resolution guides and the bilinearly upsampled latent
-   code to ``Q`` (default 4) *learned guides*: sharp wherever the buffers have edges, and free to carry
-   what the network infers about the light (a shadow, a falloff) between them;
-5. the regression fits the noisy signal on those Q guides (:func:`vision.kernels.local_linear_fit` on
-   4 x 4 cells, a learned ridge weight per guide) at radii 4, 8 and 16 at once, blends the fits per cell
-   with the network's softmax weights (small windows where the guides explain the light, large ones
-   where noise dominates; a blend of local linear models is a local linear model), applies them at full
-   resolution (:func:`vision.kernels.local_linear_apply`), clamps, remodulates and adds the emission;
-6. with ``antialias`` (the bundled weights have it) the light is blended towards its 3 x 3 mean where the
-   albedo has an edge, with a weight the guide head writes (:func:`antialias`): the buffers are one ray
-   through each pixel centre, the reference a mean over the pixel, and at an edge no regression on the
-   centre's buffers can mix the two surfaces' light.
-
-So the network never outputs radiance: every output pixel is still a local affine function of guides
-(with ``antialias``, a blend of its own and its neighbours' ones), fitted to this frame's samples, which
-is what keeps the result faithful where the network is unsure.
-With Q = 4 guides each window fits 5 coefficients instead of FLR's 9, and the guides are better, so
-the fit is both less noisy and less biased. The chain is differentiable end to end (the regression has
-closed-form backwards) and is trained on the denoised result (``vision train-denoiser``).
-
-Cost: the 3 x 3 convolutions run at 1/64 of the pixels and below; per pixel there are the guide head
-(8 buffer channels -> 16 (8 in the bundled weights), plus the upsampled code, -> 4), one pass forming the
-cell moments of the Q guides and the signal (shared by the three radii; from 2 x 2 means with
-``fit_down=2``, as bundled) and one apply. The fit's solves run on the cell grid. On CPU without autograd
-(inference) the demodulation, the guide head, the cell moments, solves and apply and the last steps run row
-by row, so their intermediates (the hidden layer, the centred samples) stay in cache: numba loops in float32
-(:mod:`vision.denoise.flnr_cpu`, :mod:`vision.kernels.local_linear.cpu_path`), bands of rows on
-``torch.get_num_threads()`` workers otherwise.
-
-Weights: ``weights=None`` loads the bundled ``assets/weights/flnr.safetensors``; a path, a state dict
-(as :meth:`FLNR.state_dict` returns) or an :class:`FLNR` instance also work. The file's metadata holds the
-network configuration (``vision.flnr.config``, JSON), and ``vision train-denoiser`` adds the training
-command, steps and the validation PSNR.
+See :mod:`vision.denoise.flnr` for the method.
 """
 from __future__ import annotations
 
-import copy
 import json
 import math
-from functools import lru_cache
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import buffers as B
-from .flnr_config import check_config, check_weights_file
-from .flnr_hub import FLNRHubMixin, is_pretrained_folder
-from .flnr_net import (CELL, FEATURES, GUIDES, HISTORY_CAP, NET_IN, FLNRNet, _pointwise, _pool, _resize,  # noqa: F401
-                       cell_guides, cell_inputs, frame_stats, guide_buffers, guide_stats, history_input)
-from .flnr_stages import (FINISH_BAND_PIXELS, HEAD_BAND_PIXELS, PRUNE_STRIDE, _head_bands,  # noqa: F401
-                          _mean3, _nhwc, _unbanded, antialias, detail_blend, local_contrast)
-from .flnr_stages import cells as _cells, finish as _finish, head as _head, prepare as _prepare
-from .flnr_surgery import head_rows, pruned, widened, with_history, with_outputs
-from .flr import area_down, fit_radius, full_size, sample_down, upsample_factor, check_phase, run_tiles
+from .. import buffers as B
+from ..flr import area_down, check_phase, fit_radius, full_size, sample_down, upsample_factor
+from .cells import FEATURES, NET_IN, cells as cell_stats, guide_buffers, guide_stats, history_input
+from .config import check_config, check_weights_file
+from .detail import detail_blend
+from .finish import finish
+from .head import head
+from .hub import FLNRHubMixin
+from .network import FLNRNet
+from .prepare import prepare
+from .surgery import head_rows, pruned, widened, with_history, with_outputs
 
 DEFAULT_CONFIG = {"widths": [16, 24, 32, 48], "hidden": 16, "guides": 4, "radii": [4, 8, 16], "scale": 4,
                   "fit_down": 1, "eps": 1e-2, "antialias": False, "detail": False, "history": False}
 FILL_RADIUS = 8  # emitter pixels take the mean signal of the emitter-free pixels within this radius
-BUNDLED = ("weights", "flnr.safetensors")
-# trained on 1/2- and 1/4-resolution colour (one sample of every 2 x 2 / 4 x 4 block, phase known)
-BUNDLED_UPSAMPLE = {2: ("weights", "flnr_up2.safetensors"), 4: ("weights", "flnr_up4.safetensors")}
 CONFIG_KEY = "vision.flnr.config"
 # FLNR's antialias at the start of training: logit = BLEND_BIAS + EDGE_GAIN c(albedo), the weight 0.5 sigmoid(logit)
 EDGE_GAIN, BLEND_BIAS = 200.0, -5.0
@@ -102,13 +54,13 @@ class FLNR(nn.Module, FLNRHubMixin):
             applied to the full-resolution guides.
         eps: initial ridge weight of every learned guide.
         antialias: blend the light (the result without the emission) per pixel towards its 3 x 3 mean
-            (:func:`antialias`) with the weight ``sigmoid(m) sigmoid(l + v c)``: ``l`` one more output of the
-            guide head, ``c`` the albedo's :func:`local_contrast` (the head is per pixel; the contrast is what
+            (:func:`~.finish.antialias`) with the weight ``sigmoid(m) sigmoid(l + v c)``: ``l`` one more output of the
+            guide head, ``c`` the albedo's :func:`~.finish.local_contrast` (the head is per pixel; the contrast is what
             tells it where an edge is), ``v`` and ``m`` learned scalars. The buffers are one ray through each
             pixel centre, so at an edge they name one surface (one albedo) where the pixel, and the
             reference, average two; the regression and the remodulation cannot mix them, the blend can.
         detail: blend the result per pixel towards the noisy signal's own trimmed 3 x 3 mean, remodulated
-            (:func:`detail_blend`), with the weight ``sigmoid(d) s``: ``d`` one more output of the guide head,
+            (:func:`~.detail.detail_blend`), with the weight ``sigmoid(d) s``: ``d`` one more output of the guide head,
             ``s`` a James-Stein shrinkage by those samples' spread (0 at pixels that see an emitter). Where no
             local affine function of the guides follows the light (a mirror or glass showing its surroundings,
             a caustic, a texture the buffers miss), the frame's own samples, lightly smoothed, beat any fit;
@@ -116,7 +68,7 @@ class FLNR(nn.Module, FLNRHubMixin):
             guides' resolution (ignored when upsampling).
         history: the network also reads how many frames each colour pixel averages (``guides["history"]``, (B, 1,
             H, W), >= 1; absent = 1, a single frame), as the cell mean of ``log(min(n, HISTORY_CAP))``
-            (:func:`~.flnr_net.history_input`). A temporal denoiser's accumulated colour has about n times less
+            (:func:`~.cells.history_input`). A temporal denoiser's accumulated colour has about n times less
             noise variance than one frame; told so, the network picks smaller windows and sharper guides there
             instead of reading the noise level off the samples alone. Trained with ``vision train-denoiser
             --history N`` (crops averaging 1 to N noisy frames of a scene, per pixel).
@@ -161,7 +113,6 @@ class FLNR(nn.Module, FLNRHubMixin):
         self.head_in = nn.Linear(FEATURES, width)
         self.head_out = nn.Linear(int(hidden), outputs) if hidden else None
         self.log_eps = nn.Parameter(torch.full((int(guides),), math.log(eps)))
-        self._record = None  # a list while :meth:`pruned` collects the guide head's hidden activations
         last = self.head_out if self.head_out is not None else self.head_in
         if antialias:
             self.edge_gain = nn.Parameter(torch.tensor(EDGE_GAIN))
@@ -183,11 +134,12 @@ class FLNR(nn.Module, FLNRHubMixin):
 
     def learned_guides(self, buffers: list, target_full: torch.Tensor, mask_full: torch.Tensor, stats=None,
                        history=None):
-        """The Q learned guides (B, Q, H, W), with the :func:`antialias` logit as channel Q+1 when the model has
-        one, and the radius logits on the 4 x 4 cell grid (B, R, h, w). ``history``: frames per pixel (B or 1, 1,
+        """The Q learned guides (B, Q, H, W), with the :func:`~.finish.antialias` logit as channel Q+1 when the model
+        has one, and the radius logits on the 4 x 4 cell grid (B, R, h, w). ``history``: frames per pixel (B or 1, 1,
         H, W), read when the model was built with ``history=True``."""
         dt = self.log_eps.dtype
-        cells, inputs = _cells(self, buffers, target_full, mask_full)
+        whole_frame = self._whole_frame(target_full)
+        cells, inputs = cell_stats(buffers, target_full, mask_full, whole_frame)
         mean, std = guide_stats(cells) if stats is None else stats
         x = inputs((cells - mean) / std)
         if self.config["history"]:
@@ -195,7 +147,21 @@ class FLNR(nn.Module, FLNRHubMixin):
         out = self.net(x.to(dt).contiguous(memory_format=torch.channels_last))
         weight = self.head_in.weight.t()[None] / std.reshape(-1, FEATURES, 1).to(dt)  # (B or 1, 8, width)
         bias = self.head_in.bias - (mean.reshape(-1, 1, FEATURES).to(dt) @ weight)  # (B or 1, 1, width)
-        return _head(self, out, buffers, weight, bias, target_full)
+        return head(out, buffers, weight, bias, self.head_out, target_full, whole_frame)
+
+    def _whole_frame(self, target: torch.Tensor) -> str | None:
+        """Why the cell statistics and the guide head must run PyTorch on the whole frame (None: numba or bands of
+        rows may take them): another device or backend, forward hooks on the guide head's output layer (only the
+        whole-frame path calls it as a module, so only there do the hooks see the hidden layer; what
+        :func:`~.surgery.pruned` records), or autograd."""
+        if not B.cpu_path(target):
+            return "needs the CPU path (a CPU tensor on the PyTorch backend)"
+        layer = self.head_out
+        if layer is not None and (layer._forward_hooks or layer._forward_pre_hooks):  # what nn.Module.__call__ reads
+            return "forward hooks watch the guide head's output layer"
+        if torch.is_grad_enabled() and (target.requires_grad or any(p.requires_grad for p in self.parameters())):
+            return "autograd is on"
+        return None
 
     def forward(self, color: torch.Tensor, guides: dict, radius: int | None = None, eps=None,
                 scale: int | None = None, stats=None, phase=None) -> torch.Tensor:
@@ -213,8 +179,8 @@ class FLNR(nn.Module, FLNRHubMixin):
         result_layout = _layout(color)
         albedo, emission = guides.get("albedo"), guides.get("emission")
         radii = self.config["radii"] if radius is None else [int(radius)]
-        color, target, factor, add, mask, albedo, emission = _prepare(color, albedo, emission, u, phase,
-                                                                      fit_radius(FILL_RADIUS, u))
+        color, target, factor, add, mask, albedo, emission = prepare(color, albedo, emission, u, phase,
+                                                                     fit_radius(FILL_RADIUS, u))
         guides = dict(guides, albedo=albedo, emission=emission)
         if u > 1:
             t_full = F.interpolate(target, scale_factor=u, mode="nearest")[..., :hf, :wf]
@@ -252,22 +218,13 @@ class FLNR(nn.Module, FLNRHubMixin):
                                                       device=color.device), albedo, emission, 0)
         # the result in the colour's layout (HWC arrays come in as channels-last views: no copy back to HWC)
         out = None if fitted.requires_grad else torch.empty_like(fitted, memory_format=result_layout)
-        res = _finish(self, fitted, factor, add, blend, albedo, out)
+        gains = (self.edge_gain, self.blend_max) if blend is not None else (None, None)
+        res = finish(fitted, factor, add, blend, albedo, *gains, out)
         return res if detail is None or u > 1 else detail_blend(res, add, factor, target, detail, mask)
-
-    def _blended_light(self, fitted, factor, blend, albedo):
-        """The light ``max(fitted, 0) factor`` after :func:`antialias` with the weight ``sigmoid(blend_max)
-        sigmoid(blend + edge_gain local_contrast(albedo))``, on the whole frame or a band of rows."""
-        light = fitted.clamp_min(0)
-        light = light * factor if light.requires_grad else light.mul_(factor)
-        logit = blend.to(light.dtype)
-        if albedo is not None:
-            logit = logit + self.edge_gain.to(light.dtype) * local_contrast(albedo.to(light.dtype))
-        return antialias(light, logit, self.blend_max)
 
     def pruned(self, hidden: int, frames, fit_down: int | None = None) -> "FLNR":
         """A copy with the guide head cut to its ``hidden`` most useful units, to fine-tune into a faster model
-        (``vision train-denoiser --init OLD --hidden 8``); see :func:`.flnr_surgery.pruned`.
+        (``vision train-denoiser --init OLD --hidden 8``); see :func:`.surgery.pruned`.
 
         Example:
             >>> small = load_flnr().pruned(8, [(f["color"], f) for f in frames])   # then fine-tune it
@@ -277,7 +234,7 @@ class FLNR(nn.Module, FLNRHubMixin):
     def widened(self, guides: int | None = None, hidden: int | None = None, widths=None) -> "FLNR":
         """A copy with more learned guides, guide-head units or network channels that computes the same function
         (new guides: nearly), to fine-tune into a larger model (``vision train-denoiser --init OLD --guides 5``); see
-        :func:`.flnr_surgery.widened`.
+        :func:`.surgery.widened`.
 
         Example:
             >>> bigger = load_flnr().widened(guides=5, widths=[16, 24, 64, 96])   # then fine-tune it
@@ -286,17 +243,17 @@ class FLNR(nn.Module, FLNRHubMixin):
 
     def with_antialias(self) -> "FLNR":
         """A copy with the antialias blend added, starting as this model plus a blend at albedo edges
-        (``vision train-denoiser --init OLD --antialias``); see :func:`.flnr_surgery.with_outputs`."""
+        (``vision train-denoiser --init OLD --antialias``); see :func:`.surgery.with_outputs`."""
         return with_outputs(self, antialias=True)
 
     def with_detail(self) -> "FLNR":
         """A copy with the detail blend added, starting as this model (the blend's weight near 0)
-        (``vision train-denoiser --init OLD --detail``); see :func:`.flnr_surgery.with_outputs`."""
+        (``vision train-denoiser --init OLD --detail``); see :func:`.surgery.with_outputs`."""
         return with_outputs(self, detail=True)
 
     def with_history(self) -> "FLNR":
         """A copy whose network also reads the history length, starting as this model (the new input's weights
-        0) (``vision train-denoiser --init OLD --history 16``); see :func:`.flnr_surgery.with_history`."""
+        0) (``vision train-denoiser --init OLD --history 16``); see :func:`.surgery.with_history`."""
         return with_history(self)
 
     # ------------------------------------------------------------------ weights
@@ -354,101 +311,5 @@ class FLNR(nn.Module, FLNRHubMixin):
         return cls.from_state_dict(load_file(str(path)), config)
 
 
-def read_metadata(path) -> dict[str, str]:
-    """The safetensors header metadata of a weights file (configuration, training command, val PSNR)."""
-    from safetensors import safe_open
-
-    with safe_open(str(path), "pt") as f:
-        return dict(f.metadata() or {})
-
-
-@lru_cache(maxsize=8)
-def _cached(path: str, mtime: float, device: str | None, dtype: str | None) -> FLNR:
-    model = FLNR.from_file(path)
-    return model if device is None else model.to(device=torch.device(device), dtype=getattr(torch, dtype))
-
-
-def placed(model: FLNR, device=None, dtype=None) -> FLNR:
-    """``model`` on ``device`` in ``dtype`` (None: as it is), moving a copy: ``nn.Module.to`` moves a module in
-    place, and the model may be a caller's, or the one :func:`load_flnr` hands to every caller of a file."""
-    p = next(model.parameters())
-    if (device is None or p.device == torch.device(device)) and (dtype is None or p.dtype == dtype):
-        return model
-    return copy.deepcopy(model).to(device=device, dtype=dtype)
-
-
-def load_flnr(weights=None, upsample: int = 1, device=None, dtype=None) -> FLNR:
-    """An :class:`FLNR` from ``weights``: None (the bundled file), a weights file, a ``save_pretrained`` folder, a
-    state dict or an FLNR; on ``device`` in ``dtype`` when given (a model passed in is copied, never moved).
-
-    With ``weights=None`` and colour at 1/``upsample`` of the guides' size, the bundled weights trained for
-    that factor (:data:`BUNDLED_UPSAMPLE`) when there are such, else the full-resolution ones. A file's model
-    is loaded once per (file, device, dtype) and shared by every caller: treat it as read-only."""
-    if isinstance(weights, FLNR):
-        return placed(weights, device, dtype)
-    if isinstance(weights, dict):
-        return FLNR.from_state_dict(weights).to(device=device, dtype=dtype)
-    if weights is None:
-        from vision.bundled import asset_path
-
-        weights = asset_path(*BUNDLED)
-        if int(upsample) in BUNDLED_UPSAMPLE:
-            try:
-                weights = asset_path(*BUNDLED_UPSAMPLE[int(upsample)])
-            except FileNotFoundError:
-                pass
-    if not isinstance(weights, (str, Path)):
-        raise ValueError(f"FLNR weights must be None, a path, a state dict or an FLNR, got {type(weights).__name__}")
-    path = Path(weights)
-    if is_pretrained_folder(path):
-        return FLNR.from_pretrained(path).to(device=device, dtype=dtype)
-    if not path.is_file():
-        raise FileNotFoundError(f"no FLNR weights file or save_pretrained folder at {path}")
-    dev = None if device is None and dtype is None else str(torch.device(device or "cpu"))
-    dt = None if dev is None else str(dtype or torch.float32).replace("torch.", "")
-    return _cached(str(path.resolve()), path.stat().st_mtime, dev, dt)
-
-
-def flnr(color: torch.Tensor, guides: dict, model: FLNR, radius: int | None = None, eps=None,
-         scale: int | None = None, stats=None, phase=None) -> torch.Tensor:
-    """FLNR on (B, 3, h, w) colour and full-resolution guides with ``model`` (see :class:`FLNR`)."""
-    model = placed(model, color.device, color.dtype)
-    return model(color, guides, radius, eps, scale, stats, phase)
-
-
-def flnr_tiled(color: torch.Tensor, guides: dict, model: FLNR, radius: int | None, eps, scale: int | None,
-               tile: int, phase=None) -> torch.Tensor:
-    """:func:`flnr` over tiles of about ``tile`` pixels with an overlap margin covering the regression's reach
-    and the network's receptive field; tiles use the whole frame's guide statistics. The network pads
-    with replication at tile borders, so the result matches the whole frame to within float rounding where
-    the margin covers the receptive field (:data:`NET_MARGIN` pixels) and very nearly elsewhere."""
-    h, w = color.shape[-2:]
-    hf, wf = full_size(color, guides)
-    if hf <= tile and wf <= tile:
-        return flnr(color, guides, model, radius, eps, scale, phase=phase)
-    u = upsample_factor((h, w), (hf, wf))
-    reach = model.radius if radius is None else int(radius)
-    scale = model.scale if scale is None else int(scale)
-    stats = frame_stats(guides, color, (hf, wf))
-    r = fit_radius(reach, u)
-    r_cells = max(1, round(r / scale)) if scale > 1 else r
-    # regression reach as in flr_tiled, plus the network's receptive field; origins on a common grid
-    unit = math.lcm(u * scale, CELL * model.net.multiple * u)
-    margin = (r + (2 * r_cells + 2) * scale) * u + NET_MARGIN
-    margin = int(math.ceil(margin / unit)) * unit
-    return run_tiles(color, guides, (hf, wf), u, margin, unit, tile,
-                     lambda c, sub: flnr(c, sub, model, radius, eps, scale, stats=stats, phase=phase))
-
-
-# receptive field of the default FLNRNet in full-resolution pixels: two 3 x 3 convolutions at each of 1/8,
-# 1/16 and 1/32 resolution and one at 1/16 and 1/8 on the way up (8 (2 + 1) + 16 (2 + 1) + 32 * 2 = 136),
-# plus the pooling and bilinear taps of every level (about a cell each, 60): about 200, rounded up
-NET_MARGIN = 256
-
-
 def parameter_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-__all__ = ["FLNR", "FLNRNet", "flnr", "flnr_tiled", "load_flnr", "read_metadata", "parameter_count", "GUIDES",
-           "cell_inputs", "frame_stats", "antialias"]

@@ -1,4 +1,4 @@
-"""Changes to a trained :class:`~vision.denoise.flnr.FLNR` that keep what it learned, for fine-tuning.
+"""Changes to a trained :class:`~.model.FLNR` that keep what it learned, for fine-tuning.
 
 * :func:`pruned`: the guide head cut to its most useful hidden units (a faster model);
 * :func:`with_history`: the network also reads the history length (one more input channel, its weights 0);
@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 GUIDE_START = 0.02  # a new learned guide's weights, relative to the old guides' (see :func:`widened`)
+PRUNE_STRIDE = 7  # :func:`pruned` samples every 7th pixel's hidden activations
 
 
 BLENDS = (("blend", "antialias"), ("detail", "detail"))  # head row, configuration key
@@ -34,8 +35,8 @@ def head_rows(config: dict) -> dict[str, int]:
 
 def with_outputs(model, **flags):
     """A copy of ``model`` with ``antialias=True`` and/or ``detail=True``: every weight kept, the new logit rows of
-    the guide head zero with the biases :data:`~vision.denoise.flnr.BLEND_BIAS` (antialias; and the gains
-    :data:`~vision.denoise.flnr.EDGE_GAIN`) and :data:`~vision.denoise.flnr.DETAIL_BIAS` (detail), so it starts as
+    the guide head zero with the biases :data:`~.model.BLEND_BIAS` (antialias; and the gains
+    :data:`~.model.EDGE_GAIN`) and :data:`~.model.DETAIL_BIAS` (detail), so it starts as
     ``model`` plus a blend at albedo edges (antialias) and a detail weight of sigmoid(-6) = 0.25 % (detail).
 
     Needs a guide head with a hidden layer (the logits are rows of its last layer; a linear head's rows are the
@@ -62,7 +63,7 @@ def with_outputs(model, **flags):
 
 def with_history(model):
     """A copy of ``model`` whose cell network also reads the history length (``history=True``,
-    :func:`~vision.denoise.flnr_net.history_input`): every weight kept and the stem's weights on the new input 0,
+    :func:`~.cells.history_input`): every weight kept and the stem's weights on the new input 0,
     so it computes what ``model`` does until fine-tuned. A model that reads it already comes back as a copy."""
     new = type(model)(**dict(model.config, history=True)).to(model.log_eps)
     state = new.state_dict()
@@ -98,21 +99,24 @@ def pruned(model, hidden: int, frames, fit_down: int | None = None):
     model (``vision train-denoiser --init OLD --hidden 8``; the guide head is the largest per-pixel cost).
 
     ``frames``: (colour, guides dict) pairs (e.g. training frames) on which the head's hidden activations are
-    sampled (every 7th pixel). A unit's use is the spread (standard deviation) of its activation times the norm
-    of its column in the output layer; the units kept keep their weights and the network's code channels
-    feeding them, and the mean output of the units dropped is folded into the output bias (their best constant
-    stand-in). ``fit_down``: also change the regression's ``fit_down`` (default: keep)."""
+    sampled (every 7th pixel), by a forward pre-hook on the head's output layer, whose input they are (while the
+    layer is hooked the model runs its head in PyTorch on the whole frame). A unit's use is the spread (standard
+    deviation) of its activation times the norm of its column in the output layer; the units kept keep their weights
+    and the network's code channels feeding them, and the mean output of the units dropped is folded into the output
+    bias (their best constant stand-in). ``fit_down``: also change the regression's ``fit_down`` (default: keep)."""
     width = model.config["hidden"]
     if model.head_out is None or not 0 < int(hidden) <= width:
         raise ValueError(f"pruned needs a guide head with a hidden layer and 0 < hidden <= {width}, got {hidden}")
-    model._record = []
+    record = []
+    hook = model.head_out.register_forward_pre_hook(
+        lambda layer, args: record.append(args[0].detach()[::PRUNE_STRIDE].clone()))
     try:
         with torch.no_grad():
             for color, guides in frames:
                 model(color, guides)
-        acts = torch.cat(model._record) if model._record else None
     finally:
-        model._record = None
+        hook.remove()
+    acts = torch.cat(record) if record else None
     if acts is None:
         raise ValueError("pruned needs at least one frame to measure the guide head on")
     w2 = model.head_out.weight.detach()
