@@ -36,8 +36,6 @@ PROCESS_WORDS = re.compile("|".join((
 
 # The CI's own scripts (they run on the CI's machines and name its paths); this file (it holds the patterns).
 SKIP_PREFIXES = (".ci/", "tests/test_user_facing_text.py")
-# Moved and cleaned in their own change; drop these once it has landed.
-SKIP_FOR_NOW = ("vision/denoise/engines.py",)
 
 
 def tracked_text_files() -> list[Path]:
@@ -47,7 +45,7 @@ def tracked_text_files() -> list[Path]:
         pytest.skip("not a git checkout (the check runs on the tracked files)")
     files = []
     for name in out.decode().split("\0"):
-        if not name or name.startswith(SKIP_PREFIXES) or name in SKIP_FOR_NOW:
+        if not name or name.startswith(SKIP_PREFIXES):
             continue
         path = ROOT / name
         if not path.is_file():
