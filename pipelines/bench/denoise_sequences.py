@@ -23,7 +23,8 @@ frames ``--from`` and later:
   "-" when cvvdp is not installed. It runs on the CPU and reads only the data files in its wheel (no download).
 
 Methods: ``oidn high`` / ``oidn fast`` (per frame, albedo and normal as rendered, HDR; needs pyoidn),
-``flnr`` / ``flr`` (``vision denoise`` per frame), ``temporal`` (:class:`vision.denoise.TemporalDenoiser`, FLNR,
+``flnr`` / ``flr`` (``vision denoise`` per frame, told each frame's samples per pixel from its header as the
+command is), ``temporal`` (:class:`vision.denoise.TemporalDenoiser`, FLNR,
 what ``vision denoise --temporal`` runs) and ``temporal flr``.
 """
 from __future__ import annotations
@@ -97,11 +98,14 @@ def read_sequences(folder: Path, names=None) -> dict[str, list[dict]]:
 
 
 def load_frame(noisy: Path, reference: Path) -> dict:
-    from vision.data.render_layers import read_render_file, read_channels
+    """The noisy frame's buffers, ``motion`` and ``index`` where the file has them, ``spp`` (its samples per pixel
+    from the header, as ``vision denoise`` reads it, or None) and ``reference``."""
+    from vision.data.render_layers import read_render_file, read_channels, samples_per_pixel
 
     rf = read_render_file(noisy, {})
     layer = rf.layers[0]
     d = dict(layer.buffers)
+    d["spp"] = samples_per_pixel(rf.header, layer.name)[0]
     prefix = f"{layer.name}." if layer.name else ""
     if "motion" not in d:
         comps = [f"{prefix}Vector.{c}" for c in "XYZW"]
@@ -254,7 +258,7 @@ def methods(names, weights=None):
     def per_frame(model):
         def run(d, state):
             t = {k: torch.from_numpy(d[k]) for k in guides if k in d}
-            return denoise(torch.from_numpy(d["color"]), **t, model=model,
+            return denoise(torch.from_numpy(d["color"]), **t, model=model, spp=d.get("spp"),
                            weights=weights if model == "flnr" else None).numpy()
         return run
 
@@ -265,7 +269,7 @@ def methods(names, weights=None):
             t = {k: torch.from_numpy(d[k]) for k in guides if k in d}
             return state["den"](torch.from_numpy(d["color"]), motion=None if "motion" not in d else
                                 torch.from_numpy(d["motion"]), index=None if "index" not in d else
-                                torch.from_numpy(d["index"]), **t).numpy()
+                                torch.from_numpy(d["index"]), spp=d.get("spp"), **t).numpy()
         return run
 
     def oidn(quality):
