@@ -375,6 +375,9 @@ def _targets(images: list[Path], output: Path, several: bool) -> list[Path]:
 
 
 def run(args) -> int:
+    from vision.pipelines.extras import require
+
+    require("diffusers", "transformers")  # without the [edit] extra, that is the one line to say
     hub_offline()  # before diffusers imports the hub client: this command never downloads
     if args.source_prompt is None and (args.cross_replace_steps is not None or args.self_replace_steps is not None
                                        or args.blend_words):
