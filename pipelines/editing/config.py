@@ -91,6 +91,13 @@ class StructurePreservationConfig:
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(StructurePreservationConfig))
+
+# the schedulers SPL guidance can guide (schedulers.scheduler_family), by the names `vision edit --scheduler` takes
+SCHEDULERS = {"ddim": "DDIMScheduler", "ddpm": "DDPMScheduler", "euler": "EulerDiscreteScheduler",
+              "euler-ancestral": "EulerAncestralDiscreteScheduler", "lms": "LMSDiscreteScheduler",
+              "dpm++": "DPMSolverMultistepScheduler", "dpm++-singlestep": "DPMSolverSinglestepScheduler",
+              "unipc": "UniPCMultistepScheduler", "lcm": "LCMScheduler", "flow-euler": "FlowMatchEulerDiscreteScheduler"}
+FALLBACK_SCHEDULER = "ddim"  # in place of one that cannot be guided (PNDM, SD1.5's default), on the same schedule
 DEFAULT_CONFIG = StructurePreservationConfig()
 
 
