@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from project_files import project_files
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {"vision": ROOT / "vision", "vision.kernels": ROOT / "kernels", "vision.pipelines": ROOT / "pipelines"}
@@ -16,7 +17,7 @@ RANK = {"vision.kernels": 0, "vision": 1, "vision.pipelines": 2}  # a layer impo
 def _modules() -> dict[str, Path]:
     found = {}
     for prefix, folder in LAYERS.items():
-        for path in folder.rglob("*.py"):
+        for path in project_files("*.py", under=folder):
             rel = path.relative_to(folder).with_suffix("")
             parts = [p for p in rel.parts if p != "__init__"]
             name = ".".join([prefix, *parts])
@@ -357,7 +358,7 @@ def test_docs_cited_by_the_code_exist():
     import re
 
     wrong = []
-    for path in [ROOT / "setup.py", *(p for folder in LAYERS.values() for p in folder.rglob("*.py"))]:
+    for path in [ROOT / "setup.py", *(p for folder in LAYERS.values() for p in project_files("*.py", under=folder))]:
         text = path.read_text()
         for doc, section in re.findall(r'(?<![\w/])([A-Z]+\.md)(?:, "([^"]+)")?', text):
             where = ROOT / doc
@@ -375,7 +376,7 @@ def test_architecture_names_files_and_tests_that_exist():
 
     text = (ROOT / "ARCHITECTURE.md").read_text()
     bases = [ROOT, *LAYERS.values()]
-    names = {p.name for p in ROOT.rglob("*") if ".git" not in p.parts}
+    names = {p.name for p in project_files()}
     missing = []
     for span in re.findall(r"`([^`\s]+)`", text):
         placeholder = any(part.isupper() for part in span.split("/"))  # kernels/NEW/..., RUN/...
@@ -388,6 +389,21 @@ def test_architecture_names_files_and_tests_that_exist():
     assert not missing, missing
 
 
+def test_tree_walks_read_only_the_project(tmp_path):
+    """Tests that walk the tree (markers, cited documents) skip a virtual environment inside the checkout whatever
+    its name, build output, version control and what git ignores: none of them can fail the suite."""
+    from project_files import _git_ignored
+
+    for folder in (".venv", "env2", "build/lib", "dist", ".git", "pkg.egg-info", "src/__pycache__", "src/own"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "conftest.py").write_text("config.addinivalue_line('markers', 'x')\n")
+    (tmp_path / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (tmp_path / "env2" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    assert project_files("conftest.py", under=tmp_path) == [tmp_path / "src" / "own" / "conftest.py"]
+    if (ROOT / ".git").exists():  # .gitignore names build output folders such as bench-out/ and *.egg-info/
+        assert _git_ignored([ROOT / "bench-out" / "x.py", ROOT / "tests" / "conftest.py"]) == {ROOT / "bench-out" / "x.py"}
+
+
 def test_markers_are_declared_once():
     """Markers (slow, cuda) are declared in pyproject.toml alone, each once, and --strict-markers refuses others."""
     import tomllib
@@ -395,7 +411,7 @@ def test_markers_are_declared_once():
     options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     declared = [m.split(":")[0].strip() for m in options["markers"]]
     assert len(declared) == len(set(declared)) and "--strict-markers" in options["addopts"].split()
-    assert not [p.name for p in ROOT.rglob("conftest.py") if "addinivalue_line" in p.read_text()]
+    assert not [p.name for p in project_files("conftest.py") if "addinivalue_line" in p.read_text()]
     import re
 
     used = set(re.findall(r"pytest\.mark\.(\w+)", "\n".join(p.read_text() for p in (ROOT / "tests").glob("*.py"))))
@@ -414,6 +430,7 @@ def test_registries_import_only_the_command_asked_for(monkeypatch, capsys):
     monkeypatch.setitem(cli.COMMANDS, "broken", "vision.pipelines.no_such_module")
     cli.build_parser("restore-structure")
     assert imported == [cli.COMMANDS["restore-structure"]]
-    parser = cli.build_parser()
-    assert parser.parse_args(["broken"]).func(None) == 2
-    assert "unavailable" in capsys.readouterr().out
+    cli.build_parser()  # every command builds, the broken one as a placeholder
+    assert cli.main(["broken"]) == 2
+    err = capsys.readouterr().err
+    assert "vision broken: unavailable here: No module named 'vision.pipelines.no_such_module'" in err

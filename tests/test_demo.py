@@ -73,6 +73,16 @@ def test_side_by_side_layout(tmp_path):
     assert (img[band - 1] == 1).all()  # nothing leaks between the band and the tiles but white
 
 
+def test_side_by_side_footer_is_a_line_of_text_under_the_row(tmp_path):
+    tile = np.full((40, 30, 3), 0.5, np.float32)
+    plain = read_image(side_by_side([tile], ["a"], tmp_path / "plain.png", gap=8))
+    note = "a note wider than the one tile it sits under"
+    img = read_image(side_by_side([tile], ["a"], tmp_path / "note.png", gap=8, footer=note))
+    assert img.shape[0] > plain.shape[0] + 8 and img.shape[1] > plain.shape[1]  # a band below; as wide as the text
+    np.testing.assert_array_equal(img[:plain.shape[0], :plain.shape[1]], plain)  # the row itself is unchanged
+    assert img[plain.shape[0]:].min() < 0.3  # dark text in the band under the row
+
+
 def test_side_by_side_errors(tmp_path):
     a = np.zeros((4, 4, 3), np.float32)
     with pytest.raises(ValueError, match="labels"):

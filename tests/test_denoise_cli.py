@@ -1,5 +1,6 @@
 """``vision denoise`` on EXR frames: layouts, robustness (skip, atomic, inputs safe, NaN, errors), shards."""
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -218,18 +219,54 @@ def test_failed_write_leaves_no_partial_output(seq, tmp_path, monkeypatch):
 
 
 def test_demo_section_writes_a_comparison(tmp_path):
+    """FLR and FLNR images per scene, far closer to the 2048-spp reference than the 1-spp input; with pyoidn
+    installed, an OIDN panel in the comparison."""
     from vision.io import read_image
     from vision.pipelines.demos import denoise as demo_denoise
 
     written = demo_denoise.run(tmp_path, "cpu")
-    assert len(written) == 2 * len(demo_denoise.SCENES) and all(p.is_file() for p in written)
-    d = read_frame(asset_path("scenes", demo_denoise.SCENES[0], "frame_00.exr"), ["color", "reference"])
-    flr = read_image(tmp_path / f"{demo_denoise.SCENES[0]}_flr.png")
-    ref, noisy = M.tonemap(d["reference"]), M.tonemap(d["color"])
-    # the 8-bit FLR image is far closer to the reference than the 1-spp input
-    assert np.mean((flr - ref) ** 2) < 0.05 * np.mean((noisy - ref) ** 2)
+    assert len(written) == 3 * len(demo_denoise.SCENES) and all(p.is_file() for p in written)
+    for scene in demo_denoise.SCENES:
+        d = read_frame(asset_path("scenes", scene, "frame_00.exr"), ["color", "reference"])
+        ref, noisy = M.tonemap(d["reference"]), M.tonemap(d["color"])
+        for model in ("flr", "flnr"):  # the 8-bit images are far closer to the reference than the 1-spp input
+            out = read_image(tmp_path / f"{scene}_{model}.png")
+            assert np.mean((out - ref) ** 2) < 0.05 * np.mean((noisy - ref) ** 2), (scene, model)
+        assert not np.array_equal(read_image(tmp_path / f"{scene}_flr.png"), read_image(tmp_path / f"{scene}_flnr.png"))
     comp = read_image(tmp_path / f"{demo_denoise.SCENES[0]}_comparison.png")
-    assert comp.shape[1] >= 3 * 2 * 128
+    panels = 5 if _has_pyoidn() else 4  # input, FLR, FLNR, (OIDN,) reference
+    assert comp.shape[1] >= panels * 2 * 128
+
+
+def _has_pyoidn() -> bool:
+    try:
+        import pyoidn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_demo_without_pyoidn_says_in_the_picture_how_to_get_it(tmp_path, monkeypatch, capsys):
+    from vision.io import read_image
+    from vision.kernels.runtime import verbosity
+    from vision.pipelines.demos import denoise as demo_denoise
+
+    monkeypatch.setitem(sys.modules, "pyoidn", None)  # not installed
+    assert demo_denoise.oidn({}) is None
+    monkeypatch.setattr(demo_denoise, "SCENES", demo_denoise.SCENES[:1])
+    with verbosity("info"):
+        demo_denoise.run(tmp_path, "cpu")
+    assert "pip install pyoidn" in capsys.readouterr().err  # said on the terminal too
+    comp = read_image(tmp_path / f"{demo_denoise.SCENES[0]}_comparison.png")
+    rows = 2 * 128  # the panels: input, FLR, FLNR, reference, each 256 px high under a label band
+    assert comp.shape[1] >= 4 * rows
+    below = comp[-30:]  # the footer line under the panels: dark text on white
+    assert below.min() < 0.3 and (comp[-30:, -8:] == 1).all()
+    if _has_pyoidn():  # with pyoidn the same picture has no footer: it is the line that makes the difference
+        monkeypatch.delitem(sys.modules, "pyoidn")
+        demo_denoise.run(tmp_path / "with", "cpu")
+        other = read_image(tmp_path / "with" / f"{demo_denoise.SCENES[0]}_comparison.png")
+        assert other.shape[0] < comp.shape[0] and other.shape[1] > comp.shape[1]
 
 
 def test_temporal_flag_reduces_flicker(seq, tmp_path):

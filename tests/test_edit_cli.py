@@ -202,3 +202,75 @@ def test_three_images_load_the_model_once(tmp_path, tiny_model, monkeypatch, cap
     assert main(["edit", str(tmp_path / "*.png"), "--prompt", "x", "--model", str(tiny_model),
                  "-o", str(tmp_path / "one.png")]) == 2
     assert "is a folder" in capsys.readouterr().err and len(loads) == 1
+
+
+@pytest.fixture(scope="module")
+def pndm_model(tmp_path_factory):
+    """A Stable Diffusion 1.5-style folder as it comes: PNDMScheduler, which SPL guidance cannot guide."""
+    from diffusers import PNDMScheduler, StableDiffusionImg2ImgPipeline
+
+    folder = tmp_path_factory.mktemp("models") / "tiny-sd15"
+    pndm = PNDMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", skip_prk_steps=True,
+                         steps_offset=1)
+    StableDiffusionImg2ImgPipeline(**tiny.sd_components(pndm)).save_pretrained(folder)
+    return folder
+
+
+def test_an_unguidable_scheduler_is_swapped_for_ddim_on_the_same_schedule():
+    from types import SimpleNamespace
+
+    from diffusers import DDIMScheduler, FlowMatchEulerDiscreteScheduler, PNDMScheduler
+
+    from vision.pipelines.editing.schedulers import use_guidable_scheduler
+
+    pipe = SimpleNamespace(scheduler=PNDMScheduler(beta_schedule="scaled_linear", prediction_type="v_prediction"))
+    note = use_guidable_scheduler(pipe)
+    assert "PNDMScheduler cannot be guided" in note and "DDIMScheduler" in note and "\n" not in note
+    assert type(pipe.scheduler) is DDIMScheduler and pipe.scheduler.config.prediction_type == "v_prediction"
+    betas = np.linspace(0.0001 ** 0.5, 0.02 ** 0.5, 1000, dtype=np.float64) ** 2  # PNDM's defaults, scaled linear
+    np.testing.assert_allclose(pipe.scheduler.alphas_cumprod.double().numpy(), np.cumprod(1 - betas), rtol=1e-5)
+    kept = pipe.scheduler
+    assert use_guidable_scheduler(pipe) is None and pipe.scheduler is kept  # a guidable one stays
+    assert use_guidable_scheduler(pipe, "unipc") is None and type(pipe.scheduler).__name__ == "UniPCMultistepScheduler"
+    flow = SimpleNamespace(scheduler=FlowMatchEulerDiscreteScheduler())
+    with pytest.raises(ValueError, match="--scheduler ddim: this model samples by flow matching .*; use flow-euler"):
+        use_guidable_scheduler(flow, "ddim")
+    with pytest.raises(ValueError, match="--scheduler ddim: .*thresholding"):
+        use_guidable_scheduler(SimpleNamespace(scheduler=DDIMScheduler(thresholding=True)), "ddim")
+
+
+@pytest.mark.slow
+def test_a_model_with_an_unguidable_scheduler_samples_with_ddim_and_says_so(tmp_path, pndm_model, capsys,
+                                                                               monkeypatch):
+    import vision.pipelines.cli.edit as edit_cli
+
+    used = []
+    real = edit_cli.edit
+    monkeypatch.setattr(edit_cli, "edit", lambda pipe, *a, **k: used.append(pipe.scheduler) or real(pipe, *a, **k))
+    write_image(tmp_path / "in.png", tiny.source_image(32)[0].permute(1, 2, 0).numpy())
+    common = ["--prompt", "a red cat", "--model", str(pndm_model), "--steps", "4", "--strength", "0.5",
+              "--spl-steps", "2", "--no-post-process", "--device", "cpu"]
+    rc = main(["edit", str(tmp_path / "in.png"), *common, "-o", str(tmp_path / "a.png")])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    notes = [line for line in err.splitlines() if "PNDMScheduler" in line]
+    assert len(notes) == 1 and "DDIMScheduler" in notes[0] and "--scheduler" in notes[0], err
+    assert type(used[0]).__name__ == "DDIMScheduler"
+    # the model's noise schedule, by the scaled-linear formula: betas = linspace(sqrt(b0), sqrt(b1), 1000) ** 2
+    betas = np.linspace(0.00085 ** 0.5, 0.012 ** 0.5, 1000, dtype=np.float64) ** 2
+    np.testing.assert_allclose(used[0].alphas_cumprod.double().numpy(), np.cumprod(1 - betas), rtol=1e-5)
+    assert (tmp_path / "a.png").is_file()
+    rc = main(["edit", str(tmp_path / "in.png"), *common, "--scheduler", "euler", "-o", str(tmp_path / "b.png")])
+    err = capsys.readouterr().err
+    assert rc == 0 and "PNDMScheduler" not in err and type(used[1]).__name__ == "EulerDiscreteScheduler", err
+    rc = main(["edit", str(tmp_path / "in.png"), *common, "--scheduler", "flow-euler", "-o", str(tmp_path / "c.png")])
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]  # (and progress bars)
+    assert rc == 2 and len(errors) == 1 and "--scheduler flow-euler: this model samples by noise prediction" in errors[0]
+    assert not (tmp_path / "c.png").exists()
+
+
+def test_scheduler_with_source_prompt_must_be_lcm(tmp_path, capsys):
+    write_image(tmp_path / "in.png", np.full((16, 16, 3), 0.5, np.float32))
+    rc = main(["edit", str(tmp_path / "in.png"), "--prompt", "a dog", "--source-prompt", "a cat", "--scheduler", "ddim",
+               "-o", str(tmp_path / "o.png")])
+    assert rc == 2 and "--scheduler ddim: --source-prompt samples with the LCM scheduler" in capsys.readouterr().err

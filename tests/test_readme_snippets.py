@@ -240,7 +240,8 @@ def _check_sd_img2img(ns, cwd):
     report = ns["report"]
     # 50 steps at strength 0.6: the last 30 run; start=0.8: the last 20 % of them (6) are guided
     assert report.guided and report.guided_steps == tuple(range(44, 50)) and report.sgd_steps > 0
-    assert not hasattr(ns["pipe"], "disable_structure_preservation")  # the stock pipeline again
+    assert type(ns["pipe"]).__name__ == "StableDiffusionImg2ImgPipeline" and "_spl_stock_class" not in vars(
+        type(ns["pipe"])) and not hasattr(ns["pipe"], "structure_preservation_report")  # the stock pipeline again
 
 
 def _check_callback(ns, cwd):

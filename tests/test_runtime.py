@@ -72,26 +72,40 @@ def test_explain_names_the_chosen_path_and_why_not_the_others(toy_op):
     assert "the tensor is on cpu" in text
 
 
-def test_choice_logged_once_at_debug(toy_op, caplog, monkeypatch):
-    # the "vision" logger writes through its own handler and does not propagate (runtime/logs.py); caplog listens at
-    # the root, so let the records through for this test
-    monkeypatch.setattr(logging.getLogger("vision"), "propagate", True)
-    monkeypatch.setattr(paths, "_logged", set())  # earlier tests may have spent the toy op's key
-    with caplog.at_level(logging.DEBUG, logger="vision.kernels"), runtime.verbosity("debug"):
+@pytest.fixture
+def kernel_records(monkeypatch):
+    """The messages of the ``vision.kernels`` logger during a test, read by a handler of the test's own on that
+    logger: nothing another test left behind (the once-logged choices, the ``vision`` logger's handler and
+    propagation, handlers on the root logger) can add or hide a record."""
+    monkeypatch.setattr(paths, "_logged", set())  # the choices already logged, process-wide
+    logger = logging.getLogger("vision.kernels")
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append
+    monkeypatch.setattr(logger, "propagate", False)  # our handler is the only one that sees its records
+    monkeypatch.setattr(logger, "handlers", [handler])
+    monkeypatch.setattr(logger, "disabled", False)
+    old = logger.level
+    logger.setLevel(logging.DEBUG)  # through setLevel, which clears the loggers' isEnabledFor caches
+    yield records
+    logger.setLevel(old)
+
+
+def test_choice_logged_once_at_debug(toy_op, kernel_records):
+    with runtime.verbosity("debug"):
         for _ in range(3):
             runtime.choose(toy_op, torch.zeros(1), radius=1)
-    assert [r.getMessage() for r in caplog.records] == ["toy runs the fast-cpu path (torch backend)"]
+    assert [r.getMessage() for r in kernel_records] == ["toy runs the fast-cpu path (torch backend)"]
 
 
-def test_a_choice_made_while_quiet_is_still_logged_once_when_asked(toy_op, caplog, monkeypatch):
-    runtime.get_logger()  # the vision logger at DEBUG, as after any command: the switch, not the level, decides
-    monkeypatch.setattr(logging.getLogger("vision"), "propagate", True)
-    monkeypatch.setattr(paths, "_logged", set())
-    with runtime.verbosity("info"):
+def test_a_choice_made_while_quiet_is_still_logged_once_when_asked(toy_op, kernel_records):
+    with runtime.verbosity("info"):  # the logger lets DEBUG through: the switch, not the level, decides
         runtime.choose(toy_op, torch.zeros(1), radius=1)
-    with caplog.at_level(logging.DEBUG, logger="vision.kernels"), runtime.verbosity("debug"):
+    assert kernel_records == []
+    with runtime.verbosity("debug"):
         runtime.choose(toy_op, torch.zeros(1), radius=1)
-    assert [r.getMessage() for r in caplog.records] == ["toy runs the fast-cpu path (torch backend)"]
+        runtime.choose(toy_op, torch.zeros(1), radius=1)
+    assert [r.getMessage() for r in kernel_records] == ["toy runs the fast-cpu path (torch backend)"]
 
 
 def test_unknown_op_is_a_clear_error():

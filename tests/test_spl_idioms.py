@@ -11,6 +11,7 @@ import dataclasses
 import io
 import pickle
 import sys
+import warnings
 
 import pytest
 import torch
@@ -31,7 +32,9 @@ from diffusers import (  # noqa: E402
 from vision.pipelines import (  # noqa: E402
     StructurePreservingEditPipeline, disable_structure_preservation, enable_structure_preservation,
 )
-from vision.pipelines.editing import StructurePreservationConfig, StructurePreservationReport  # noqa: E402
+from vision.pipelines.editing import (  # noqa: E402
+    SPLGuidanceCallback, StructurePreservationConfig, StructurePreservationReport,
+)
 from vision.pipelines.editing.restorer import LatentRestorer  # noqa: E402
 
 diffusers.utils.logging.set_verbosity_error()
@@ -131,7 +134,7 @@ def test_report_is_public_and_matches_the_guided_steps(src):
     out = _run(pipe, src)
     report = pipe.structure_preservation_report
     assert out.structure_preservation is report
-    assert report.guided and report.guided_steps == (2, 3) and report.num_steps == 3
+    assert report.guided and report.guided_steps == (2, 3) and report.num_steps == 4 and report.steps_run == 3
     assert report.guided_timesteps == tuple(float(t) for t in pipe.scheduler.timesteps[2:4])
     assert report.sgd_steps == 4 and not report.post_processed and report.source == "image"
     out = _run(pipe, src, structure_source=other, structure_config={"post_process": True})
@@ -152,6 +155,23 @@ def test_disable_is_also_a_method(src):
     assert type(pipe) is StableDiffusionImg2ImgPipeline and not hasattr(pipe, "structure_preservation_report")
     assert torch.equal(_run(pipe, src).images, stock)
     disable_structure_preservation(pipe)  # the function form, a no-op now
+    assert pipe.disable_structure_preservation() is pipe  # and the method form, called a second time
+    assert type(pipe) is StableDiffusionImg2ImgPipeline and torch.equal(_run(pipe, src).images, stock)
+    enable_structure_preservation(pipe, config=CFG)  # enabled again, then disabled again: the same twice
+    assert not torch.equal(_run(pipe, src).images, stock)
+    assert pipe.disable_structure_preservation() is pipe and pipe.disable_structure_preservation() is pipe
+    loaded = pickle.loads(pickle.dumps(pipe))  # a disabled pipeline pickles, and its copy disables its copy
+    assert type(loaded) is StableDiffusionImg2ImgPipeline and loaded.disable_structure_preservation() is loaded
+    import gc
+    import weakref
+
+    gone = weakref.ref(pipe)
+    gc.disable()
+    try:
+        del pipe, loaded
+        assert gone() is None, "the disabled pipeline must be freed by reference counting (no cycle)"
+    finally:
+        gc.enable()
 
 
 def test_enabled_pipeline_pickles_and_unpickles_enabled(src):
@@ -250,3 +270,54 @@ def test_default_guidance_equals_an_independent_statement_of_the_guided_step(src
     out = _run(pipe, src, **run)
     assert out.structure_preservation.guided_steps == (4,) and out.structure_preservation.post_processed
     assert torch.equal(out.images, expect)
+
+
+def test_the_report_counts_guided_steps_in_the_steps_asked_for(src):
+    """20 steps at strength 0.6: diffusers runs the last 12 (schedule steps 8 .. 19); start 0.8 guides the runs' steps
+    k with k / 12 >= 0.8, k = 10 and 11, which are steps 18 and 19 of the 20 asked for."""
+    pipe = enable_structure_preservation(_pipe("sd"), config=CFG.replace(start=0.8, steps_per_guidance=1))
+    report = _run(pipe, src, num_inference_steps=20, strength=0.6).structure_preservation
+    assert (report.guided_steps, report.num_steps, report.steps_run) == ((18, 19), 20, 12)
+    assert all(0 <= k < report.num_steps for k in report.guided_steps)
+    assert report.guided_timesteps == tuple(float(t) for t in pipe.scheduler.timesteps[18:20])
+
+
+def test_a_call_that_would_guide_no_step_warns(src):
+    pipe = enable_structure_preservation(_pipe("sd"), config=CFG.replace(start=0.8, steps_per_guidance=1))
+    with pytest.warns(UserWarning, match=r"SPL guidance guides no step: 3 steps with start=0\.8 .* use start <= 0\.67 "
+                                         r"or at least 5 steps"):
+        report = _run(pipe, src).structure_preservation  # 4 steps at strength 0.75: 3 run
+    assert report.guided_steps == () and report.steps_run == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _run(pipe, src, structure_config={"steps_per_guidance": 0})  # guidance off on purpose: no warning
+        _run(pipe, src, num_inference_steps=8)  # 6 run, the last one guided
+
+
+def test_the_callback_at_lcms_default_steps_warns_that_it_guides_nothing(src):
+    pipe = _pipe("lcm")
+    cb = SPLGuidanceCallback(src, steps_per_guidance=2)  # the default start, 0.8
+    with pytest.warns(UserWarning, match=r"SPLGuidanceCallback guides no step: 4 steps with start=0\.8"):
+        pipe(prompt="a red cat", image=src, output_type="pt", callback_on_step_end=cb, strength=1.0,
+             callback_on_step_end_tensor_inputs=cb.tensor_inputs)  # LCM img2img's default: 4 steps
+    assert cb.guided_steps == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pipe(prompt="a red cat", image=src, output_type="pt", callback_on_step_end=cb, strength=1.0,
+             num_inference_steps=5, callback_on_step_end_tensor_inputs=cb.tensor_inputs)
+    assert cb.guided_steps == [4]
+
+
+def test_the_callback_on_a_pipeline_without_denoised_says_so_in_our_words(src):
+    pipe = _pipe("sd")
+    cb = SPLGuidanceCallback(src, steps_per_guidance=2)
+    with pytest.raises(ValueError) as err:
+        _run(pipe, src, callback_on_step_end=cb)
+    text = str(err.value)
+    assert text.startswith("SPLGuidanceCallback guides the clean latent") and "StableDiffusionImg2ImgPipeline" in text
+    assert "enable_structure_preservation(pipe)" in text and "has to be in" not in text
+    from diffusers.callbacks import MultiPipelineCallbacks  # the same through diffusers' list of callbacks
+
+    with pytest.raises(ValueError, match="SPLGuidanceCallback guides the clean latent"):
+        _run(pipe, src, callback_on_step_end=MultiPipelineCallbacks([cb]))
+    assert cb.tensor_inputs == ["latents", "denoised"]  # read outside a pipeline: the list

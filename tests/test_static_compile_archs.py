@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+from project_files import project_files
 
 from vision.kernels.runtime.backends import choosing_as_on_a_gpu
 from vision.kernels.launch_configs import ARCHS, LaunchConfig, jobs, launch_configs, problems, representative, table
@@ -41,7 +42,7 @@ def all_configs(arch: int) -> list[LaunchConfig]:
 def _entry_kernels() -> set[str]:
     """Names of the ``@triton.jit`` functions that no other code calls as a function: the kernels launchers launch
     (``name[grid](...)``, or handed to one, as the guided backward's ``walk`` takes its two kernels)."""
-    srcs = [p.read_text() for p in list((ROOT / "kernels").rglob("*.py")) + list((ROOT / "vision").rglob("*.py"))]
+    srcs = [p.read_text() for folder in ("kernels", "vision") for p in project_files("*.py", under=ROOT / folder)]
     text = "\n".join(srcs)
     jitted = set(re.findall(r"@triton\.jit[^\n]*\n(?:@[^\n]*\n)*def (\w+)", text))
     return {n for n in jitted if not re.search(rf"(?<!def )\b{n}\(", text)}

@@ -37,7 +37,7 @@ class TimmHook(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    if "timm" in sys.modules:
+    if sys.modules.get("timm") is not None:  # imported already (None: a blocked import, timm is not there)
         importlib.import_module("vision.backbones")
     elif not any(isinstance(f, TimmHook) for f in sys.meta_path):
         sys.meta_path.insert(0, TimmHook())

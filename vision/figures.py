@@ -40,12 +40,13 @@ def _as_rgb8(image, index: int) -> np.ndarray:
     return np.rint(a * 255.0).astype(np.uint8)
 
 
-def side_by_side(images, labels, path, *, gap: int = 8, font_size: int = 18) -> Path:
+def side_by_side(images, labels, path, *, gap: int = 8, font_size: int = 18, footer: str | None = None) -> Path:
     """Write ``images`` in one row, each with its label above it, to the PNG ``path``; returns the path.
 
     Images are float ``(H, W[, C])`` arrays in [0, 1] (or uint8); images of a different height are
-    resized to the tallest one's height, keeping their aspect ratio. Raises ``ValueError`` when the
-    counts differ, the list is empty, or an image is malformed.
+    resized to the tallest one's height, keeping their aspect ratio. ``footer``: one line of text written
+    under the row (a note about the figure). Raises ``ValueError`` when the counts differ, the list is
+    empty, or an image is malformed.
     """
     from PIL import Image, ImageDraw
 
@@ -68,8 +69,13 @@ def side_by_side(images, labels, path, *, gap: int = 8, font_size: int = 18) -> 
     text_h = max(probe.textbbox((0, 0), s or " ", font=font)[3] for s in labels)
     band = text_h + 2 * gap
     width = sum(t.width for t in tiles) + gap * (len(tiles) + 1)
-    canvas = Image.new("RGB", (width, band + height + gap), "white")
+    foot = 0 if not footer else probe.textbbox((0, 0), footer, font=font)[3] + gap
+    if footer:
+        width = max(width, int(probe.textlength(footer, font=font)) + 2 * gap)
+    canvas = Image.new("RGB", (width, band + height + gap + foot), "white")
     draw = ImageDraw.Draw(canvas)
+    if footer:
+        draw.text((gap, band + height + gap), footer, fill="black", font=font)
     x = gap
     for tile, label in zip(tiles, labels):
         canvas.paste(tile, (x, band))

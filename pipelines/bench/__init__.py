@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import importlib
 
-# what -> module; later issues add their line here.
+# what -> module; a new benchmark adds its line here.
 BENCHES = {
     "backbone": "vision.pipelines.bench.backbone",
     "guided-filter": "vision.pipelines.bench.guided_filter",
@@ -40,7 +40,7 @@ def add_arguments(p) -> None:
             add_plugin(what, name, mod).set_defaults(func=functools.partial(_checked_run, mod.run))
         except ImportError as err:  # a missing optional dependency disables this benchmark only
             q = what.add_parser(name, help=f"(unavailable: {err})")
-            q.set_defaults(func=lambda args, err=err, name=name: _unavailable(name, err))
+            q.set_defaults(func=_unavailable, import_error=err)
     p.set_defaults(bench_parser=p)
 
 
@@ -64,6 +64,5 @@ def _checked_run(run, args) -> int:
     return run(args)
 
 
-def _unavailable(name: str, err: Exception) -> int:
-    print(f"vision bench {name}: unavailable here: {err}")
-    return 2
+def _unavailable(args) -> int:
+    raise args.import_error  # `vision` reports it in one line: the extra to install, or the import error

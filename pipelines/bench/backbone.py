@@ -306,6 +306,9 @@ def acceptance(model_rows, gla_rows, device) -> list[tuple[str, bool | None]]:
 
 
 def run(args) -> int:
+    from vision.pipelines.extras import require
+
+    require("timm")  # the models are timm's: without the [dense] extra, that is the one line to say
     device, dev = resolve_device(args.device)
     if args.clock == "cpu" and dev.type != "cpu":
         raise ValueError("--clock cpu measures CPU time; it cannot time a CUDA device")

@@ -5,7 +5,9 @@ exposes ``DESCRIPTION`` (and optionally a shorter ``HELP`` for the command list,
 ``add_arguments(parser)`` and ``run(args) -> int``; it is named in ``COMMANDS`` (or ``bench.BENCHES``) and imported
 only when the command line is built, so a missing optional dependency of one command never breaks the others.
 ``vision COMMAND ...`` builds only that command's parser (the others are listed by name), so a command starts
-without importing what its siblings need (torch, for most).
+without importing what its siblings need (torch, for most). A command whose product's extra is not installed says
+which in one line (``vision edit needs the [edit] extra ...: pip install "locallinear-vision[edit]"``) and exits
+with 2 (:mod:`vision.pipelines.extras`).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import importlib
 import os
 import sys
 
+from vision.pipelines.extras import missing_extra
 from vision.pipelines.plugins import add_plugin
 
 # name -> module (DESCRIPTION, add_arguments, run); later commands add their line here.
@@ -56,9 +59,20 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         try:
             add_plugin(sub, name, importlib.import_module(module))
         except ImportError as err:  # a missing optional dependency disables this command only
-            q = sub.add_parser(name, help=f"(unavailable: {err})")
-            q.set_defaults(func=lambda args, err=err: print(f"vision: this command is unavailable here: {err}") or 2)
+            line = missing_extra((name,), err)
+            q = sub.add_parser(name, help=f"(unavailable: {line or err})", description=line)
+            q.set_defaults(func=_unavailable, import_error=err)
     return parser
+
+
+def _unavailable(args) -> int:
+    raise args.import_error  # main reports it: the extra to install, or the import error itself
+
+
+def _words(args) -> tuple[str, ...]:
+    """The command's words (``("edit",)``, ``("bench", "denoise")``), for the lines that name the command."""
+    what = getattr(args, "what", None)
+    return (args.command,) + ((what,) if isinstance(what, str) else ())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,6 +93,14 @@ def main(argv: list[str] | None = None) -> int:
 
             with verbosity(level):  # this command only (main may run in a caller's process)
                 return int(args.func(args) or 0)
+        except ImportError as err:  # a product's extra not installed: which one, in one line
+            line = missing_extra(_words(args), err)
+            if line is None and getattr(args, "import_error", None) is err:  # the command's module did not import
+                line = f"vision {' '.join(_words(args))}: unavailable here: {err}"
+            if line is None:  # not a missing extra: a fault of ours, with its traceback
+                raise
+            print(line, file=sys.stderr)
+            return 2
         except (ValueError, FileNotFoundError, FileExistsError) as err:
             # Bad input is the user's to fix: one clear line, no traceback.
             print(f"vision {args.command}: error: {err}", file=sys.stderr)

@@ -15,7 +15,7 @@ import os
 import warnings
 from pathlib import Path
 
-from vision.pipelines.editing.config import DEFAULT_CONFIG, StructurePreservationConfig
+from vision.pipelines.editing.config import DEFAULT_CONFIG, SCHEDULERS, StructurePreservationConfig
 
 DEFAULT_MODEL = "SimianLuo/LCM_Dreamshaper_v7"  # the SD1.5-based LCM the paper uses
 
@@ -25,6 +25,7 @@ EPILOG = f"""examples:
   vision edit big.jpg --prompt "autumn" --working-size 768 --strength 0.5 -o autumn.png
   vision edit "shots/*.jpg" --prompt "in winter" --model ./my-sd15-folder -o winter/   # one model load
   vision edit cat.jpg --prompt "a cat on a beach" --mask-words cat -o beach.png   # keep the cat's structure
+  vision edit photo.jpg --prompt "a snowy street" --model ./sd15 --scheduler dpm++ --steps 20 -o snow.png
   vision edit cat.jpg --source-prompt "a cat on grass" --prompt "a dog on grass" -o dog.png
   vision edit cat.jpg --source-prompt "a cat on grass" --prompt "a dog on grass" --blend-words cat dog -o dog.png
   vision edit cat.jpg --source-prompt "a cat on grass" --prompt "a dog on grass" --mask-words grass \\
@@ -36,6 +37,9 @@ With --source-prompt (a description of the input image) the edit is source -> ta
 with StructurePreservingEditPipeline (InfEdit's inversion-free sampler; LCM scheduler, which replaces
 the model's own; SD1.5-family models): --cross-replace-steps / --self-replace-steps set its attention
 control, --blend-words limits the change to those words' cross-attention region (LocalBlend).
+SPL guidance needs a scheduler whose clean-sample prediction it can steer: a model whose own scheduler it
+cannot guide (PNDM, Stable Diffusion 1.5's default) samples with DDIM on the same noise schedule, and a
+line says so; --scheduler picks another ({", ".join(SCHEDULERS)}).
 The mask is gray, 1 (white) where the image's structure must be kept; --invert-mask flips it;
 --mask-words are looked up in --prompt, else in --source-prompt.
 Sizes that are not multiples of the model's latent grid are padded and cropped back; images larger
@@ -71,6 +75,9 @@ def add_arguments(p) -> None:
     p.add_argument("--negative-prompt", default=None)
     p.add_argument("--steps", type=int, default=None,
                    help="sampling steps (default: 15 with --source-prompt, else 8 for LCM models and 30 otherwise)")
+    p.add_argument("--scheduler", choices=list(SCHEDULERS), default=None,
+                   help="sampler, on the model's noise schedule (default: the model's own when SPL guidance can "
+                        "guide it, else ddim); flow-matching models (SD3, Flux) take flow-euler only")
     p.add_argument("--strength", type=float, default=None,
                    help="how far to re-noise the image, 0..1 (default 1 with --source-prompt, else 0.6)")
     p.add_argument("--cross-replace-steps", type=float, default=None,
@@ -375,10 +382,15 @@ def _targets(images: list[Path], output: Path, several: bool) -> list[Path]:
 
 
 def run(args) -> int:
+    from vision.pipelines.extras import require
+
+    require("diffusers", "transformers")  # without the [edit] extra, that is the one line to say
     hub_offline()  # before diffusers imports the hub client: this command never downloads
     if args.source_prompt is None and (args.cross_replace_steps is not None or args.self_replace_steps is not None
                                        or args.blend_words):
         raise ValueError("--cross-replace-steps, --self-replace-steps and --blend-words need --source-prompt")
+    if args.source_prompt is not None and args.scheduler not in (None, "lcm"):
+        raise ValueError(f"--scheduler {args.scheduler}: --source-prompt samples with the LCM scheduler (lcm)")
     from vision.pipelines.plugins import NON_NEGATIVE, check_numbers
 
     unit = dict(low=0, high=1)
@@ -411,6 +423,13 @@ def run(args) -> int:
         read_input(lambda p: load_mask(str(p)), args.mask, "--mask", "mask")  # before the model loads
     loader = load_pipeline if args.source_prompt is None else load_edit_pipeline
     pipe = loader(args.model, torch_dtype=dtype).to(device)
+    if args.source_prompt is None:
+        from vision.kernels.runtime import get_logger
+        from vision.pipelines.editing.schedulers import use_guidable_scheduler
+
+        note = use_guidable_scheduler(pipe, args.scheduler)
+        if note:
+            get_logger("vision.edit").info(f"vision edit: {note}")
     pipe.set_progress_bar_config(desc="vision edit", disable=len(images) > 1)
     from tqdm.auto import tqdm
 

@@ -91,7 +91,38 @@ class StructurePreservationConfig:
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(StructurePreservationConfig))
+
+# the schedulers SPL guidance can guide (schedulers.scheduler_family), by the names `vision edit --scheduler` takes
+SCHEDULERS = {"ddim": "DDIMScheduler", "ddpm": "DDPMScheduler", "euler": "EulerDiscreteScheduler",
+              "euler-ancestral": "EulerAncestralDiscreteScheduler", "lms": "LMSDiscreteScheduler",
+              "dpm++": "DPMSolverMultistepScheduler", "dpm++-singlestep": "DPMSolverSinglestepScheduler",
+              "unipc": "UniPCMultistepScheduler", "lcm": "LCMScheduler", "flow-euler": "FlowMatchEulerDiscreteScheduler"}
+FALLBACK_SCHEDULER = "ddim"  # in place of one that cannot be guided (PNDM, SD1.5's default), on the same schedule
 DEFAULT_CONFIG = StructurePreservationConfig()
+
+
+def guided_indices(n: int, start: float) -> list[int]:
+    """The steps SPL guidance guides among the ``n`` a call runs (0 .. n - 1): those at least ``start`` of the way.
+
+        >>> guided_indices(8, 0.8), guided_indices(4, 0.8)
+        ([7], [])
+    """
+    return [k for k in range(n) if k / max(n, 1) >= start - 1e-9]
+
+
+def warn_if_no_step_is_guided(who: str, n: int, start: float, sgd_steps: int) -> None:
+    """A ``UserWarning`` when a call of ``n`` steps would guide none at ``start`` (e.g. LCM's default 4 steps at
+    the default start 0.8): it says how many steps, or which start, would guide one. Nothing when ``sgd_steps``
+    is 0 (guidance switched off on purpose)."""
+    import warnings
+
+    if sgd_steps <= 0 or n <= 0 or guided_indices(n, start):
+        return
+    fix = f"use start <= {(n - 1) / n:.2f}"
+    if start < 1:
+        fix += f" or at least {math.ceil(1 / (1 - start) - 1e-9)} steps"
+    warnings.warn(f"{who} guides no step: {n} steps with start={start:g} (step k of {n} is guided when "
+                  f"k / {n} >= start); {fix}", UserWarning, stacklevel=3)
 
 
 @dataclass(frozen=True)
@@ -100,11 +131,14 @@ class StructurePreservationReport:
 
     Attributes:
         guided: whether the call was guided (False for ``structure_preservation=False``).
-        guided_steps: the guided steps, as indices into the scheduler's ``timesteps`` (img2img with
-            ``strength`` < 1 starts past 0: 4 steps at strength 0.75 run steps 1, 2, 3).
+        guided_steps: the guided steps, counted in the steps asked for: indices into the scheduler's
+            ``timesteps``, 0 .. ``num_steps`` - 1 (img2img with ``strength`` < 1 skips the first ones: 4 steps
+            at strength 0.75 run steps 1, 2, 3).
         guided_timesteps: the scheduler timesteps of those steps.
-        num_steps: the steps this call ran (after ``strength``).
+        num_steps: the steps asked for (``num_inference_steps``: the scheduler's schedule for the call).
         sgd_steps: SGD steps run per guided step.
+        steps_run: the steps this call ran (fewer than ``num_steps`` with img2img's ``strength`` < 1); ``start``
+            is a fraction of these.
         post_processed: whether the decoded output was restored against the source.
         source: where the source came from: ``"image"`` (the call's own), ``"structure_source"`` (the
             call's option) or ``"enable"`` (fixed at enable time); None when not guided.
@@ -116,9 +150,11 @@ class StructurePreservationReport:
     guided_timesteps: tuple = ()
     num_steps: int = 0
     sgd_steps: int = 0
+    steps_run: int = 0
     post_processed: bool = False
     source: str | None = None
     config: StructurePreservationConfig = DEFAULT_CONFIG
 
 
-__all__ = ["StructurePreservationConfig", "StructurePreservationReport", "DEFAULT_CONFIG", "LATENT_UPDATES", "FIELDS"]
+__all__ = ["StructurePreservationConfig", "StructurePreservationReport", "DEFAULT_CONFIG", "LATENT_UPDATES", "FIELDS",
+           "SCHEDULERS", "FALLBACK_SCHEDULER", "guided_indices", "warn_if_no_step_is_guided"]

@@ -34,7 +34,8 @@ from diffusers import AutoencoderKL, DiffusionPipeline, ImagePipelineOutput, LCM
 from diffusers.image_processor import VaeImageProcessor
 from diffusers.utils.torch_utils import randn_tensor
 
-from vision.pipelines.editing.config import StructurePreservationConfig, StructurePreservationReport
+from vision.pipelines.editing.config import (StructurePreservationConfig, StructurePreservationReport, guided_indices,
+                                             warn_if_no_step_is_guided)
 from vision.pipelines.editing.restorer import LatentRestorer, spl_progress_bar
 
 try:  # a package import, or this folder loaded by diffusers as custom_pipeline=<folder>
@@ -220,8 +221,9 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
                                    equalizer=equalizer, local_blend_words=local_blend_words,
                                    local_blend_threshold=local_blend_threshold, local_blend_start=local_blend_start,
                                    mutual_self_attention=mutual_self_attention)
-        guided = [i for i in range(len(timesteps))
-                  if structure_preservation and cfg.steps_per_guidance > 0 and i / len(timesteps) >= cfg.start - 1e-9]
+        guided = guided_indices(len(timesteps), cfg.start) if structure_preservation and cfg.steps_per_guidance > 0 else []
+        if structure_preservation:
+            warn_if_no_step_is_guided(type(self).__name__, len(timesteps), cfg.start, cfg.steps_per_guidance)
         post = structure_preservation and cfg.post_process and output_type != "latent"
         spl_bar = spl_progress_bar(self, len(guided) * cfg.steps_per_guidance + (cfg.post_steps if post else 0))
         with self.progress_bar(total=len(timesteps)) as bar, attention_control(self.unet, control):
@@ -267,6 +269,7 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
         self.structure_preservation_report = StructurePreservationReport(
             guided=bool(structure_preservation), guided_steps=tuple(guided),
             guided_timesteps=tuple(float(timesteps[i]) for i in guided), num_steps=len(timesteps),
+            steps_run=len(timesteps),
             sgd_steps=cfg.steps_per_guidance if structure_preservation else 0, post_processed=post,
             source="image" if structure_preservation else None, config=cfg)
         if not return_dict:

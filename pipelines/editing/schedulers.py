@@ -1,11 +1,57 @@
-"""Scheduler arithmetic for SPL guidance: which schedulers can be guided exactly, and the affine map
-``x0 = a * sample + b * model_output`` each one uses for its clean-sample prediction."""
+"""Scheduler arithmetic for SPL guidance: which schedulers can be guided exactly, the affine map
+``x0 = a * sample + b * model_output`` each one uses for its clean-sample prediction, and
+:func:`use_guidable_scheduler`, which gives a pipeline one of them (``vision edit --scheduler``).
+
+    >>> note = use_guidable_scheduler(pipe)          # a stock SD1.5 folder's PNDMScheduler -> DDIMScheduler
+    >>> use_guidable_scheduler(pipe, "dpm++")        # or the one asked for, on the model's noise schedule
+"""
 from __future__ import annotations
 
 import torch
 
+from .config import FALLBACK_SCHEDULER as FALLBACK, SCHEDULERS
+
 SUPPORTED = ("DDIM, DDPM, Euler, Euler ancestral, LMS, DPM-Solver++ (multistep, singlestep), UniPC, LCM, "
              "flow-matching Euler")
+
+
+def use_guidable_scheduler(pipe, name: str | None = None, flag: str = "--scheduler") -> str | None:
+    """Give ``pipe`` a scheduler that SPL guidance can guide, built from its scheduler's config (same noise schedule
+    and prediction type).
+
+    ``name`` (a key of :data:`SCHEDULERS`) replaces the scheduler; None keeps it when it can be guided and otherwise
+    replaces it by DDIM. Returns a one-line note when the scheduler was replaced without being asked for, else
+    None. Raises ValueError (naming ``flag``) for a flow-matching scheduler on a noise-prediction model or the
+    reverse, or when the result still cannot be guided (thresholding, for example).
+    """
+    import diffusers
+
+    old, asked = type(pipe.scheduler).__name__, name is not None
+    if name is None:
+        try:
+            scheduler_family(pipe.scheduler)
+            return None
+        except ValueError:
+            if old.startswith("FlowMatch"):
+                raise
+        name = FALLBACK
+    if name not in SCHEDULERS:
+        raise ValueError(f"{flag} {name}: not a scheduler SPL guidance can guide; use one of {', '.join(SCHEDULERS)}")
+    flow_model, flow_wanted = old.startswith("FlowMatch"), name == "flow-euler"
+    if flow_model != flow_wanted:
+        kind = "flow matching" if flow_model else "noise prediction"
+        fits = "flow-euler" if flow_model else ", ".join(k for k in SCHEDULERS if k != "flow-euler")
+        raise ValueError(f"{flag} {name}: this model samples by {kind} ({old}); use {fits}")
+    new = getattr(diffusers, SCHEDULERS[name]).from_config(pipe.scheduler.config)
+    try:
+        scheduler_family(new)
+    except ValueError as err:
+        raise ValueError(f"{flag} {name}: {err}") from None
+    pipe.scheduler = new
+    if not asked:
+        return (f"the model's {old} cannot be guided by SPL: sampling with {SCHEDULERS[name]} on its noise schedule "
+                f"({flag} picks another: {', '.join(SCHEDULERS)})")
+    return None
 
 
 def _ensure_step_index(scheduler, timestep) -> int | None:

@@ -2,10 +2,35 @@
 that pass ``denoised`` to callbacks (LatentConsistencyModelImg2ImgPipeline, StructurePreservingEditPipeline)."""
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-from .config import StructurePreservationConfig
+from .config import StructurePreservationConfig, guided_indices, warn_if_no_step_is_guided
 from .restorer import LatentRestorer
+
+TENSOR_INPUTS = ["latents", "denoised"]
+
+
+def _refuse_pipelines_without_denoised(frame) -> None:
+    """A ValueError in our words when the pipeline reading ``tensor_inputs`` (stock diffusers pipelines read a
+    ``PipelineCallback``'s in their ``__call__``, then refuse unknown names with a message about
+    ``callback_on_step_end_tensor_inputs``) cannot hand ``denoised`` to callbacks, as Stable Diffusion's do not.
+    ``frame`` is the reader's: the pipeline is its ``self`` (through ``MultiPipelineCallbacks``, a frame or two
+    further up); read anywhere else, nothing is checked."""
+    for _ in range(4):
+        if frame is None:
+            return
+        owner = frame.f_locals.get("self")
+        allowed = getattr(type(owner), "_callback_tensor_inputs", None)
+        if isinstance(allowed, (list, tuple)):
+            if "denoised" not in allowed:
+                raise ValueError(
+                    f"SPLGuidanceCallback guides the clean latent that the pipeline hands to its callbacks as "
+                    f"'denoised', and {type(owner).__name__} hands none (only {', '.join(allowed)}): use "
+                    f"enable_structure_preservation(pipe) for this pipeline, or a pipeline that does "
+                    f"(LatentConsistencyModelImg2ImgPipeline)")
+            return
+        frame = frame.f_back
 
 
 def _pipeline_callback_base():
@@ -30,7 +55,7 @@ class SPLGuidanceCallback:
         ...                   callback_on_step_end_tensor_inputs=cb.tensor_inputs)  # LCM img2img does not read it
     """
 
-    tensor_inputs = ["latents", "denoised"]
+    tensor_inputs = TENSOR_INPUTS
 
     def __new__(cls, *args, **kwargs):
         if cls is SPLGuidanceCallback:  # build the PipelineCallback subclass lazily (diffusers import)
@@ -48,7 +73,12 @@ def _callback_class():
     base = _pipeline_callback_base()
 
     class _SPLGuidanceCallback(SPLGuidanceCallback, base):
-        tensor_inputs = ["latents", "denoised"]
+        @property
+        def tensor_inputs(self) -> list[str]:
+            """``["latents", "denoised"]``; read by a pipeline that cannot hand ``denoised`` to callbacks, a
+            ValueError that says so (instead of diffusers' message about its tensor inputs)."""
+            _refuse_pipelines_without_denoised(sys._getframe(1))
+            return list(TENSOR_INPUTS)
 
         def __init__(self, source_image, *, config: StructurePreservationConfig | None = None, mask=None,
                      start: float | None = None, steps_per_guidance: int | None = None,
@@ -62,14 +92,15 @@ def _callback_class():
                 eps=eps, bidirectional=bidirectional)
             self.start = float(self.spl_config.start)
             self.restorer = LatentRestorer(source_image, self.spl_config, mask=mask)
-            self.guided_steps: list[int] = []  # step indices guided in the last call
+            self.guided_steps: list[int] = []  # the steps guided in the last call, counted in the steps asked for
 
         def callback_fn(self, pipeline, step_index, timestep, callback_kwargs) -> dict[str, Any]:
             sched = pipeline.scheduler
             n = int(getattr(pipeline, "num_timesteps", None) or len(sched.timesteps))
             if step_index == 0:
                 self.guided_steps = []
-            if step_index / max(n, 1) < self.start - 1e-9 or self.restorer.steps == 0:
+                warn_if_no_step_is_guided("SPLGuidanceCallback", n, self.start, self.restorer.steps)
+            if step_index not in guided_indices(n, self.start) or self.restorer.steps == 0:
                 return callback_kwargs
             if "denoised" not in callback_kwargs:
                 raise ValueError("SPLGuidanceCallback needs 'denoised' in callback_on_step_end_tensor_inputs; "
@@ -83,7 +114,8 @@ def _callback_class():
             else:
                 scale = float(sched.alphas_cumprod[int(sched.timesteps[nxt])]) ** 0.5
             shift = new - denoised.float()
-            self.guided_steps.append(int(step_index))
+            # counted in the schedule asked for: an img2img run that skips the first steps starts past 0
+            self.guided_steps.append(int(step_index) + max(len(sched.timesteps) - n, 0))
             callback_kwargs["denoised"] = new.to(denoised.dtype)
             callback_kwargs["latents"] = (latents.float() + scale * shift).to(latents.dtype)
             return callback_kwargs

@@ -59,9 +59,11 @@ import difflib
 import functools
 import inspect
 import types
+import weakref
+
 import torch
 
-from .config import StructurePreservationConfig, StructurePreservationReport
+from .config import StructurePreservationConfig, StructurePreservationReport, guided_indices, warn_if_no_step_is_guided
 from .restorer import LATENT_UPDATES, LatentRestorer, aspect_check, source_tensor, spl_progress_bar  # noqa: F401 (LATENT_UPDATES re-exported)
 from .schedulers import _schedule_index, scheduler_family, x0_coefficients
 from .spl_callback import SPLGuidanceCallback
@@ -85,13 +87,13 @@ class CallGuide:
         self.post_processed = False
         self.guided_steps: list[int] = []  # schedule indices guided, for inspection
         self.guided_timesteps: list[float] = []
-        self.num_steps = 0
+        self.num_steps = self.steps_run = 0  # the steps asked for (the schedule), those run (after strength)
         self.progress, self.bar = progress, None
 
     def _open_bar(self, n_run: int):
         if self.progress is None or self.bar is not None:
             return
-        stages = sum(1 for k in range(n_run) if k / n_run >= self.start - 1e-9)
+        stages = len(guided_indices(n_run, self.start))
         total = stages * self.restorer.steps + (self.restorer.post_steps if self.post_process else 0)
         if total > 0:
             self.bar = self.progress(total)
@@ -109,9 +111,10 @@ class CallGuide:
         idx = _schedule_index(sched, timestep)
         if self.first is None or (self.last is not None and idx <= self.last):
             self.first, self.post_pending, self.guided_steps, self.guided_timesteps = idx, False, [], []
+            warn_if_no_step_is_guided("SPL guidance", len(sched.timesteps) - idx, self.start, self.restorer.steps)
         self.last = idx
-        self.num_steps = len(sched.timesteps) - self.first
-        n_run = max(len(sched.timesteps) - self.first, 1)
+        self.num_steps, self.steps_run = len(sched.timesteps), len(sched.timesteps) - self.first
+        n_run = max(self.steps_run, 1)
         if (idx - self.first) / n_run >= self.start - 1e-9 and self.restorer.steps > 0:
             self._open_bar(n_run)
             a, b = x0_coefficients(sched, timestep, sample)
@@ -288,7 +291,8 @@ def _run_guided(base_call, pipe, args, kwargs, options):
         guide.close()
         settings.report = StructurePreservationReport(
             guided=True, guided_steps=tuple(guide.guided_steps), guided_timesteps=tuple(guide.guided_timesteps),
-            num_steps=guide.num_steps, sgd_steps=restorer.steps, post_processed=guide.post_processed,
+            num_steps=guide.num_steps, steps_run=guide.steps_run, sgd_steps=restorer.steps,
+            post_processed=guide.post_processed,
             source="image" if not explicit else ("structure_source" if per_call is not None else "enable"),
             config=cfg)
     return _with_report(out, settings.report)
@@ -396,17 +400,37 @@ def enable_structure_preservation(pipe, source_image=None, *, config: StructureP
     disable_structure_preservation(pipe)
     pipe.__dict__[_ATTR] = _Settings(source_image, cfg, mask)
     if any("__call__" in vars(k) for k in type(pipe).__mro__[:-1]):
+        pipe.__dict__.pop(_DISABLE, None)  # the class's method again
         pipe.__class__ = _guided_class(type(pipe))
     return pipe
 
 
+_DISABLE = "disable_structure_preservation"
+
+
+class _AlreadyDisabled:
+    """``pipe.disable_structure_preservation`` once guidance is off and the pipeline is its stock class again:
+    calling it again does nothing and returns the pipeline, as the method does. It holds the pipeline weakly, so
+    dropping the pipeline frees it at once (no reference cycle through its own ``__dict__``)."""
+
+    def __init__(self, pipe):
+        self._pipe = weakref.ref(pipe)
+
+    def __call__(self):
+        return self._pipe()
+
+    def __reduce__(self):  # pickled with its pipeline, which pickle has already memoised by then
+        return _AlreadyDisabled, (self._pipe(),)
+
+
 def disable_structure_preservation(pipe):
     """Remove what :func:`enable_structure_preservation` attached; a no-op if nothing is attached.
-    ``pipe.disable_structure_preservation()`` does the same."""
+    ``pipe.disable_structure_preservation()`` does the same, and may be called again (it then does nothing)."""
     pipe.__dict__.pop(_ATTR, None)
     stock = type(pipe).__dict__.get("_spl_stock_class")
     if stock is not None:
         pipe.__class__ = stock
+        pipe.__dict__[_DISABLE] = _AlreadyDisabled(pipe)  # a second pipe.disable_structure_preservation() works
     return pipe
 
 
