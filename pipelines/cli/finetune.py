@@ -155,9 +155,11 @@ def run(args) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    extra = _json_object(args.backbone_kwargs, "--backbone-kwargs")
-    head_kwargs = _json_object(args.head_kwargs, "--head-kwargs")
-    task_kwargs = _json_object(args.task_kwargs, "--task-kwargs")
+    from vision.pipelines.training.run_config import check_backbone_kwargs, check_head_kwargs, check_task_kwargs
+
+    extra = check_backbone_kwargs(_json_object(args.backbone_kwargs, "--backbone-kwargs"), "--backbone-kwargs", "")
+    head_kwargs = check_head_kwargs(args.head, _json_object(args.head_kwargs, "--head-kwargs"), "--head-kwargs", "")
+    task_kwargs = check_task_kwargs(_json_object(args.task_kwargs, "--task-kwargs"), "--task-kwargs", "")
     if not args.data.is_dir():
         raise FileNotFoundError(f"--data {args.data}: no such folder")
     from vision.outputs import prepare_folder, same_file

@@ -120,8 +120,8 @@ def run(args) -> int:
     if existing and not args.overwrite:  # before any work: photo.jpg must not silently replace photo.png
         more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
         raise FileExistsError(f"-o {args.out}: {existing[0].name} exists{more}; pass --overwrite to replace")
+    model, cfg = load_run_for_cli(run_dir, device)  # a run that does not load leaves no -o folder behind
     prepare_folder(args.out, "-o")
-    model, cfg = load_run_for_cli(run_dir, device)
     task = TASKS[cfg.task]
     from tqdm.auto import tqdm
 

@@ -100,6 +100,9 @@ def task_of(cfg):
 
     from vision.dense import get_task
 
+    from .run_config import check_task_kwargs
+
+    check_task_kwargs(cfg.task_kwargs, "task settings (task_kwargs)", "")
     task = get_task(cfg.task)  # unknown names are its ValueError
     known = {f.name for f in dataclasses.fields(task)} - {"name", "target_field", "primary_metric", "lower_is_better",
                                                           "flip_negate", "out_channels"}
