@@ -129,6 +129,13 @@ def _main(argv: list[str] | None) -> int:
             where = f"{err.filename}: " if getattr(err, "filename", None) else ""
             print(f"vision {args.command}: error: {where}{err.strerror or err}", file=sys.stderr)
             return 2
+        except RuntimeError as err:  # Path.resolve's way (before Python 3.13) to say that links lead in a circle
+            if not str(err).startswith("Symlink loop from "):
+                raise
+            where = str(err)[len("Symlink loop from "):]
+            print(f"vision {args.command}: error: {where}: symbolic links that lead to each other (a loop)",
+                  file=sys.stderr)
+            return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

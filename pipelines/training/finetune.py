@@ -29,6 +29,7 @@ from types import SimpleNamespace
 
 import torch
 
+from . import checkpoint as _checkpoint
 from .accel import accelerator_for as _accelerator
 from .accel import configured_precision  # noqa: F401 (re-exported: callers import it from here)
 from .curves import write_history
@@ -244,9 +245,9 @@ def _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log,
                 core.load_state_dict(saved["model"], strict=False)
                 opt.optimizer.load_state_dict(saved["optimizer"])
                 sched.scheduler.load_state_dict(saved["scheduler"])
-        except (RuntimeError, ValueError, KeyError, OSError) as err:
-            raise ValueError(f"{where if where != run else run / STATE} does not fit this model and its settings "
-                             f"({str(err).strip().splitlines()[0]})") from None
+        except _checkpoint.load_errors() as err:  # damaged files: safetensors, torch.load's refusals, a bad zip
+            raise ValueError(f"{where if where != run else run / STATE} does not fit this model and its settings, or "
+                             f"is damaged ({_checkpoint.first_line(err)})") from None
         if ema is not None and saved["ema"] is not None:
             ema.module.load_state_dict(saved["ema"], strict=False)
             ema.step = saved["ema_step"]
