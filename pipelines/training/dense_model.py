@@ -74,6 +74,8 @@ class DenseConfig:
     cpu: bool = False             # force the CPU even when CUDA or MPS is present
     log_with: str | None = None   # an accelerate tracker (tensorboard, wandb, ...)
     data: str | None = None
+    val_fraction: float = 0.1     # shares of the data's names (by a hash of each) held out for validation
+    test_fraction: float = 0.1    # ... and for `vision evaluate --split test`; the rest trains
     extra: dict = field(default_factory=dict)  # extra timm.create_model kwargs (e.g. depth=2 for a tiny model)
     head_kwargs: dict = field(default_factory=dict)  # extra head arguments (e.g. cells=4 for local-linear)
     task_kwargs: dict = field(default_factory=dict)  # task field overrides (e.g. gradient_weight=0.5)
@@ -85,6 +87,11 @@ class DenseConfig:
         from .run_config import parse_config
 
         return cls(**parse_config(text, where))
+
+    @property
+    def fractions(self) -> tuple[float, float, float]:
+        """(train, val, test) shares of the data, as :class:`vision.data.dense.DenseSamples` takes them."""
+        return (1.0 - self.val_fraction - self.test_fraction, self.val_fraction, self.test_fraction)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1)

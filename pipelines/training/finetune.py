@@ -169,8 +169,7 @@ def _preview(task, samples, pred, path: Path, count: int = 4) -> Path:
         images += [s["image"].permute(1, 2, 0).numpy(), colourise(task.name, task.make_target(s["target"])[0]),
                    colourise(task.name, pred[i])]
         labels += [s["name"], "target", "prediction"]
-    rows = [np.concatenate([np.asarray(im) for im in images[k:k + 3]], axis=1) for k in range(0, len(images), 3)]
-    return side_by_side(rows, [" | ".join(labels[k:k + 3]) for k in range(0, len(labels), 3)], path)
+    return side_by_side([np.asarray(im) for im in images], labels, path)  # one label per picture, each whole
 
 
 def _ema_state(ema, core) -> SimpleNamespace:
@@ -217,8 +216,8 @@ def _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log,
     if train_set is None:
         if not cfg.data:
             raise ValueError("no training data: pass --data DIR (a `vision render-scenes` folder or images/ + targets/)")
-        train_set = DenseSamples(cfg.data, task.target_field, "train", limit=cfg.limit)
-        val_set = DenseSamples(cfg.data, task.target_field, "val", limit=cfg.limit)
+        train_set = DenseSamples(cfg.data, task.target_field, "train", fractions=cfg.fractions, limit=cfg.limit)
+        val_set = DenseSamples(cfg.data, task.target_field, "val", fractions=cfg.fractions, limit=cfg.limit)
     if len(train_set) == 0 or len(val_set) == 0:
         raise ValueError("training and validation sets must not be empty")
     torch.manual_seed(cfg.seed)  # the base (random or pretrained) weights, the adapters' and head's init

@@ -50,6 +50,7 @@ _CONFIG = {  # DenseConfig's fields
     "clip": (_FLOAT, 0.0, 1e6), "tta": (_BOOL,), "select_best": (_BOOL,), "seed": (_INT, 0, 2**63 - 1),
     "limit": ("int?", 1, 2**31), "max_minutes": ("float?", 0.0, 1e9), "stop_after": ("int?", 1, 1_000_000),
     "grad_accum": (_INT, 1, 65536), "mixed_precision": ("choice?", ("no", "fp16", "bf16", "fp8")),
+    "val_fraction": (_FLOAT, 0.0, 0.9), "test_fraction": (_FLOAT, 0.0, 0.9),
     "cpu": (_BOOL,), "log_with": ("text?",), "data": ("text?",), "extra": ("dict",), "head_kwargs": ("dict",),
     "task_kwargs": ("dict",),
 }
@@ -178,6 +179,8 @@ def check_config(raw, where: str) -> dict:
     for key, spec in _CONFIG.items():
         if key in raw:
             out[key] = _check(raw[key], spec, f"{where}: {json_text(key)}")
+    if out.get("val_fraction", 0.1) + out.get("test_fraction", 0.1) >= 0.95:
+        raise ValueError(f"{where}: \"val_fraction\" + \"test_fraction\" must leave data to train on (sum < 0.95)")
     if "extra" in out:
         out["extra"] = check_backbone_kwargs(out["extra"], where)
     if "head_kwargs" in out:
