@@ -8,7 +8,7 @@ ValueError line naming the file (or option) and the key.
     {'depth': 4, 'embed_dim': 32, 'num_heads': 2}
     >>> check_backbone_kwargs({"pretrained": True}, "RUN/config.json")
     Traceback (most recent call last):
-    ValueError: RUN/config.json: "extra" key "pretrained" is not allowed (a run's backbone settings are ...)
+    ValueError: RUN/config.json: "extra" key "pretrained" is not allowed (a run's backbone settings are: depth, ...)
 """
 from __future__ import annotations
 
