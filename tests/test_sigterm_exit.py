@@ -127,3 +127,44 @@ def test_a_sigterm_that_numba_turned_into_a_system_error_still_exits_143(monkeyp
     with pytest.raises(SystemError):  # anything else is left alone
         monkeypatch.setattr(cli, "_main", lambda argv: (_ for _ in ()).throw(SystemError("other")))
         cli.main(["denoise"])
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_long_temporal_denoise_within_seconds(tmp_path):
+    """`vision denoise --temporal` over 2,000 tiny frames, stopped part-way: exit 143 within seconds, no temporary
+    file left, every output written whole."""
+    import numpy as np
+
+    from vision.data.exr import read_exr, write_exr
+
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(2000):
+        write_exr(frames / f"f.{i:05d}.exr", {c: rng.random((8, 8), dtype=np.float32) for c in "RGB"})
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "vision.pipelines.cli", "denoise", str(frames / "f.*.exr"), "-o",
+                             str(out), "--temporal", "--model", "flr", "-q"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            if out.is_dir() and len([p for p in out.iterdir() if p.suffix == ".exr"]) >= 50:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=10)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = proc.stderr.read()
+    assert code == 143 and took < 10, (code, took, err)
+    assert "terminated (SIGTERM)" in err and "Traceback" not in err, err
+    written = sorted(out.iterdir())
+    assert 50 <= len(written) < 2000 and not [p for p in written if ".tmp" in p.name]
+    for path in written[-3:]:
+        assert set(read_exr(path)) >= {"R", "G", "B"}  # whole files
