@@ -29,7 +29,8 @@ ground-truth layers: depth -> depth, normals -> camnormal, albedo, semantic, bin
 or a folder with images/NAME.png and targets/NAME.{npy,exr,png}. Scenes / files are split into
 train / val / test by a hash of their name: 80 / 10 / 10 % by default, --val-fraction and
 --test-fraction choose the shares (kept in RUN/config.json, so `vision evaluate --split test` scores the
-same held-out names). On a small set a split can come out empty: the error says how the names fell. Tasks: depth (log-depth head, SILog loss), normals
+same held-out names). On a small set a split can come out empty: the error says how the names fell.
+Tasks: depth (log-depth head, SILog loss), normals
 (1 - cos + angular loss), alpha, binary, semantic, albedo. --task-kwargs '{"gradient_weight": 0.5}'
 adds multi-scale gradient matching of the residual (MiDaS) to the depth or normals loss.
 
