@@ -19,8 +19,8 @@ units, unit normals, alpha / albedo in [0, 1], label ids for segmentation) and O
            unless S is read back
   normals  n = 2 c / 65535 - 1;  alpha, binary, albedo  v = c / 65535;  semantic  label id = c
 Use exr or npy for depth that keeps its units without reading the metadata.
-Images of any size are padded to the backbone's 16-pixel patch
-and cropped back. An output that exists already is refused before any work unless --overwrite is
+Images of any size are padded to the backbone's 16-pixel patch and cropped back.
+An output that exists already is refused before any work unless --overwrite is
 given (then it is replaced atomically); an output that is, or links to, an input image or a RUN file
 is always refused, as are two IMAGES with the same name (minus extension).
 RUN needs only its own files: RUN/base.safetensors holds the backbone's base weights, so neither the
