@@ -6,6 +6,8 @@ Labels use Pillow's bundled default font (no font files are looked up or downloa
 """
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +46,8 @@ def side_by_side(images, labels, path, *, gap: int = 8, font_size: int = 18, foo
     """Write ``images`` in one row, each with its label above it, to the PNG ``path``; returns the path.
 
     Images are float ``(H, W[, C])`` arrays in [0, 1] (or uint8); images of a different height are
-    resized to the tallest one's height, keeping their aspect ratio. ``footer``: one line of text written
+    resized to the tallest one's height, keeping their aspect ratio. A label wider than its image widens
+    its column (the image centred in it), so every label shows whole. ``footer``: one line of text written
     under the row (a note about the figure). Raises ``ValueError`` when the counts differ, the list is
     empty, or an image is malformed.
     """
@@ -68,7 +71,9 @@ def side_by_side(images, labels, path, *, gap: int = 8, font_size: int = 18, foo
     probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     text_h = max(probe.textbbox((0, 0), s or " ", font=font)[3] for s in labels)
     band = text_h + 2 * gap
-    width = sum(t.width for t in tiles) + gap * (len(tiles) + 1)
+    # each column is as wide as its image or its label, whichever is wider: a label is never cut
+    columns = [max(t.width, math.ceil(probe.textlength(s, font=font))) for t, s in zip(tiles, labels)]
+    width = sum(columns) + gap * (len(tiles) + 1)
     foot = 0 if not footer else probe.textbbox((0, 0), footer, font=font)[3] + gap
     if footer:
         width = max(width, int(probe.textlength(footer, font=font)) + 2 * gap)
@@ -77,9 +82,9 @@ def side_by_side(images, labels, path, *, gap: int = 8, font_size: int = 18, foo
     if footer:
         draw.text((gap, band + height + gap), footer, fill="black", font=font)
     x = gap
-    for tile, label in zip(tiles, labels):
-        canvas.paste(tile, (x, band))
+    for tile, label, column in zip(tiles, labels, columns):
+        canvas.paste(tile, (x + (column - tile.width) // 2, band))
         tw = draw.textlength(label, font=font)
-        draw.text((x + max(0.0, (tile.width - tw) / 2), gap), label, fill="black", font=font)
-        x += tile.width + gap
+        draw.text((x + max(0.0, (column - tw) / 2), gap), label, fill="black", font=font)
+        x += column + gap
     return write_image(path, np.asarray(canvas))

@@ -183,11 +183,13 @@ def _to_codes(array: np.ndarray, bits: int, path: Path) -> np.ndarray:
     return np.rint(np.clip(array.astype(np.float64), 0.0, 1.0) * top).astype(dtype)
 
 
-def write_image(path, array, *, bits: int = 8, quality: int = 95) -> Path:
+def write_image(path, array, *, bits: int = 8, quality: int = 95, text: dict | None = None) -> Path:
     """Write ``array`` (``(H, W)`` or ``(H, W, C)``, C in {1, 3, 4}, RGB(A)) atomically; returns the path.
 
     Float arrays are clipped to [0, 1] and rounded to ``bits`` (8, or 16 for PNG/TIFF); uint8/uint16
     arrays are written as they are when their width matches ``bits``. ``quality`` is JPEG's (1..100).
+    ``text``: PNG only, Latin-1 key/value pairs stored as ``tEXt`` chunks (``PIL.Image.open(path).text``
+    reads them), e.g. how the codes map to values.
     Raises ``ValueError`` for an unsupported extension or bit depth, a missing folder, a bad shape,
     NaN/Inf values, or a 4-channel JPEG.
     """
@@ -218,13 +220,18 @@ def write_image(path, array, *, bits: int = 8, quality: int = 95) -> Path:
     ok, buf = cv2.imencode(ext, codes, params)
     if not ok:
         raise ValueError(f"{path}: OpenCV could not encode a {codes.dtype} {codes.shape} image as {ext}")
+    data = buf.tobytes()
+    if text:
+        if ext != ".png":
+            raise ValueError(f"{path}: text metadata is written to PNG files only")
+        data = _png_with_text(data, text)
     # Temporary file beside the target (same file system, so the rename is atomic); created with
     # os.open's mode so the final file gets the user's umask, not mkstemp's 0600.
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(buf.tobytes())
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -232,6 +239,21 @@ def write_image(path, array, *, bits: int = 8, quality: int = 95) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def _png_with_text(png: bytes, text: dict) -> bytes:
+    """``png`` with one ``tEXt`` chunk per item of ``text`` after its header chunk (IHDR: 8 + 25 bytes)."""
+    import struct
+    import zlib
+
+    chunks = b""
+    for key, value in text.items():
+        body = str(key).encode("latin-1") + b"\0" + str(value).encode("latin-1")
+        if not 1 <= len(str(key)) <= 79:
+            raise ValueError(f"PNG text keys have 1 to 79 characters, got {key!r}")
+        chunks += struct.pack(">I", len(body)) + b"tEXt" + body + struct.pack(">I", zlib.crc32(b"tEXt" + body))
+    head = 8 + 8 + 13 + 4  # signature, IHDR length + type, its 13 bytes, its CRC
+    return png[:head] + chunks + png[head:]
 
 
 def to_tensor(image, *, device=None, dtype=None):

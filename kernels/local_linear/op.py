@@ -224,6 +224,8 @@ def local_linear_fit(features: torch.Tensor, target: torch.Tensor, radius: int |
     work = _work_dtype(features, target)
     grid = (-(-features.shape[-2] // scale), -(-features.shape[-1] // scale))
     path, backend = _choose("local_linear_fit", features, work)
+    if features.is_meta or target.is_meta:  # shapes only: no value to check (as on the Triton path)
+        backend = "triton"
     radii, weights = _check_radii(radius, weights, features.shape[0], grid, features.device, work, backend)
     out_dtype = torch.promote_types(features.dtype, target.dtype)
     eps_t = _check_eps(eps, features.shape[0], k, features.device, work, backend)

@@ -290,7 +290,8 @@ def structure_loss(source: torch.Tensor, edited: torch.Tensor, radius: int = SPL
     path = _choose(source, work, border)
     backend = backend_of("structure_loss", path)
     # compiled graphs cannot read tensor values either: check there as on the Triton path
-    checks = "triton" if torch.compiler.is_compiling() else backend
+    # (and meta tensors hold shapes only: no value to check)
+    checks = "triton" if torch.compiler.is_compiling() or source.is_meta or edited.is_meta else backend
     check_all_finite((source, "source"), (edited, "edited"), backend=checks)
     if data_checks(checks):
         check_magnitude((source, "source"), (edited, "edited"), work=work)

@@ -76,6 +76,48 @@ def _words(args) -> tuple[str, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``vision`` with ``argv`` (default: this process's command line) and return its exit code. In a
+    process of its own (``argv`` None), a command stopped by SIGTERM ends the process here, see :func:`leave_now`."""
+    try:
+        return _main(argv)
+    except BaseException as err:
+        stop = _termination(err)
+        if stop is None:
+            raise
+        if argv is None:
+            leave_now(stop.code if isinstance(stop.code, int) else 1)
+        if stop is err:
+            raise
+        raise stop from None  # a caller sees the SIGTERM exit, not what it interrupted
+
+
+def _termination(err: BaseException | None) -> BaseException | None:
+    """The SIGTERM exit (an exception with ``leave_now``) that ``err`` is or carries. A signal handler's exception
+    raised while numba's dispatcher was running comes out as a SystemError ("returned a result with an exception
+    set") whose context is the handler's exception."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if getattr(err, "leave_now", False):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def leave_now(code: int) -> None:
+    """End this process with ``code`` at once: flush stdout and stderr, then ``os._exit``, skipping the
+    interpreter's shutdown. Used after SIGTERM, once the command has unwound (its ``finally`` blocks removed
+    unfinished outputs): the shutdown runs exit handlers such as numba's TBB finalizer, which can spin for ever
+    when TBB's workers do not come back, so a terminated process would never end."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or a broken pipe: nothing more to say
+            pass
+    os._exit(code)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         words = sys.argv[1:] if argv is None else list(argv)
         if argv is None:  # the process is the command's own (not a caller's that runs main in process)
@@ -108,6 +150,13 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as err:  # permissions, full disks, folders where files belong: the system's words
             where = f"{err.filename}: " if getattr(err, "filename", None) else ""
             print(f"vision {args.command}: error: {where}{err.strerror or err}", file=sys.stderr)
+            return 2
+        except RuntimeError as err:  # Path.resolve's way (before Python 3.13) to say that links lead in a circle
+            if not str(err).startswith("Symlink loop from "):
+                raise
+            where = str(err)[len("Symlink loop from "):]
+            print(f"vision {args.command}: error: {where}: symbolic links that lead to each other (a loop)",
+                  file=sys.stderr)
             return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

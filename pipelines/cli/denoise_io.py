@@ -214,7 +214,11 @@ def remove_stale_temps(out: Path, targets, age: float = 60.0) -> int:
 
 class Terminated(SystemExit):
     """SIGTERM during a run: unwinds like Ctrl-C (every ``finally`` runs: :func:`write_atomic` removes its
-    temporary file), then exits 143."""
+    temporary file), then exits 143. ``leave_now``: once it has unwound to the command line's ``main`` in a
+    process of its own, the process ends there (``os._exit``) without the interpreter's shutdown, whose exit
+    handlers include native thread pools' finalizers (numba's TBB layer can spin in them for ever)."""
+
+    leave_now = True
 
 
 @contextlib.contextmanager

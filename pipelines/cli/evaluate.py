@@ -19,6 +19,10 @@ pixels within --band pixels of an instance or depth discontinuity (vision.dense.
 Depth with --median-scale: every prediction (the baseline's too) is first scaled per image by
 median(target) / median(prediction) over its valid pixels, so the table scores the shape without the
 global scale (vision.dense.median_scale).
+Splits: the names of --data fall into train / val / test by a hash of each, with the shares the runs
+were fine-tuned with (`vision finetune --val-fraction / --test-fraction`, kept in RUN/config.json), so
+--split test scores names no run trained or validated on. An empty split is one line saying how the
+names fell.
 """
 
 
@@ -91,8 +95,21 @@ def run(args) -> int:
     if args.median_scale and task.name != "depth":
         raise ValueError(f"--median-scale is for depth runs, not {task.name}")
     rendered = not (args.data / "images").is_dir()
-    samples = DenseSamples(args.data, task.target_field, args.split, extras=("segment", "depth") if rendered else ())
-    train = DenseSamples(args.data, task.target_field, "train")
+    shares = {cfg.fractions for _, cfg in loaded}
+    if len(shares) != 1:
+        raise ValueError("the RUN folders were trained on different splits (--val-fraction / --test-fraction); "
+                         "evaluate them separately")
+    fractions = shares.pop()
+    try:
+        samples = DenseSamples(args.data, task.target_field, args.split, fractions=fractions,
+                               extras=("segment", "depth") if rendered else ())
+    except ValueError as err:
+        if "no samples in split" not in str(err):
+            raise
+        raise ValueError(f"--split {args.split} of --data {args.data} is empty for these runs ({str(err).split(' (', 1)[-1]}; "
+                         "choose another --split, or fine-tune with a larger --val-fraction / --test-fraction"
+                         ) from None
+    train = DenseSamples(args.data, task.target_field, "train", fractions=fractions)
     band = None
     if rendered:
         band = edge_band(torch.stack([s["extras"]["segment"] for s in samples]),

@@ -13,6 +13,8 @@ examples:
   vision finetune --task depth --pretrained vig_t.pth --data my_data -o runs/d    # official weights, LoRA r=16
   vision finetune --task depth --backbone resnet18 --pretrained resnet18.safetensors --data d -o runs/r
       (a CNN: LoRA on its convolutions)
+  vision finetune --task depth --data my_12_images --val-fraction 0.25 --test-fraction 0.25 -o runs/small
+      (a small set: a quarter of the names each for validation and for `vision evaluate --split test`)
   vision finetune ... -o runs/depth --resume                                                  # continue a run
       (after a crash, a kill, or SIGTERM / Ctrl-C, which stop after the current step: exit 143 / 130)
   vision finetune ... --epochs 20 --stop-after 10 -o runs/d; vision finetune ... --epochs 20 -o runs/d --resume
@@ -25,7 +27,10 @@ examples:
 Data: a `vision render-scenes` folder (input = the tonemapped reference render; targets from its
 ground-truth layers: depth -> depth, normals -> camnormal, albedo, semantic, binary -> segment > 0)
 or a folder with images/NAME.png and targets/NAME.{npy,exr,png}. Scenes / files are split into
-train / val / test by a hash of their name. Tasks: depth (log-depth head, SILog loss), normals
+train / val / test by a hash of their name: 80 / 10 / 10 % by default, --val-fraction and
+--test-fraction choose the shares (kept in RUN/config.json, so `vision evaluate --split test` scores the
+same held-out names). On a small set a split can come out empty: the error says how the names fell.
+Tasks: depth (log-depth head, SILog loss), normals
 (1 - cos + angular loss), alpha, binary, semantic, albedo. --task-kwargs '{"gradient_weight": 0.5}'
 adds multi-scale gradient matching of the residual (MiDaS) to the depth or normals loss.
 
@@ -114,6 +119,10 @@ def add_arguments(p) -> None:
                    help="end after epoch N, on the learning-rate schedule of --epochs; --resume continues it "
                         "exactly (bit-identical to one uninterrupted run)")
     p.add_argument("--limit", type=int, default=None, help="use at most N images per split (quick runs)")
+    p.add_argument("--val-fraction", type=float, default=d.val_fraction, metavar="F",
+                   help=f"share of the data held out for validation, by a hash of each name (default {d.val_fraction})")
+    p.add_argument("--test-fraction", type=float, default=d.test_fraction, metavar="F",
+                   help=f"share held out for `vision evaluate --split test` (default {d.test_fraction})")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
     p.add_argument("--resume", action="store_true", help="continue the run in RUN from its last epoch")
@@ -155,9 +164,11 @@ def run(args) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    extra = _json_object(args.backbone_kwargs, "--backbone-kwargs")
-    head_kwargs = _json_object(args.head_kwargs, "--head-kwargs")
-    task_kwargs = _json_object(args.task_kwargs, "--task-kwargs")
+    from vision.pipelines.training.run_config import check_backbone_kwargs, check_head_kwargs, check_task_kwargs
+
+    extra = check_backbone_kwargs(_json_object(args.backbone_kwargs, "--backbone-kwargs"), "--backbone-kwargs", "")
+    head_kwargs = check_head_kwargs(args.head, _json_object(args.head_kwargs, "--head-kwargs"), "--head-kwargs", "")
+    task_kwargs = check_task_kwargs(_json_object(args.task_kwargs, "--task-kwargs"), "--task-kwargs", "")
     if not args.data.is_dir():
         raise FileNotFoundError(f"--data {args.data}: no such folder")
     from vision.outputs import prepare_folder, same_file
@@ -173,7 +184,7 @@ def run(args) -> int:
                       batch_size=args.batch_size, lr=args.lr, backbone_lr=args.backbone_lr,
                       weight_decay=args.weight_decay, ema=args.ema, clip=args.clip, tta=not args.no_tta,
                       select_best=not args.last, seed=args.seed, limit=args.limit, max_minutes=args.max_minutes,
-                      stop_after=args.stop_after,
+                      stop_after=args.stop_after, val_fraction=args.val_fraction, test_fraction=args.test_fraction,
                       data=str(args.data), lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
                       lora_targets=_targets(args.lora_targets), mixed_precision=args.mixed_precision,
                       grad_accum=args.grad_accum, cpu=args.cpu, log_with=args.log_with,
@@ -220,7 +231,11 @@ def _check_arguments(args) -> None:
                              ema=dict(low=0, high=1, high_open=True), clip=NON_NEGATIVE, lora_alpha=POSITIVE,
                              lora_dropout=dict(low=0, high=1, high_open=True), max_minutes=POSITIVE,
                              img_size=dict(low=MIN_IMG_SIZE), threads=dict(low=1), grad_accum=dict(low=1),
-                             lora_rank=NON_NEGATIVE, stop_after=dict(low=1), limit=dict(low=1)))
+                             lora_rank=NON_NEGATIVE, stop_after=dict(low=1), limit=dict(low=1),
+                             val_fraction=dict(low=0, high=0.9), test_fraction=dict(low=0, high=0.9)))
+    if args.val_fraction + args.test_fraction >= 0.95:
+        raise ValueError(f"--val-fraction {args.val_fraction} + --test-fraction {args.test_fraction} leave too little "
+                         "to train on (their sum must be below 0.95)")
     targets = _targets(args.lora_targets)
     if isinstance(targets, str):
         import re

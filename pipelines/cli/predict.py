@@ -9,12 +9,18 @@ EPILOG = """\
 examples:
   vision predict runs/depth photos/*.png -o predictions/
   vision predict runs/normals frame.png -o out/ --format exr --no-tta
+  vision predict runs/depth photos/*.png -o predictions/ -q      # quiet: no progress, no "wrote" lines
 
 For each IMAGE it writes OUT/NAME.<format> (the decoded prediction: depth in the training data's
 units, unit normals, alpha / albedo in [0, 1], label ids for segmentation) and OUT/NAME_preview.png
-(colourised). Formats: png (16-bit; depth as 65535 * d / max d, normals as (n + 1) / 2), exr
-(float32), npy (float32, (H, W, C)). Images of any size are padded to the backbone's 16-pixel patch
-and cropped back. An output that exists already is refused before any work unless --overwrite is
+(colourised). Formats: exr (float32), npy (float32, (H, W, C)), png (16-bit codes c in 0..65535):
+  depth    scaled per image: d = c / 65535 * S, S the image's largest depth, stored in the PNG's
+           text chunk "vision.depth_scale" (with "vision.decode", the formula); relative depth only
+           unless S is read back
+  normals  n = 2 c / 65535 - 1;  alpha, binary, albedo  v = c / 65535;  semantic  label id = c
+Use exr or npy for depth that keeps its units without reading the metadata.
+Images of any size are padded to the backbone's 16-pixel patch and cropped back.
+An output that exists already is refused before any work unless --overwrite is
 given (then it is replaced atomically); an output that is, or links to, an input image or a RUN file
 is always refused, as are two IMAGES with the same name (minus extension).
 RUN needs only its own files: RUN/base.safetensors holds the backbone's base weights, so neither the
@@ -30,11 +36,13 @@ def add_arguments(p) -> None:
     p.add_argument("run", type=Path, metavar="RUN", help="run folder written by vision finetune")
     p.add_argument("images", nargs="+", metavar="IMAGES", help="image files or glob patterns")
     p.add_argument("-o", "--out", type=Path, required=True, help="output folder (created)")
-    p.add_argument("--format", choices=("png", "exr", "npy"), default="png", help="prediction file format "
-                                                                                 "(default png, 16-bit)")
+    p.add_argument("--format", choices=("png", "exr", "npy"), default="png",
+                   help="prediction file format (default png, 16-bit; depth PNGs are scaled per image, the scale in "
+                        "their metadata: see below)")
     p.add_argument("--no-tta", action="store_true", help="no horizontal-flip test-time augmentation")
     p.add_argument("--device", default=None, help="torch device (default cuda if available, else cpu)")
     p.add_argument("--overwrite", action="store_true", help="replace outputs that exist already (default: refuse)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no \"wrote\" lines (errors only)")
 
 
 def _expand(patterns) -> list[Path]:
@@ -52,7 +60,9 @@ def _expand(patterns) -> list[Path]:
 
 def write_prediction(path: Path, task: str, value, fmt: str) -> Path:
     """Write a decoded (C, H, W) prediction as 16-bit PNG, float EXR or NPY at ``path`` + ``.fmt`` (the
-    extension is appended, so a stem with dots keeps them), atomically; returns the path."""
+    extension is appended, so a stem with dots keeps them), atomically; returns the path. A PNG states how its
+    codes decode in its text chunks: ``vision.decode`` (the formula) and, for depth, ``vision.depth_scale``
+    (the image's largest depth, which code 65535 stands for)."""
     import numpy as np
 
     from vision.outputs import atomic_path
@@ -70,13 +80,20 @@ def write_prediction(path: Path, task: str, value, fmt: str) -> Path:
         else:
             from vision.io import write_image
 
+            text = {"vision.task": task}
             if task == "depth":
-                a = a / max(float(a.max()), 1e-12)
+                scale = max(float(a.max()), 1e-12)
+                a = a / scale
+                text.update({"vision.depth_scale": f"{scale:.9g}", "vision.decode": "depth = code / 65535 * scale"})
             elif task == "normals":
                 a = (a + 1) / 2
+                text["vision.decode"] = "normal = 2 * code / 65535 - 1"
             elif task in ("semantic",):
                 a = a / 65535.0
-            write_image(tmp, np.clip(a, 0, 1), bits=16)
+                text["vision.decode"] = "label = code"
+            else:
+                text["vision.decode"] = "value = code / 65535"
+            write_image(tmp, np.clip(a, 0, 1), bits=16, text=text)
     return path
 
 
@@ -120,12 +137,12 @@ def run(args) -> int:
     if existing and not args.overwrite:  # before any work: photo.jpg must not silently replace photo.png
         more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
         raise FileExistsError(f"-o {args.out}: {existing[0].name} exists{more}; pass --overwrite to replace")
+    model, cfg = load_run_for_cli(run_dir, device)  # a run that does not load leaves no -o folder behind
     prepare_folder(args.out, "-o")
-    model, cfg = load_run_for_cli(run_dir, device)
     task = TASKS[cfg.task]
     from tqdm.auto import tqdm
 
-    for path, (out, preview) in tqdm(list(zip(paths, names)), desc="predict", disable=len(paths) < 2):
+    for path, (out, preview) in tqdm(list(zip(paths, names)), desc="predict", disable=len(paths) < 2 or args.quiet):
         img = read_input(read_image, path, "IMAGES")
         img = img[:, :, :3] if img.shape[2] >= 3 else img.repeat(3, axis=2)
         x = torch.from_numpy(img).permute(2, 0, 1)[None].to(device)
@@ -133,5 +150,6 @@ def run(args) -> int:
         out = write_prediction(out.with_name(out.stem), cfg.task, pred, args.format)
         with atomic_path(preview) as tmp:  # a link at the preview's name is replaced, never written through
             write_image(tmp, colourise(cfg.task, pred))
-        print(f"wrote {out}")
+        if not args.quiet:
+            print(f"wrote {out}")
     return 0

@@ -30,8 +30,11 @@ def backbone_kwargs(cfg) -> list[dict]:
     with ``dynamic_img_size=True`` (so a ViT trained at 64 px predicts at any size: its position embedding
     is interpolated per input), the size alone, then neither (convolutional models take no size); each
     with ``cfg.extra`` on top."""
+    from .run_config import check_backbone_kwargs
+
+    extra = check_backbone_kwargs(cfg.extra, "backbone settings (extra)", "")
     tries = [dict(img_size=cfg.img_size, dynamic_img_size=True), dict(img_size=cfg.img_size), {}]
-    return [dict(t, **cfg.extra) for t in tries]
+    return [dict(t, **extra) for t in tries]
 
 
 def resolve_pretrained(spec: str) -> tuple[str | None, str]:
@@ -95,7 +98,11 @@ def create_backbone(cfg) -> nn.Module:
     if not timm.is_model(cfg.backbone.split(".")[0]):
         raise ValueError(f"unknown backbone {cfg.backbone!r}; e.g. vig_tiny_patch16_224, hvig_tiny_224, "
                          "vit_small_patch16_224 (any timm model with features_only)")
-    extra = dict(features_only=True)
+    from .run_config import _NAME
+
+    if not _NAME.match(cfg.backbone):  # no hub prefix or path: timm would fetch a config for one
+        raise ValueError(f"--backbone {cfg.backbone!r:.80} is not a timm model name")
+    extra = dict(features_only=True, pretrained=False)  # timm never downloads: weights come from a local file
     if cfg.pretrained:
         looks_like_path = not cfg.pretrained.startswith("hf-hub:") and re.search(
             r"[\\/]|\.(pth?|bin|safetensors|ckpt)$", cfg.pretrained)

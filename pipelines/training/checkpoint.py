@@ -88,8 +88,80 @@ def read(folder, format: str) -> dict | None:
             if (folder / name).stat().st_size != size:
                 return None
         return manifest["state"]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
+
+
+def load_errors() -> tuple:
+    """What loading a damaged state file raises: safetensors' errors, torch.load's refusals (weights_only
+    unpickling), a truncated zip, and the usual I/O and lookup errors."""
+    import pickle
+    import zipfile
+
+    from safetensors import SafetensorError
+
+    return (RuntimeError, ValueError, KeyError, OSError, EOFError, TypeError, IndexError, AttributeError,
+            pickle.UnpicklingError, zipfile.BadZipFile, SafetensorError)
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an error's message (torch.load's refusals run to a page), or its type's name."""
+    import pickle
+
+    if isinstance(err, pickle.UnpicklingError):  # torch.load's refusal: a page about weights_only
+        return "a state file is damaged or was not written by this program"
+    text = str(err).strip()
+    return text.splitlines()[0][:300] if text else type(err).__name__
+
+
+def _number(v) -> bool:
+    import math
+
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _record(r) -> bool:
+    """An epoch record of a training history: its epoch (and steps) counts, its metrics numbers, flags, text or
+    objects of them (the baseline's metrics)."""
+    def count(v):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    def leaf(v):
+        return _number(v) or isinstance(v, (bool, str)) or v is None
+
+    return (isinstance(r, dict) and count(r.get("epoch")) and count(r.get("steps", 0))
+            and all(leaf(v) or (isinstance(v, dict) and all(leaf(x) for x in v.values())) for v in r.values()))
+
+
+# what a field of a checkpoint's state may hold: "count" (an int >= 0), "number" (finite), "numbers" (a list of
+# them), "records" (a list of JSON objects of finite numbers or short strings / flags), "object", "flag"
+_KINDS = {
+    "count": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**53, "an integer >= 0"),
+    "number": (_number, "a finite number"),
+    "numbers": (lambda v: isinstance(v, list) and all(_number(x) for x in v), "a list of finite numbers"),
+    "records": (lambda v: isinstance(v, list) and all(_record(r) for r in v),
+                "a list of epoch records (JSON objects with an integer epoch, and numbers)"),
+    "object": (lambda v: isinstance(v, dict), "a JSON object"),
+    "flag": (lambda v: isinstance(v, bool), "true or false"),
+}
+
+
+def check_state(state, spec: dict, where) -> dict:
+    """``state`` (a checkpoint's state, as read from JSON) when it is an object whose fields named in ``spec``
+    (name -> kind of :data:`_KINDS`) are present and of their kind; otherwise one ValueError line naming
+    ``where`` (the file) and the field. A checkpoint is untrusted input: a hand-edited one must not fail
+    later, half-way through loading, with a traceback."""
+    if not isinstance(state, dict):
+        raise ValueError(f"{where}: the checkpoint state must be a JSON object, got {type(state).__name__}; "
+                         "start a new run")
+    for name, kind in spec.items():
+        ok, text = _KINDS[kind]
+        if name not in state:
+            raise ValueError(f"{where}: the checkpoint state has no {name!r}; start a new run")
+        if not ok(state[name]):
+            raise ValueError(f"{where}: the checkpoint state's {name!r} must be {text}, got {state[name]!r:.60}; "
+                             "start a new run")
+    return state
 
 
 def latest(folder, format: str) -> tuple[Path | None, dict | None]:
@@ -112,5 +184,5 @@ def foreign(folder, format: str) -> bool:
         return True
     try:
         return json.loads((folder / MANIFEST).read_text()).get("format") != format
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return not (folder.is_dir() and not any(folder.iterdir()))

@@ -77,6 +77,11 @@ class DenoiserTraining:
         return not (torch.cuda.is_available() or (mps is not None and mps.is_available()))
 
 
+# the fields of a checkpoint's state (the manifest's "state") and what each must hold
+STATE_FIELDS = {"epoch": "count", "step": "count", "loss_sum": "number", "best": "number", "best_epoch": "count",
+                "history": "numbers", "seconds": "number", "settings": "object"}
+
+
 def find_checkpoint(folder):
     """``(folder, state)`` of the last complete checkpoint in ``folder`` (or beside it), ``(None, None)`` if none."""
     return C.latest(folder, FORMAT)
@@ -223,6 +228,8 @@ def train(cfg: DenoiserTraining, build, train_frames: list, val_frames: list, *,
     where, saved = find_checkpoint(folder) if cfg.resume else (None, None)
     if cfg.resume and saved is None:
         raise ValueError(f"--resume: no complete checkpoint in {folder} (a run writes one after every epoch)")
+    if saved is not None:  # a hand-edited manifest is one line here, not a traceback half-way through the resume
+        C.check_state(saved, STATE_FIELDS, f"--resume: {where / C.MANIFEST}")
     if cfg.device and str(cfg.device).startswith("cuda:") and torch.cuda.is_available():
         torch.cuda.set_device(torch.device(cfg.device))  # Accelerate's single-process "cuda" is the current one
     acc = accelerator_for(cfg, None, step_scheduler_with_optimizer=False,  # one schedule step per optimiser step
@@ -265,8 +272,8 @@ def train(cfg: DenoiserTraining, build, train_frames: list, val_frames: list, *,
         try:
             acc.load_state(str(where))  # model, optimiser, schedule, RNG of this rank
             extra = load_file(str(where / EXTRA))
-        except (RuntimeError, ValueError, KeyError, OSError) as err:
-            raise ValueError(f"--resume: {where} cannot be loaded ({str(err).strip().splitlines()[0]})") from None
+        except C.load_errors() as err:  # damaged files: safetensors, torch.load's refusals, a truncated zip
+            raise ValueError(f"--resume: {where} cannot be loaded ({C.first_line(err)})") from None
         if ema is not None:
             ema.module.load_state_dict({k[4:]: v for k, v in extra.items() if k.startswith("ema/")})
         best_state = {k[5:]: v.to(acc.device) for k, v in extra.items() if k.startswith("best/")}

@@ -74,15 +74,24 @@ class DenseConfig:
     cpu: bool = False             # force the CPU even when CUDA or MPS is present
     log_with: str | None = None   # an accelerate tracker (tensorboard, wandb, ...)
     data: str | None = None
+    val_fraction: float = 0.1     # shares of the data's names (by a hash of each) held out for validation
+    test_fraction: float = 0.1    # ... and for `vision evaluate --split test`; the rest trains
     extra: dict = field(default_factory=dict)  # extra timm.create_model kwargs (e.g. depth=2 for a tiny model)
     head_kwargs: dict = field(default_factory=dict)  # extra head arguments (e.g. cells=4 for local-linear)
     task_kwargs: dict = field(default_factory=dict)  # task field overrides (e.g. gradient_weight=0.5)
 
     @classmethod
-    def from_json(cls, text: str) -> "DenseConfig":
-        raw = json.loads(text)
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in raw.items() if k in known})
+    def from_json(cls, text: str, where: str = CONFIG) -> "DenseConfig":
+        """The config ``text`` holds, every key checked against the allow-list of :mod:`.run_config` (types,
+        bounds, no download switches); anything else is one ValueError line naming ``where`` and the key."""
+        from .run_config import parse_config
+
+        return cls(**parse_config(text, where))
+
+    @property
+    def fractions(self) -> tuple[float, float, float]:
+        """(train, val, test) shares of the data, as :class:`vision.data.dense.DenseSamples` takes them."""
+        return (1.0 - self.val_fraction - self.test_fraction, self.val_fraction, self.test_fraction)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1)
@@ -164,6 +173,9 @@ def build_model(cfg: DenseConfig, base: dict | None = None) -> DenseModel:
     clash = sorted(set(cfg.head_kwargs) & set(fixed))
     if clash:
         raise ValueError(f"head arguments {clash} are set by the backbone and task; remove them from --head-kwargs")
+    from .run_config import check_head_kwargs
+
+    check_head_kwargs(cfg.head, cfg.head_kwargs, "--head-kwargs", "")
     try:
         head = head_cls(**fixed, **cfg.head_kwargs)
     except TypeError as err:  # an unknown keyword: name the head's real arguments
@@ -261,15 +273,22 @@ def merge_run(run, out=None) -> Path:
 def load_run(run, device="cpu") -> tuple[DenseModel, DenseConfig]:
     """Rebuild the model of a run folder and load its weights (EMA ones when the run used EMA). The base
     weights come from RUN/base.safetensors: the backbone is built without its ``pretrained`` weights, so the
-    run loads after the original file and the hub cache are gone; only a run without base.safetensors (or
-    one whose base misses tensors) reads ``pretrained`` again."""
+    run loads after the original file and the hub cache are gone. The folder is data: config.json is checked
+    key by key (:mod:`.run_config`), its ``pretrained`` is a record that is never read, and timm is asked for
+    no weights (``pretrained=False``), so loading a run reads no file outside it and makes no network request."""
     from safetensors import safe_open
     from safetensors.torch import load_file
 
     run = Path(run)
     if not (run / CONFIG).is_file() or not (run / WEIGHTS).is_file():
         raise FileNotFoundError(f"{run} is not a finished `vision finetune` run (needs {CONFIG} and {WEIGHTS})")
-    cfg = DenseConfig.from_json((run / CONFIG).read_text())
+    if (run / CONFIG).stat().st_size > (1 << 20):
+        raise ValueError(f"{run / CONFIG} is over 1 MB; a run config is a few hundred bytes")
+    try:
+        text = (run / CONFIG).read_text()
+    except UnicodeDecodeError:
+        raise ValueError(f"{run / CONFIG} is not text (UTF-8 JSON)") from None
+    cfg = DenseConfig.from_json(text, str(run / CONFIG))
     state, plain = {}, None
     if (run / BASE).is_file():
         with safe_open(str(run / BASE), framework="pt") as fh:
@@ -289,13 +308,10 @@ def load_run(run, device="cpu") -> tuple[DenseModel, DenseConfig]:
         covered = {n for n, p in model.named_parameters() if not p.requires_grad}
         covered |= {n for n, _ in model.named_buffers()}
         missing = [k for k in missing if k not in covered]
-    if missing and cfg.pretrained and not unexpected:  # an earlier version's run without base.safetensors
-        model = build_model(cfg)
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        missing = []  # the rest is the --pretrained file's
-    if unexpected or missing:
+    if unexpected or missing:  # config.json's "pretrained" is a record: a run reads no file outside itself
+        hint = f"; {BASE} is missing: the run holds no backbone weights" if not (run / BASE).is_file() else ""
         raise ValueError(f"{run}: weights do not match the model ({len(missing)} missing, {len(unexpected)} unexpected, "
-                         f"e.g. {(missing + unexpected)[:3]})")
+                         f"e.g. {(missing + unexpected)[:3]}){hint}")
     return model.to(device).eval(), cfg
 
 

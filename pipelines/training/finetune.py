@@ -29,6 +29,7 @@ from types import SimpleNamespace
 
 import torch
 
+from . import checkpoint as _checkpoint
 from .accel import accelerator_for as _accelerator
 from .accel import configured_precision  # noqa: F401 (re-exported: callers import it from here)
 from .curves import write_history
@@ -100,6 +101,9 @@ def task_of(cfg):
 
     from vision.dense import get_task
 
+    from .run_config import check_task_kwargs
+
+    check_task_kwargs(cfg.task_kwargs, "task settings (task_kwargs)", "")
     task = get_task(cfg.task)  # unknown names are its ValueError
     known = {f.name for f in dataclasses.fields(task)} - {"name", "target_field", "primary_metric", "lower_is_better",
                                                           "flip_negate", "out_channels"}
@@ -165,8 +169,7 @@ def _preview(task, samples, pred, path: Path, count: int = 4) -> Path:
         images += [s["image"].permute(1, 2, 0).numpy(), colourise(task.name, task.make_target(s["target"])[0]),
                    colourise(task.name, pred[i])]
         labels += [s["name"], "target", "prediction"]
-    rows = [np.concatenate([np.asarray(im) for im in images[k:k + 3]], axis=1) for k in range(0, len(images), 3)]
-    return side_by_side(rows, [" | ".join(labels[k:k + 3]) for k in range(0, len(labels), 3)], path)
+    return side_by_side([np.asarray(im) for im in images], labels, path)  # one label per picture, each whole
 
 
 def _ema_state(ema, core) -> SimpleNamespace:
@@ -213,8 +216,8 @@ def _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log,
     if train_set is None:
         if not cfg.data:
             raise ValueError("no training data: pass --data DIR (a `vision render-scenes` folder or images/ + targets/)")
-        train_set = DenseSamples(cfg.data, task.target_field, "train", limit=cfg.limit)
-        val_set = DenseSamples(cfg.data, task.target_field, "val", limit=cfg.limit)
+        train_set = DenseSamples(cfg.data, task.target_field, "train", fractions=cfg.fractions, limit=cfg.limit)
+        val_set = DenseSamples(cfg.data, task.target_field, "val", fractions=cfg.fractions, limit=cfg.limit)
     if len(train_set) == 0 or len(val_set) == 0:
         raise ValueError("training and validation sets must not be empty")
     torch.manual_seed(cfg.seed)  # the base (random or pretrained) weights, the adapters' and head's init
@@ -241,9 +244,9 @@ def _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log,
                 core.load_state_dict(saved["model"], strict=False)
                 opt.optimizer.load_state_dict(saved["optimizer"])
                 sched.scheduler.load_state_dict(saved["scheduler"])
-        except (RuntimeError, ValueError, KeyError, OSError) as err:
-            raise ValueError(f"{where if where != run else run / STATE} does not fit this model and its settings "
-                             f"({str(err).strip().splitlines()[0]})") from None
+        except _checkpoint.load_errors() as err:  # damaged files: safetensors, torch.load's refusals, a bad zip
+            raise ValueError(f"{where if where != run else run / STATE} does not fit this model and its settings, or "
+                             f"is damaged ({_checkpoint.first_line(err)})") from None
         if ema is not None and saved["ema"] is not None:
             ema.module.load_state_dict(saved["ema"], strict=False)
             ema.step = saved["ema_step"]

@@ -76,6 +76,10 @@ def read_resume(run: Path) -> dict | None:
             meta = fh.metadata() or {}
             tensors = {k: fh.get_tensor(k) for k in fh.keys()}
         state = json.loads(meta["state"])
+        from .checkpoint import check_state
+
+        check_state(state, {"epoch": "count", "history": "records", "ema": "flag", "ema_step": "count",
+                            "optimizer": "object", "scheduler": "object"}, path)
         opt = state["optimizer"]
         opt_state = {int(pid): dict(rest) for pid, rest in opt["state"].items()}
         model, ema = {}, {}
@@ -94,7 +98,9 @@ def read_resume(run: Path) -> dict | None:
         return {"model": model, "ema": ema if state["ema"] else None, "ema_step": int(state["ema_step"]),
                 "optimizer": {"state": opt_state, "param_groups": opt["param_groups"]},
                 "scheduler": state["scheduler"], "epoch": int(state["epoch"]), "history": list(state["history"])}
-    except (SafetensorError, OSError, KeyError, TypeError, ValueError, AttributeError) as err:
+    except (SafetensorError, OSError, KeyError, TypeError, ValueError, AttributeError, RecursionError) as err:
+        if isinstance(err, ValueError) and str(err).startswith(str(path)):
+            raise  # check_state's line names the file and the field already
         raise ValueError(f"{path} is not a readable resume state ({str(err).splitlines()[0] if str(err) else err!r}); "
                          "start a new run folder") from None
 
@@ -126,7 +132,7 @@ def damage(folder: Path) -> str:
     manifest = folder / checkpoint.MANIFEST
     try:
         files = json.loads(manifest.read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return f"{manifest} is missing or unreadable"
     for name, size in files.items():
         path = folder / name

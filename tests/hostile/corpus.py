@@ -165,6 +165,22 @@ def _garbage_run(case: Path, inputs: Path) -> None:
     (case / "run" / "model.safetensors").write_bytes(b"\x00" * 64)
 
 
+def _tampered_run(config):
+    """A run folder whose config.json holds ``config`` (JSON text or a value), with weights that never load:
+    the config must be refused before them."""
+    def setup(case: Path, inputs: Path) -> None:
+        (case / "run").mkdir()
+        text = config if isinstance(config, str) else json.dumps(config)
+        (case / "run" / "config.json").write_text(text)
+        (case / "run" / "model.safetensors").write_bytes(b"\x00" * 64)
+    return setup
+
+
+def _looped_run(case: Path, inputs: Path) -> None:
+    (case / "run").symlink_to(case / "loop")
+    (case / "loop").symlink_to(case / "run")
+
+
 def _linked_run(case: Path, inputs: Path) -> None:
     """A run folder that is a symbolic link to a folder whose files are links out of it."""
     (case / "elsewhere").mkdir()
@@ -295,6 +311,20 @@ CASES = [
          setup=_garbage_run),
     Case("predict a symlinked run folder", ["predict", "{case}/run", "{in}/img.png", "-o", "{case}/out"],
          setup=_linked_run),
+    *[Case(f"predict a run config with {name}", ["predict", "{case}/run", "{in}/img.png", "-o", "{case}/out"],
+           setup=_tampered_run(config)) for name, config in [
+        ("pretrained and a URL", {"task": "depth", "extra": {"pretrained": True, "pretrained_cfg_overlay": {
+            "url": "http://127.0.0.1:9/weights.pth"}}}),
+        ("a hub id", {"task": "depth", "extra": {"hf_hub_id": "someone/evil"}}),
+        ("depth 1e5", {"task": "depth", "extra": {"depth": 100000}}),
+        ("a hub backbone name", {"task": "depth", "backbone": "hf-hub:someone/evil"}),
+        ("a list", [1, 2]),
+        ("100k nested objects", '{"extra": ' * 100000 + "{}" + "}" * 100000)]],
+    Case("predict a run folder that is a link loop", ["predict", "{case}/run", "{in}/img.png", "-o", "{case}/out"],
+         setup=_looped_run),
+    Case("evaluate a run config with pretrained", ["evaluate", "{case}/run", "--data", "{in}/scenes", "--json",
+                                                   "{case}/out/e.json"],
+         setup=_tampered_run({"task": "depth", "extra": {"pretrained": True}})),
     Case("evaluate a garbage run folder", ["evaluate", "{case}/run", "--data", "{in}/scenes", "--json",
                                            "{case}/out/e.json"], setup=_garbage_run),
     # render-scenes

@@ -115,8 +115,21 @@ class DenseSamples(Dataset):
             raise ValueError(f"{self.root} is neither a `vision render-scenes` folder (scene_*/manifest.json) nor a "
                              "folder with images/ and targets/")
         if not pairs:
-            raise ValueError(f"{self.root}: no samples in split {split!r}")
+            raise ValueError(f"{self.root}: no samples in split {split!r} ({self._split_counts(fractions)})")
         self.samples = pairs
+
+    def _split_counts(self, fractions) -> str:
+        """How this folder's names fall into the splits, for the message about an empty one."""
+        if (self.root / "images").is_dir():
+            names = [p.stem for p in (self.root / "images").iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS]
+        else:
+            names = [p.name for p in list_scenes(self.root)]
+        counts = {s: 0 for s in SPLITS[:3]}
+        for name in names:
+            counts[scene_split(name, fractions)] += 1
+        shares = "/".join(f"{f:g}" for f in fractions)
+        return (f"{len(names)} samples split by a hash of their names with fractions {shares}: "
+                + ", ".join(f"{n} {s}" for s, n in counts.items()))
 
     def _keep(self, name: str, fractions) -> bool:
         return self.split == "all" or scene_split(name, fractions) == self.split
