@@ -19,6 +19,7 @@ package_dir["vision.assets"] = "assets"
 setup(
     packages=packages,
     package_dir=package_dir,
-    package_data={"vision.assets": ["*", "**/*"], "vision": ["py.typed"]},
+    package_data={"vision.assets": ["*", "**/*"], "vision": ["py.typed"],
+                  "vision.pipelines": ["blender_addon/vision_denoise/*.py", "blender_addon/vision_denoise/*.toml"]},
     include_package_data=False,
 )
