@@ -236,7 +236,7 @@ def test_denoise_without_guide_buffers_stops_unless_allowed(frame, tmp_path, cap
     """An EXR with only R, G, B has nothing to regress on: the run stops with one line naming the frame, what is
     missing and where Blender turns it on (exit 2, no output folder); --allow-no-guides blurs, with a warning."""
     capsys.readouterr()
-    assert main(["denoise", str(frame), "-o", str(tmp_path / "o"), "--model", "flr"]) == 2
+    assert main(["denoise", str(frame), "-o", str(tmp_path / "o"), "--model", "flr", "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(frame) in err[0] and "no albedo or normal buffer" in err[0], err
     assert "Passes > Data > Denoising Data" in err[0] and "OpenEXR MultiLayer" in err[0]

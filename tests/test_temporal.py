@@ -246,8 +246,9 @@ def test_hostile_sequences_each_give_one_line(shot, tmp_path, capsys):
 
     rc, _, err = run(shot / "f_1.exr", shot / "f_2.exr", shot / "f_1.exr")  # a frame repeated
     assert rc == 2 and "given twice" in err and len(err.strip().splitlines()) == 1
-    rc, _, err = run(shot / "f_2.exr", shot / "f_1.exr")  # named out of order: taken in name order, said once
-    assert rc == 0 and "name order" in err
+    rc = main(["denoise", str(shot / "f_2.exr"), str(shot / "f_1.exr"), "-o", str(tmp_path / "o"), "--temporal",
+               "--model", "flr"])  # named out of order: taken in name order, said once (a warning: not under -q)
+    assert rc == 0 and "name order" in capsys.readouterr().err
     # a frame of another size in the middle
     ch = read_exr(shot / "f_2.exr")
     write_exr(shot / "f_2.exr", {k: np.ascontiguousarray(v[::2, ::2]) for k, v in ch.items()})
