@@ -4,7 +4,7 @@ add-on's operators as a user would, and prints one line ``RESULT {...}`` with wh
 
 JSON (one argument): {"zip": ..., "work": folder, "vision": path or "", "steps": [...]} where steps are
 "setup" (Set up for denoising, with the settings before and after), "render" (1 spp to work/noisy and 64 spp to
-work/ref), "denoise" (Denoise animation through the add-on), "plain" (render without the passes to work/plain).
+work/ref), "denoise" (Denoise animation through the add-on), "auto" (render with auto-denoise on), "plain" (render without the passes to work/plain).
 """
 import json
 import os
@@ -60,6 +60,7 @@ def main():
     steps = ARGS["steps"]
     if "plain" in steps:  # a user who renders without the setup: EXR MultiLayer, no passes
         scene.render.engine = "CYCLES"
+        scene.cycles.use_denoising = False  # Debian's Blender has no OIDN
         scene.render.image_settings.file_format = "OPEN_EXR_MULTILAYER"
         render("noisy", 1)
     if "setup" in steps:
@@ -68,6 +69,12 @@ def main():
     if "render" in steps:
         render("ref", 64)
         render("noisy", 1)
+    if "auto" in steps:  # Denoise after rendering an animation: Render Animation runs Denoise animation
+        scene.vision_denoise.auto_denoise = True
+        scene.vision_denoise.out_dir = os.path.join(WORK, "auto")
+        scene.vision_denoise.extra_args = ARGS.get("extra", "")
+        render("noisy", 1)
+        RESULT["auto_status"] = bpy.context.window_manager.vision_denoise_status
     if "test" in steps:
         try:
             RESULT["test"] = list(bpy.ops.vision_denoise.test())

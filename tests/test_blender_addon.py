@@ -260,3 +260,13 @@ def test_addon_says_one_line_for_frames_without_the_passes_and_for_a_missing_vis
     res, _ = _blender(tmp_path / "b", addon_zip, ["test", "denoise"], vision=missing)
     for step in ("test", "denoise"):
         assert res[step][0] == "ERROR" and missing in res[step][1] and "not found" in res[step][1], res
+
+
+@needs_blender
+@needs_vision
+@pytest.mark.slow
+def test_auto_denoise_is_off_by_default_and_follows_an_animation_render_when_on(tmp_path, addon_zip):
+    res, _ = _blender(tmp_path, addon_zip, ["setup", "render", "auto"])
+    assert not (tmp_path / "noisy" / "denoised").exists()  # the first render, with the default (off)
+    assert sorted(p.name for p in (tmp_path / "auto").iterdir()) == [f"frame_{t:04d}.exr" for t in (1, 2, 3)]
+    assert res["auto_status"].startswith("denoised 3 frame(s)")

@@ -33,8 +33,11 @@ def setup_scene(scene) -> list[str]:
         _set(changes, layer, "use_pass_vector", True, f"{layer.name}: Passes > Data > Vector")
         _set(changes, layer, "use_pass_emit", True, f"{layer.name}: Passes > Light > Emission")
     image = render.image_settings
+    depth = image.color_depth  # before the format: a new format may change the depth by itself
     _set(changes, image, "file_format", "OPEN_EXR_MULTILAYER", "Output > File Format")
-    _set(changes, image, "color_depth", "32", "Output > Color Depth (float)")
+    image.color_depth = "32"
+    if depth != "32":
+        changes.append(f"Output > Color Depth: {depth} -> 32 (Full Float)")
     if image.exr_codec in ("DWAA", "DWAB", "B44", "B44A", "PXR24"):  # lossy: the noise statistics change
         _set(changes, image, "exr_codec", "ZIP", "Output > Codec (lossless)")
     _set(changes, scene.cycles, "use_animated_seed", True, "Sampling > Advanced > Seed: animated")
