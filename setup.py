@@ -20,6 +20,7 @@ setup(
     packages=packages,
     package_dir=package_dir,
     package_data={"vision.assets": ["*", "**/*"], "vision": ["py.typed"],
-                  "vision.pipelines": ["blender_addon/vision_denoise/*.py", "blender_addon/vision_denoise/*.toml"]},
+                  "vision.pipelines": ["blender_addon/vision_denoise/*.py", "blender_addon/vision_denoise/*.toml",
+                                       "blender_addon/flamenco/*.js"]},
     include_package_data=False,
 )
