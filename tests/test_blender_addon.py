@@ -270,3 +270,27 @@ def test_auto_denoise_is_off_by_default_and_follows_an_animation_render_when_on(
     assert not (tmp_path / "noisy" / "denoised").exists()  # the first render, with the default (off)
     assert sorted(p.name for p in (tmp_path / "auto").iterdir()) == [f"frame_{t:04d}.exr" for t in (1, 2, 3)]
     assert res["auto_status"].startswith("denoised 3 frame(s)")
+
+
+def test_a_warning_is_said_once_per_run_and_not_under_q(tmp_path, capsys):
+    """NaN samples in each of three frames: the warning names the first frame, one more line counts the other two;
+    -q says nothing on stderr and the summary counts what it hid."""
+    from vision.data import read_exr, write_exr
+
+    for t in (1, 2, 3):
+        ch = read_exr(SEQ / f"noisy_{t:04d}.exr")
+        r = ch["ViewLayer.Combined.R"].copy()
+        r[:t, 0] = np.nan  # 1, 2 and 3 pixels: the same warning with another count
+        write_exr(tmp_path / f"f_{t}.exr", {**ch, "ViewLayer.Combined.R": r})
+    capsys.readouterr()
+    args = ["denoise", str(tmp_path / "f_*.exr"), "--temporal", "--model", "flr"]
+    assert main([*args, "-o", str(tmp_path / "a")]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    first = [line for line in err if "more frame(s) after" not in line]
+    more = [line for line in err if "2 more frame(s) after" in line]
+    assert first and len(more) == len(first) == len(err) // 2, err  # (the colour, and the sky's emission from it)
+    assert all("f_1.exr: " in line and "NaN/Inf" in line for line in first), err
+    assert not any("f_2.exr" in line or "f_3.exr" in line for line in err), err
+    assert main([*args, "-o", str(tmp_path / "b"), "-q"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and f"{3 * len(first)} warning(s) not shown (-q)" in out

@@ -105,7 +105,7 @@ class _Denoise:
     def modal(self, context, event):
         job = JOBS.get("job")
         if event.type == "ESC" or JOBS.get("cancel"):
-            job.cancel()
+            job.cancel(wait=0)  # the signal only: the UI keeps running while the command ends
         if event.type != "TIMER" and event.type != "ESC":
             return {"PASS_THROUGH"}
         job.poll()
@@ -117,6 +117,8 @@ class _Denoise:
 
     def finish(self, context, job):
         job.poll()
+        for line in job.warnings:
+            self.report({"WARNING"}, line)
         if job.cancelled:
             set_status(context, f"Cancelled: {job.done} frame(s) denoised and kept", job.fraction)
             self.report({"WARNING"}, f"Denoise cancelled: {job.done} of {job.total} frame(s) written are kept")

@@ -88,6 +88,7 @@ class Job:
         self.done = 0
         self.total = 0
         self.outputs: list[str] = []
+        self.warnings: list[str] = []
         self.summary = ""
         self.threads = [threading.Thread(target=self._read, args=(self.proc.stdout, True), daemon=True),
                         threading.Thread(target=self._read, args=(self.proc.stderr, False), daemon=True)]
@@ -121,6 +122,8 @@ class Job:
             elif kind == "frame" and event.get("output") and event.get("status") in ("denoised", "skipped"):
                 self.done += 1
                 self.outputs.append(event["output"])
+            elif kind == "warning":
+                self.warnings.append(str(event.get("message", "")))
             elif kind == "done":
                 self.summary = str(event.get("summary", ""))
             events.append(event)
@@ -145,16 +148,19 @@ class Job:
         return (errors or lines or [""])[-1]
 
     def cancel(self, wait: float = 30.0) -> None:
-        """Stop the command: SIGTERM (it removes its unfinished file and exits), then a kill if it hangs."""
+        """Stop the command: SIGTERM (it removes its unfinished file and exits), then a kill if it has not ended
+        after ``wait`` seconds (0: only the signal, for a caller that keeps polling, such as Blender's UI)."""
+        first = not self.cancelled
         self.cancelled = True
-        if self.proc.poll() is not None:
+        if self.proc.poll() is not None or (not first and wait == 0):
             return
         try:
             if sys.platform == "win32":
                 self.proc.send_signal(signal.CTRL_BREAK_EVENT)
             else:
                 self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(wait)
+            if wait:
+                self.proc.wait(wait)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
