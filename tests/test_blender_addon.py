@@ -294,3 +294,27 @@ def test_a_warning_is_said_once_per_run_and_not_under_q(tmp_path, capsys):
     assert main([*args, "-o", str(tmp_path / "b"), "-q"]) == 0
     out, err = capsys.readouterr()
     assert err == "" and f"{3 * len(first)} warning(s) not shown (-q)" in out
+
+
+@needs_blender
+@pytest.mark.slow
+def test_albedo_note_fits_what_cycles_writes(tmp_path, capsys):
+    """Blender's default Principled BSDF writes Denoising Albedo above 1.05 with no emitter anywhere: no note. An
+    emitter in view without the Emission pass: the note, saying where the pass is; with the pass: none."""
+    from vision.data import read_exr
+
+    subprocess.run([BLENDER, "-b", "--factory-startup", "-noaudio", "--python", str(HERE / "blender_albedo_scene.py"),
+                    "--", str(tmp_path)], capture_output=True, timeout=300, check=True)
+    ch = read_exr(tmp_path / "cube.exr")
+    albedo = np.stack([ch[f"ViewLayer.Denoising Albedo.{c}"] for c in "RGB"], -1)
+    assert 1.05 < albedo.max() < 2.5, albedo.max()  # layered closures, no emitter: what the old rule warned on
+
+    def warned(name):
+        capsys.readouterr()
+        assert main(["denoise", str(tmp_path / name), "-o", str(tmp_path / "o"), "--model", "flr"]) == 0
+        return capsys.readouterr().err
+
+    assert "albedo above" not in warned("cube.exr")
+    err = warned("lamp.exr")
+    assert "albedo above 2.5" in err and "Passes > Light > Emission" in err  # (the sky's colour is emission too)
+    assert "albedo above" not in warned("lamp_emit.exr")

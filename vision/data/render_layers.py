@@ -233,12 +233,14 @@ def environment_as_emission(bufs: dict[str, np.ndarray]) -> None:
     bufs["albedo"] = np.where(sky[..., None], np.float32(0), albedo).astype(np.float32)
 
 
-def renderer_albedo(albedo: np.ndarray, emission: np.ndarray | None) -> tuple[np.ndarray, str | None]:
+def renderer_albedo(albedo: np.ndarray, emission: np.ndarray | None, emission_pass: bool | None = None
+                    ) -> tuple[np.ndarray, str | None]:
     """Albedo in [0, 1] for demodulation, and a note when that lost information.
 
     Where the albedo exceeds :data:`GLOSSY_ALBEDO` and the pixel sees an emitter, the renderer has counted
     the emitted colour in (Cycles does): the emission is subtracted first. The note is only for albedo above
-    :data:`SURFACE_ALBEDO` that no emission explains. Negative values are left for the denoiser's range check
+    :data:`SURFACE_ALBEDO` that no emission explains; it asks for the emission pass unless ``emission_pass`` says the
+    file has one (default: ``emission`` is given; the sky's colour becomes emission without a pass). Negative values are left for the denoiser's range check
     (they are a wrong buffer, not a renderer's convention).
 
     Example (float32 (H, W, 3) in and out; Cycles' default Principled BSDF at a grazing angle):
@@ -259,8 +261,10 @@ def renderer_albedo(albedo: np.ndarray, emission: np.ndarray | None) -> tuple[np
     out = np.minimum(out, np.float32(1)).astype(np.float32)
     if not lost.any():
         return out, None
-    fix = ("give the emission pass (Blender: View Layer Properties > Passes > Light > Emission) to keep emitters "
-           "exact" if emission is None else "the emission pass does not explain it")
+    if emission_pass is None:
+        emission_pass = emission is not None
+    fix = ("the emission pass does not explain it" if emission_pass else "give the emission pass (Blender: View "
+           "Layer Properties > Passes > Light > Emission) to keep emitters exact")
     return out, (f"albedo above {SURFACE_ALBEDO:g} (more than a surface's layered closures reach: an emitter's "
                  f"light, which Cycles adds to its Denoising Albedo) at {int(lost.sum())} pixel(s) (max "
                  f"{float(top[lost].max()):.4g}): clamped to 1 for demodulation, so their light may be smoothed "
@@ -322,7 +326,7 @@ def read_render_file(path, extra: Mapping[str, Path] | None = None) -> RenderFil
             bufs["depth"] = no_surface_depth(bufs["depth"])
             environment_as_emission(bufs)
         if "albedo" in bufs:
-            bufs["albedo"], note = renderer_albedo(bufs["albedo"], bufs.get("emission"))
+            bufs["albedo"], note = renderer_albedo(bufs["albedo"], bufs.get("emission"), "emission" in sources)
             if note:
                 layer.notes.append((f"view layer {layer_name}: " if layer_name else "") + note)
         layers.append(layer)
