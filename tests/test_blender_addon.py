@@ -318,3 +318,26 @@ def test_albedo_note_fits_what_cycles_writes(tmp_path, capsys):
     err = warned("lamp.exr")
     assert "albedo above 2.5" in err and "Passes > Light > Emission" in err  # (the sky's colour is emission too)
     assert "albedo above" not in warned("lamp_emit.exr")
+
+
+def _blender_version():
+    if BLENDER is None:
+        return None
+    done = subprocess.run([BLENDER, "--version"], capture_output=True, text=True, timeout=120)
+    m = re.search(r"Blender (\d+)\.(\d+)", done.stdout)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+@pytest.mark.slow
+def test_blenders_own_extension_validate_passes(addon_zip):
+    """Blender 4.2+'s validator: `blender --command extension validate`, or its script blender_ext.py (from a Blender
+    or bpy 4.2+ installation) named by VISION_BLENDER_EXT; skipped when neither is here."""
+    script = os.environ.get("VISION_BLENDER_EXT")
+    if script:
+        argv = [sys.executable, script, "validate", str(addon_zip)]
+    elif (_blender_version() or (0, 0)) >= (4, 2):
+        argv = [BLENDER, "--command", "extension", "validate", str(addon_zip)]
+    else:
+        pytest.skip("no Blender 4.2 or later here (and VISION_BLENDER_EXT unset): Blender's extension validate not run")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "FATAL_ERROR" not in done.stdout + done.stderr, done.stdout + done.stderr
