@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -308,7 +309,6 @@ def _run(args) -> int:
     bar = tqdm(items, desc="denoise", unit="frame", disable=args.quiet or report.json, file=sys.stderr)
     if report.json:
         report.emit("start", frames=len(mine), warmup=len(warm), total=len(items), out=str(out))
-    import time
     sigterm = exit_on_sigterm("denoise")  # SIGTERM unwinds: write_atomic removes its temporary file; exit 143
     sigterm.__enter__()
     try:
@@ -422,7 +422,5 @@ def _run(args) -> int:
 def _frame_event(report, position: int, total: int, frame: Path, target, status: str, began: float) -> None:
     """``--progress json``: one line per frame (denoised, skipped as done, or read for the history only)."""
     if report.json:
-        import time
-
         report.emit("frame", index=position, total=total, input=str(frame), output=None if target is None else
                     str(target), status=status, seconds=round(time.perf_counter() - began, 3))
