@@ -104,9 +104,9 @@ class _Denoise:
 
     def modal(self, context, event):
         job = JOBS.get("job")
-        if event.type == "ESC" or JOBS.get("cancel"):
+        if JOBS.get("cancel"):  # the Cancel button (not Esc: Blender users press it for everything else)
             job.cancel(wait=0)  # the signal only: the UI keeps running while the command ends
-        if event.type != "TIMER" and event.type != "ESC":
+        if event.type != "TIMER":
             return {"PASS_THROUGH"}
         job.poll()
         set_status(context, f"Denoising: {job.done} of {job.total} frame(s)", job.fraction)
