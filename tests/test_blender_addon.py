@@ -341,3 +341,23 @@ def test_blenders_own_extension_validate_passes(addon_zip):
         pytest.skip("no Blender 4.2 or later here (and VISION_BLENDER_EXT unset): Blender's extension validate not run")
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "FATAL_ERROR" not in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def test_blender_frames_without_denoising_data_stop_in_one_line(tmp_path, capsys):
+    """A real Cycles frame with its Denoising Data passes removed (the Normal and Depth passes stay, so only albedo
+    is missing): exit 2, one line naming the frame, the missing buffer and where Blender turns it on."""
+    from vision.data import read_exr, write_exr
+
+    ch = read_exr(SEQ / "noisy_0001.exr")
+    write_exr(tmp_path / "f_1.exr", {k: v for k, v in ch.items() if ".Denoising " not in k})
+    capsys.readouterr()
+    assert main(["denoise", str(tmp_path / "f_1.exr"), "-o", str(tmp_path / "o"), "-q", "--model", "flr"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "f_1.exr: no albedo buffer (view layer ViewLayer)" in err[0], err
+    assert "View Layer Properties > Passes > Data > Denoising Data" in err[0] and "--allow-no-guides" in err[0]
+    assert not (tmp_path / "o").exists()
+    # with --temporal and neither Denoising Data nor Vector: both named in the one line
+    write_exr(tmp_path / "f_1.exr", {k: v for k, v in ch.items() if ".Denoising " not in k and ".Vector." not in k})
+    assert main(["denoise", str(tmp_path / "f_1.exr"), "-o", str(tmp_path / "o"), "-q", "--temporal"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Denoising Data" in err[0] and "Passes > Data > Vector" in err[0], err
