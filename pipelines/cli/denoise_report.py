@@ -53,8 +53,8 @@ def missing_setup(rf, temporal: bool, phase, allow_no_guides: bool = False, stat
     parts, flags = [], []
     guides = [g for g in NEEDED if g in lacks]
     if guides:
-        parts.append(f"no {' or '.join(guides)} buffer{layers}: the denoiser would only blur; in Blender turn on "
-                     f"{IN_BLENDER['albedo']}")
+        loss = "the denoiser would only blur" if len(guides) == len(NEEDED) else "the denoiser needs it"
+        parts.append(f"no {' or '.join(guides)} buffer{layers}: {loss}; in Blender turn on {IN_BLENDER['albedo']}")
         flags.append(f"give {' and '.join('--' + g for g in guides)} PATTERN from other files, or --allow-no-guides "
                      "to denoise without them")
     if "motion" in lacks:
