@@ -361,3 +361,23 @@ def test_blender_frames_without_denoising_data_stop_in_one_line(tmp_path, capsys
     assert main(["denoise", str(tmp_path / "f_1.exr"), "-o", str(tmp_path / "o"), "-q", "--temporal"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Denoising Data" in err[0] and "Passes > Data > Vector" in err[0], err
+
+
+@needs_vision
+@pytest.mark.slow
+def test_installs_and_runs_as_an_extension_in_blender_4_2(tmp_path, addon_zip):
+    """Blender 4.2+ (a Python with the bpy wheel, named by VISION_BPY_PYTHON): the zip installs as an extension
+    (bl_ext.user_default.vision_denoise), and Test, Set up and Denoise animation run."""
+    python = os.environ.get("VISION_BPY_PYTHON")
+    if not python:
+        pytest.skip("VISION_BPY_PYTHON unset (a Python with the bpy 4.2+ wheel): the extension install not tried")
+    env = {**os.environ, **{f"BLENDER_USER_{k}": str(tmp_path / k.lower())
+                            for k in ("RESOURCES", "SCRIPTS", "CONFIG", "EXTENSIONS")}}
+    done = subprocess.run([python, str(HERE / "blender_extension_install.py"), str(addon_zip), str(VISION),
+                           str(tmp_path)], capture_output=True, text=True, env=env, timeout=600)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line is not None, done.stdout[-3000:] + done.stderr[-3000:]
+    res = json.loads(line[len("RESULT "):])
+    assert res["install"] == ["FINISHED"] and res["module"] == "bl_ext.user_default.vision_denoise"
+    assert res["test"] == res["setup"] == res["denoise"] == ["FINISHED"]
+    assert res["files"] == [f"frame_{t:04d}.exr" for t in (1, 2, 3)]
