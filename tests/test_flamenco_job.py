@@ -35,7 +35,8 @@ def test_every_denoise_task_depends_on_the_renders_of_its_shard_and_warmup(frame
     rendered = {}  # frame -> the render task's name, from the Blender command line it runs
     for t in renders:
         (cmd,) = t["commands"]
-        assert cmd["name"] == "blender-render" and cmd["parameters"]["blendfile"] == SETTINGS["blendfile"] and not t["deps"]
+        assert cmd["name"] == "blender-render" and not t["deps"]
+        assert cmd["parameters"]["blendfile"] == SETTINGS["blendfile"]
         args = cmd["parameters"]["args"]
         assert args[args.index("--render-format") + 1] == "OPEN_EXR_MULTILAYER"
         assert args.index("--render-output") < args.index("--render-frame")  # Blender reads its options in order
@@ -63,7 +64,8 @@ def test_every_denoise_task_depends_on_the_renders_of_its_shard_and_warmup(frame
 def test_settings_and_refusals():
     rc, out = compile_job(frames="1-4", denoise_shards=1, warmup=8)
     assert rc == 0 and out["label"] == "Render and denoise (vision)"
-    assert {"frames", "render_output_path", "denoised_path", "denoise_shards", "warmup", "blendfile"} <= set(out["settings"])
+    keys = {"frames", "render_output_path", "denoised_path", "denoise_shards", "warmup", "blendfile"}
+    assert keys <= set(out["settings"])
     rc, err = compile_job(frames="1-4", denoise_shards=1, warmup=8, render_output_path="//render/frame_####")
     assert rc != 0 and "absolute path" in err
     rc, err = compile_job(frames="5-1", denoise_shards=1, warmup=8)

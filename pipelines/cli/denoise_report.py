@@ -58,8 +58,9 @@ def missing_setup(rf, temporal: bool, phase, allow_no_guides: bool = False, stat
         flags.append(f"give {' and '.join('--' + g for g in guides)} PATTERN from other files, or --allow-no-guides "
                      "to denoise without them")
     if "motion" in lacks:
-        parts.append(("no" if not guides else "and no") + f" motion vectors for --temporal{layers if not guides else ''}"
-                     f"; in Blender turn on {IN_BLENDER['motion']}")
+        where = "" if guides else layers
+        parts.append(f"{'and no' if guides else 'no'} motion vectors for --temporal{where}; in Blender turn on "
+                     f"{IN_BLENDER['motion']}")
         flags.append("--static-camera if neither the camera nor anything in view moves")
     return f"{'; '.join(parts)}, {SAVE_AS}; or {', or '.join(flags)}"
 

@@ -240,8 +240,8 @@ def renderer_albedo(albedo: np.ndarray, emission: np.ndarray | None, emission_pa
     Where the albedo exceeds :data:`GLOSSY_ALBEDO` and the pixel sees an emitter, the renderer has counted
     the emitted colour in (Cycles does): the emission is subtracted first. The note is only for albedo above
     :data:`SURFACE_ALBEDO` that no emission explains; it asks for the emission pass unless ``emission_pass`` says the
-    file has one (default: ``emission`` is given; the sky's colour becomes emission without a pass). Negative values are left for the denoiser's range check
-    (they are a wrong buffer, not a renderer's convention).
+    file has one (default: ``emission`` is given; the sky's colour becomes emission without a pass). Negative values
+    are left for the denoiser's range check (they are a wrong buffer, not a renderer's convention).
 
     Example (float32 (H, W, 3) in and out; Cycles' default Principled BSDF at a grazing angle):
         >>> renderer_albedo(np.full((1, 1, 3), 1.74, np.float32), None)[1] is None

@@ -1,4 +1,5 @@
-"""The "Set up for denoising" operator's work: the render settings ``vision denoise`` needs, changed on a scene, each change said.
+"""The "Set up for denoising" operator's work: the render settings ``vision denoise`` needs, changed on a scene,
+each change said.
 
 What the denoiser reads from each frame: Cycles' Denoising Data passes (albedo, normal, depth), the Vector pass
 (motion vectors for animations), the Emission pass (keeps lamps in view exact), all in one OpenEXR MultiLayer file
