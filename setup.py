@@ -19,6 +19,8 @@ package_dir["vision.assets"] = "assets"
 setup(
     packages=packages,
     package_dir=package_dir,
-    package_data={"vision.assets": ["*", "**/*"], "vision": ["py.typed"]},
+    package_data={"vision.assets": ["*", "**/*"], "vision": ["py.typed"],
+                  "vision.pipelines": ["blender_addon/vision_denoise/*.py", "blender_addon/vision_denoise/*.toml",
+                                       "blender_addon/flamenco/*.js"]},
     include_package_data=False,
 )

@@ -34,10 +34,13 @@ def test_bench_startup(tmp_path, capsys):
     assert main(["bench", "startup", "--repeat", "1", "--json", str(out)]) == 0
     rows = {r["command"]: r for r in json.loads(out.read_text())}
     assert set(rows) >= {"vision --help", "vision denoise --help", 'python -c "import torch"',
-                         "vision edit (missing model)"}
+                         "vision edit (missing model)", "vision denoise (one 64x64 frame)"}
+    one = rows["vision denoise (one 64x64 frame)"]
+    assert one["beyond_torch_s"] == pytest.approx(one["median_s"] - rows['python -c "import torch"']["median_s"])
     assert all(r["median_s"] > 0 for r in rows.values())
     text = capsys.readouterr().out
     assert "beyond torch" in text and "vision edit (missing model): " in text and "target < 2.0 s" in text
+    assert "vision denoise (one 64x64 frame): " in text and "(target <= 2.0 s)" in text
 
 
 def test_bench_startup_rejects_zero_repeats(capsys):

@@ -232,9 +232,16 @@ def test_render_scenes_keeps_a_folder_it_did_not_create(tmp_path, capsys):
     assert (mine / "notes.txt").read_text() == "my work"
 
 
-def test_denoise_without_guide_buffers_warns(frame, tmp_path, capsys):
-    """An EXR with only R, G, B has nothing to regress on: the run says so instead of silently blurring."""
-    assert main(["denoise", str(frame), "-o", str(tmp_path / "o"), "-q"]) == 0
+def test_denoise_without_guide_buffers_stops_unless_allowed(frame, tmp_path, capsys):
+    """An EXR with only R, G, B has nothing to regress on: the run stops with one line naming the frame, what is
+    missing and where Blender turns it on (exit 2, no output folder); --allow-no-guides blurs, with a warning."""
+    capsys.readouterr()
+    assert main(["denoise", str(frame), "-o", str(tmp_path / "o"), "--model", "flr", "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(frame) in err[0] and "no albedo or normal buffer" in err[0], err
+    assert "Passes > Data > Denoising Data" in err[0] and "OpenEXR MultiLayer" in err[0]
+    assert "--allow-no-guides" in err[0] and not (tmp_path / "o").exists()
+    assert main(["denoise", str(frame), "-o", str(tmp_path / "o"), "--model", "flr", "--allow-no-guides"]) == 0
     err = capsys.readouterr().err
     assert "warning" in err and "no guide buffers" in err and str(frame) in err
 

@@ -65,8 +65,10 @@ def test_frame_order_note_is_a_warning_and_errors_stay_one_line(tmp_path, capsys
     for t in (1, 2):
         shutil.copy(seq / f"noisy_{t:04d}.exr", tmp_path / f"f_{t}.exr")
     frames = [str(tmp_path / "f_2.exr"), str(tmp_path / "f_1.exr")]
-    assert main(["denoise", *frames, "-o", str(tmp_path / "a"), "--temporal", "--model", "flr", "-q"]) == 0
+    assert main(["denoise", *frames, "-o", str(tmp_path / "a"), "--temporal", "--model", "flr"]) == 0
     assert "name order" in capsys.readouterr().err
+    assert main(["denoise", *frames, "-o", str(tmp_path / "q"), "--temporal", "--model", "flr", "-q"]) == 0
+    assert "warning" not in capsys.readouterr().err  # vision denoise -q: errors only
     monkeypatch.setenv("VISION_VERBOSITY", "error")  # (-q would say warning)
     assert main(["denoise", *frames, "-o", str(tmp_path / "b"), "--temporal", "--model", "flr"]) == 0
     assert "warning" not in capsys.readouterr().err  # the frame-order note and the buffer warnings

@@ -4,7 +4,9 @@ Every row is a fresh process, timed end to end (median of ``--repeat`` runs, int
 slows all rows alike); the "beyond torch" column subtracts the import-torch row of the same run. The target is
 ``vision --help`` and ``vision denoise --help`` within torch's import time + 1.5 s. The row ``vision edit
 (missing model)`` is ``vision edit`` on a model that is not in an empty Hugging Face cache: it fails (exit status
-2) before torch or diffusers load, target under 2 s end to end.
+2) before torch or diffusers load, target under 2 s end to end. The row ``vision denoise (one 64x64 frame)`` denoises
+one small frame with guides, the bundled FLNR weights and the numba kernels from their on-disk cache (the first
+run compiles them, once), target within torch's import time + 2 s.
 """
 from __future__ import annotations
 
@@ -26,11 +28,15 @@ EPILOG = """examples:
   vision bench startup --repeat 9 --json startup.json
 
 Targets: vision --help and vision denoise --help within torch's import time + 1.5 s; vision edit on a model
-missing from an empty Hugging Face cache fails (status 2) in under 2 s, before torch loads.
+missing from an empty Hugging Face cache fails (status 2) in under 2 s, before torch loads; vision denoise of one
+64 x 64 frame within torch's import time + 2 s (python -X importtime -m vision.pipelines.cli denoise ... says where
+the time goes).
 """
 TARGET_S = 1.5
 EDIT_MISSING = "vision edit (missing model)"
 EDIT_MISSING_TARGET_S = 2.0
+DENOISE_ONE = "vision denoise (one 64x64 frame)"
+DENOISE_TARGET_S = 2.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,6 +57,8 @@ def commands(work: Path | None = None) -> dict[str, list[str]]:
     if work is not None:
         cmds[EDIT_MISSING] = [*entry, "edit", str(work / "in.png"), "--prompt", "x", "--model", "someone/missing",
                               "-o", str(work / "o.png")]
+        cmds[DENOISE_ONE] = [*entry, "denoise", str(work / "frame.exr"), "-o", str(work / "denoised"), "-q",
+                             "--overwrite"]
     return cmds
 
 
@@ -61,6 +69,13 @@ def _edit_work(folder: Path) -> dict:
     from vision.io import write_image
 
     write_image(folder / "in.png", np.full((16, 16, 3), 0.5, np.float32))
+    from vision.data.exr import write_frame
+
+    rng = np.random.default_rng(0)
+    ones = np.ones((64, 64, 1), np.float32)
+    write_frame(folder / "frame.exr", {"color": rng.random((64, 64, 3), dtype=np.float32),
+                                       "albedo": 0.5 * np.repeat(ones, 3, -1), "depth": ones,
+                                       "normal": np.concatenate([0 * ones, 0 * ones, ones], -1)})
     return dict(os.environ, HF_HOME=str(folder / "empty"), HF_HUB_CACHE=str(folder / "empty" / "hub"))
 
 
@@ -72,6 +87,8 @@ def run(args) -> int:
         edit_env = _edit_work(work)
         cmds = commands(work)
         times = {name: [] for name in cmds}
+        subprocess.run(cmds[DENOISE_ONE], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)  # the
+        # numba kernels compiled once (cached on disk), as after the first run of an install
         for _ in range(args.repeat):
             for name, argv in cmds.items():
                 t0 = time.perf_counter()
@@ -90,9 +107,10 @@ def run(args) -> int:
         med = statistics.median(ts)
         rows.append({"command": name, "median_s": med, "beyond_torch_s": med - base})
         print(f"{name:36s} {med:9.2f} {med - base:15.2f}")
-    for name in ("vision --help", "vision denoise --help"):
+    for name, target in (("vision --help", TARGET_S), ("vision denoise --help", TARGET_S),
+                         (DENOISE_ONE, DENOISE_TARGET_S)):
         extra = statistics.median(times[name]) - base
-        print(f"{name}: {extra:.2f} s beyond torch (target <= {TARGET_S} s): {'met' if extra <= TARGET_S else 'MISSED'}")
+        print(f"{name}: {extra:.2f} s beyond torch (target <= {target} s): {'met' if extra <= target else 'MISSED'}")
     edit = statistics.median(times[EDIT_MISSING])
     print(f"{EDIT_MISSING}: {edit:.2f} s, {edit / base:.2f}x import torch (target < {EDIT_MISSING_TARGET_S} s): "
           f"{'met' if edit < EDIT_MISSING_TARGET_S else 'MISSED'}")

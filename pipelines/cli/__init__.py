@@ -31,11 +31,13 @@ COMMANDS = {
     "predict": "vision.pipelines.cli.predict",
     "evaluate": "vision.pipelines.cli.evaluate",
     "train-denoiser": "vision.pipelines.cli.train_denoiser",
+    "blender-addon": "vision.pipelines.cli.blender_addon",
 }
 
 EPILOG = """examples:
   vision demo                      # run every bundled demo, results in ./vision-demo/
   vision bench guided-filter       # time ours against OpenCV, kornia and a cumsum implementation
+  vision blender-addon -o vision_denoise.zip   # the Blender add-on that sets up and denoises animations
   vision COMMAND --help            # options and an example for each command
 """
 

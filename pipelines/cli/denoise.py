@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -33,6 +34,13 @@ examples:
   vision denoise color.0001.pfm -o out/ --albedo 'albedo.{frame}.pfm' --normal 'normal.{frame}.pfm'   # OIDN-style PFM
   vision denoise 'stills/*.exr' -o out/ --spp 256             # a sample count the files do not say (Cycles' do)
   vision denoise 'stills/*.exr' -o out/ --no-input-blend      # the regression's result alone, a little faster
+  vision denoise 'shot/*.exr' -o out/ --temporal --progress json   # one JSON object per line (the Blender add-on)
+
+What a frame must hold: albedo and normal (Blender: View Layer Properties > Passes > Data > Denoising Data), and
+for --temporal motion vectors (Passes > Data > Vector, motion blur off), saved as OpenEXR MultiLayer. A frame
+without them stops the run with one line saying so (exit 2); --allow-no-guides denoises without albedo and
+normal (the regression then only blurs), --static-camera takes --temporal frames without motion vectors as a
+still shot. Warnings are said once per run (the last lines count the frames that gave them again); -q hides them.
 
 Any sample count: the regression has a bias that does not fall with the noise, so by default its result is
 moved back towards the noisy input, per 7 x 7 window, as far as the input's own noise allows (a James-Stein
@@ -78,7 +86,7 @@ Cycles' Vector pass; enable it in View Layer > Passes > Data, with motion blur o
 surface is not the same (object index when an IndexOB pass is there, depth, normal, albedo: disocclusions)
 or where the light itself changed (a lamp switched on), and FLNR (or --model flr) denoises the accumulated
 signal; where the history is long the result moves towards it as far as the regression's residual says.
-A frame without motion vectors is taken as a static camera, with a warning. Frames skipped as done are
+A frame without motion vectors stops the run (--static-camera takes it as a still shot). Frames skipped as done are
 still read into the history, so a restarted run gives the frames an uninterrupted one would. With --shard,
 each shard first reads the --warmup frames before its range into the history (default 8). Every frame of
 a sequence must have one size; a frame given twice is refused. With --phase (colour at 1/u resolution,
@@ -147,7 +155,17 @@ def add_arguments(p) -> None:
     p.add_argument("--half", action="store_true",
                    help="write the denoised RGB and alpha as half float (passed-through channels keep their type)")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, and warnings and errors only")
+    p.add_argument("--allow-no-guides", action="store_true",
+                   help="denoise frames without albedo and normal buffers (the regression then only blurs); by "
+                        "default such a frame stops the run with one line saying how to render them")
+    p.add_argument("--static-camera", action="store_true",
+                   help="--temporal: frames without motion vectors (Cycles' Vector pass) are a still shot; by "
+                        "default such a frame stops the run")
+    p.add_argument("--progress", choices=("bar", "json"), default="bar",
+                   help="bar: a progress bar on stderr (the default); json: one JSON object per line on stdout "
+                        "(events start, info, warning, frame, done) for programs such as the Blender add-on")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bar and no warnings (the summary line counts them); errors only")
 
 
 # --------------------------------------------------------------------------- sequences
@@ -200,20 +218,16 @@ def new_history(args, net, phase):
 
 # --------------------------------------------------------------------------- run
 
-def warn(message: str) -> None:
-    """A warning line on stderr that keeps the progress bar intact, unless the verbosity (-q is still warning;
-    ``VISION_VERBOSITY=error``) hides warnings."""
-    import logging
-
-    from tqdm import tqdm
-
-    from vision.kernels.runtime import get_verbosity
-
-    if get_verbosity() <= logging.WARNING:
-        tqdm.write(message, file=sys.stderr)
-
-
 def run(args) -> int:
+    if args.quiet:  # -q: errors only, for this command's own lines and the library's log alike
+        from vision.kernels.runtime import verbosity
+
+        with verbosity("error"):
+            return _run(args)
+    return _run(args)
+
+
+def _run(args) -> int:
     import torch
     from tqdm import tqdm
 
@@ -269,6 +283,10 @@ def run(args) -> int:
     from vision import __version__
     from vision.data.render_layers import check_readable, describe, missing_guides, samples_per_pixel
 
+    from .denoise_report import Report, missing_setup
+
+    report = Report(json_stream=args.progress == "json", quiet=args.quiet)
+
     for f in mine:  # a bad file stops the run before anything is made, with one line naming it
         check_readable(f)
     created = not out.exists()
@@ -288,29 +306,35 @@ def run(args) -> int:
     windows = {}  # --temporal: the data window of each view layer's sequence
     static = []  # --temporal: frames without motion vectors
     items = [(f, None) for f in warm] + list(zip(mine, targets))
-    bar = tqdm(items, desc="denoise", unit="frame", disable=args.quiet, file=sys.stderr)
+    bar = tqdm(items, desc="denoise", unit="frame", disable=args.quiet or report.json, file=sys.stderr)
+    if report.json:
+        report.emit("start", frames=len(mine), warmup=len(warm), total=len(items), out=str(out))
     sigterm = exit_on_sigterm("denoise")  # SIGTERM unwinds: write_atomic removes its temporary file; exit 143
     sigterm.__enter__()
     try:
-        for frame, target in bar:
+        for position, (frame, target) in enumerate(bar, 1):
+            began = time.perf_counter()
             skip = target is None or (target.exists() and not args.overwrite)
             if skip and target is not None:
                 reason = why_redo(target, settings)
                 if reason:
-                    tqdm.write(f"vision denoise: redoing {target}: {reason}", file=sys.stdout)
+                    report.info(f"redoing {target}: {reason}")
                     skip = False
             if skip and temporal is None:
                 skipped += 1
+                _frame_event(report, position, len(items), frame, target, "skipped", began)
                 continue
             rf = read_frame_file(frame, patterns)
+            lacking = missing_setup(rf, args.temporal, phase, args.allow_no_guides, args.static_camera)
+            if lacking:
+                raise ValueError(f"{frame}: {lacking}")
             line = describe(rf, args.only_rgb)
             if line != said:  # once per run, again only when a frame is laid out differently
-                tqdm.write(f"vision denoise: {'' if said is None else f'from {frame.name} on: '}{line}",
-                           file=sys.stdout)
+                report.info(f"{'' if said is None else f'from {frame.name} on: '}{line}")
                 said = line
                 bare = missing_guides(rf)
                 if bare:
-                    warn(f"vision denoise: warning: {frame}: {bare}")
+                    report.warning(bare, frame)
             results = []
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", BufferWarning)
@@ -320,7 +344,7 @@ def run(args) -> int:
                     spp_line = (f"samples per pixel: {spp:g} ({source})" if spp is not None else
                                 f"samples per pixel: unknown ({source}): the noise is estimated from the frame")
                     if spp_line != said_spp:
-                        tqdm.write(f"vision denoise: {spp_line}", file=sys.stdout)
+                        report.info(spp_line)
                         said_spp = spp_line
                     t = {k: torch.from_numpy(v).to(device) for k, v in layer.buffers.items()}
                     guides = {k: t.get(k) for k in BUFFERS}
@@ -343,9 +367,6 @@ def run(args) -> int:
                             if phase is not None:  # the static-camera FLR filter
                                 step = functools.partial(history.accumulate if skip else history, phase=phase)
                             else:
-                                if "motion" not in t and not static:
-                                    warn(f"vision denoise: warning: {frame}: no motion vectors (a Vector "
-                                         "pass): its history assumes a static camera")
                                 if "motion" not in t:
                                     static.append(frame)
                                 kw = {"motion": t.get("motion"), "index": t.get("index"), "spp": spp}
@@ -366,6 +387,7 @@ def run(args) -> int:
                     results.append(res.detach().cpu().numpy())
             if skip:
                 skipped += target is not None
+                _frame_event(report, position, len(items), frame, target, "skipped" if target else "warmup", began)
                 continue
             notes = [n for layer in rf.layers for n in layer.notes]
             for w in caught:
@@ -374,18 +396,31 @@ def run(args) -> int:
                     notes.append(str(w.message))
             notes += write_output(target, rf, results, header, args.only_rgb, args.half)
             for note in notes:
-                warn(f"vision denoise: warning: {frame}: {note}")
+                report.warning(note, frame)
             done += 1
+            _frame_event(report, position, len(items), frame, target, "denoised", began)
     except BaseException:
         if created and out.is_dir() and not any(out.iterdir()):
             out.rmdir()  # a run that made nothing leaves nothing behind
         raise
     finally:
         sigterm.__exit__(None, None, None)
-    print(f"denoised {done} frame(s), skipped {skipped} already done"
+    warned = report.finish()
+    summary = (f"denoised {done} frame(s), skipped {skipped} already done"
           + (f", repaired NaN/Inf in {repaired} buffer(s)" if repaired else "")
           + (f" (shard {index}/{count}: {len(mine)} of {len(frames)} frames"
              + (f", {len(warm)} read first into the history" if warm else "") + ")" if count > 1 else "")
           + (f"; {len(static)} frame(s) had no motion vectors (static camera assumed)" if static else "")
-          + f"; output in {out}")
+          + warned + f"; output in {out}")
+    if report.json:
+        report.emit("done", denoised=done, skipped=skipped, warnings=report.count, out=str(out), summary=summary)
+    else:
+        print(summary)
     return 0
+
+
+def _frame_event(report, position: int, total: int, frame: Path, target, status: str, began: float) -> None:
+    """``--progress json``: one line per frame (denoised, skipped as done, or read for the history only)."""
+    if report.json:
+        report.emit("frame", index=position, total=total, input=str(frame), output=None if target is None else
+                    str(target), status=status, seconds=round(time.perf_counter() - began, 3))

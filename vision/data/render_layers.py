@@ -11,11 +11,13 @@ unnamed layer) and each layer that holds a colour is denoised on its own passes,
 
 What renderers write is brought to the denoiser's conventions here, so real files are not refused:
 
-* **albedo above 1.** Cycles counts emitted colour into ``Denoising Albedo`` (values up to the lamp's
-  strength on an emitter) and specular tint on glossy surfaces (just above 1). Where a pixel sees an
-  emitter and the emission is known, the emission is taken out of the albedo; then albedo is clamped to
-  [0, 1] for demodulation. Only albedo above :data:`GLOSSY_ALBEDO` that no emission explains loses
-  information (a lamp's light cannot be kept apart from what it lights) and gives a note.
+* **albedo above 1.** Cycles adds the emitted colour into ``Denoising Albedo`` (values up to the lamp's
+  strength on an emitter) and sums the albedos of a surface's layered closures (diffuse, specular, clearcoat,
+  sheen: Blender's default Principled BSDF reaches 1.74 at grazing angles, a glossy one about 1.03). Where a
+  pixel sees an emitter and the emission is known, the emission is taken out of the albedo; then albedo is
+  clamped to [0, 1] for demodulation. Only albedo above :data:`SURFACE_ALBEDO` that no emission explains
+  (more than layered surfaces reach: a lamp's light, which cannot be kept apart from what it lights) gives
+  a note.
 * **depth of the sky.** Depth at or beyond :data:`NO_SURFACE_DEPTH` (Cycles' ``Depth`` pass writes
   1e10) or infinite means no surface, which the denoiser spells 0.
 * **Blender's compositor output** (``Composite.Combined`` beside the view layers) is post-processed: it
@@ -43,8 +45,11 @@ from .pfm import PFM_MAGIC, read_pfm
 
 # depths at or beyond this are "no surface": renderers write 1e10 (Cycles) or FLT_MAX for the sky
 NO_SURFACE_DEPTH = 1e9
-# albedo up to this is a glossy surface's tint (Cycles writes about 1.03), clamped without a note
+# albedo up to this is a glossy surface's tint (Cycles writes about 1.03): no emission is taken out below it
 GLOSSY_ALBEDO = 1.05
+# albedo up to this is a surface's layered closures, summed by Cycles (diffuse and specular each up to 1, plus
+# clearcoat and sheen; the default Principled BSDF reaches 1.74): clamped without a note. Above it, an emitter.
+SURFACE_ALBEDO = 2.5
 HALF_MAX = float(np.finfo(np.float16).max)
 # the buffers a layer is read with: colour, the denoiser's guides, and motion (float32 (H, W, 4)) and the object
 # index (float32 (H, W, 1)) when the file has them
@@ -228,12 +233,19 @@ def environment_as_emission(bufs: dict[str, np.ndarray]) -> None:
     bufs["albedo"] = np.where(sky[..., None], np.float32(0), albedo).astype(np.float32)
 
 
-def renderer_albedo(albedo: np.ndarray, emission: np.ndarray | None) -> tuple[np.ndarray, str | None]:
+def renderer_albedo(albedo: np.ndarray, emission: np.ndarray | None, emission_pass: bool | None = None
+                    ) -> tuple[np.ndarray, str | None]:
     """Albedo in [0, 1] for demodulation, and a note when that lost information.
 
     Where the albedo exceeds :data:`GLOSSY_ALBEDO` and the pixel sees an emitter, the renderer has counted
-    the emitted colour in (Cycles does): the emission is subtracted first. Negative values are left for
-    the denoiser's range check (they are a wrong buffer, not a renderer's convention).
+    the emitted colour in (Cycles does): the emission is subtracted first. The note is only for albedo above
+    :data:`SURFACE_ALBEDO` that no emission explains; it asks for the emission pass unless ``emission_pass`` says the
+    file has one (default: ``emission`` is given; the sky's colour becomes emission without a pass). Negative values
+    are left for the denoiser's range check (they are a wrong buffer, not a renderer's convention).
+
+    Example (float32 (H, W, 3) in and out; Cycles' default Principled BSDF at a grazing angle):
+        >>> renderer_albedo(np.full((1, 1, 3), 1.74, np.float32), None)[1] is None
+        True
     """
     top = albedo.max(axis=-1)
     high = top > GLOSSY_ALBEDO
@@ -245,14 +257,18 @@ def renderer_albedo(albedo: np.ndarray, emission: np.ndarray | None) -> tuple[np
         lit = high & (emission.max(axis=-1) > 0)
         if lit.any():
             out = np.where(lit[..., None], np.maximum(albedo - emission, 0), albedo)
-    lost = high & ~lit
+    lost = high & ~lit & (top > SURFACE_ALBEDO)
     out = np.minimum(out, np.float32(1)).astype(np.float32)
     if not lost.any():
         return out, None
-    return out, (f"albedo above {GLOSSY_ALBEDO:g} at {int(lost.sum())} pixel(s) that see no emitter (max "
-                 f"{float(top[lost].max()):.4g}): clamped to 1 for demodulation, so light from these pixels "
-                 f"may be smoothed into their surroundings; give the emission pass (Blender's Emit) to keep "
-                 f"emitters exact")
+    if emission_pass is None:
+        emission_pass = emission is not None
+    fix = ("the emission pass does not explain it" if emission_pass else "give the emission pass (Blender: View "
+           "Layer Properties > Passes > Light > Emission) to keep emitters exact")
+    return out, (f"albedo above {SURFACE_ALBEDO:g} (more than a surface's layered closures reach: an emitter's "
+                 f"light, which Cycles adds to its Denoising Albedo) at {int(lost.sum())} pixel(s) (max "
+                 f"{float(top[lost].max()):.4g}): clamped to 1 for demodulation, so their light may be smoothed "
+                 f"into their surroundings; {fix}")
 
 
 # --------------------------------------------------------------------------- reading
@@ -310,7 +326,7 @@ def read_render_file(path, extra: Mapping[str, Path] | None = None) -> RenderFil
             bufs["depth"] = no_surface_depth(bufs["depth"])
             environment_as_emission(bufs)
         if "albedo" in bufs:
-            bufs["albedo"], note = renderer_albedo(bufs["albedo"], bufs.get("emission"))
+            bufs["albedo"], note = renderer_albedo(bufs["albedo"], bufs.get("emission"), "emission" in sources)
             if note:
                 layer.notes.append((f"view layer {layer_name}: " if layer_name else "") + note)
         layers.append(layer)
