@@ -255,6 +255,11 @@ def test_a_model_with_an_unguidable_scheduler_samples_with_ddim_and_says_so(tmp_
     assert rc == 0, err
     notes = [line for line in err.splitlines() if "PNDMScheduler" in line]
     assert len(notes) == 1 and "DDIMScheduler" in notes[0] and "--scheduler" in notes[0], err
+    # 4 steps at strength 0.5 run 2, and start 0.8 guides neither: one line says so, not a Python warning
+    unguided = [line[line.index("vision edit: SPL"):] for line in err.splitlines() if "guides no step" in line]
+    assert unguided == ["vision edit: SPL guidance guides no step: 2 steps with start=0.8 (step k of 2 is guided "
+                        "when k / 2 >= start); use start <= 0.50 or at least 5 steps (--steps, --start)"], err
+    assert "UserWarning" not in err
     assert type(used[0]).__name__ == "DDIMScheduler"
     # the model's noise schedule, by the scaled-linear formula: betas = linspace(sqrt(b0), sqrt(b1), 1000) ** 2
     betas = np.linspace(0.00085 ** 0.5, 0.012 ** 0.5, 1000, dtype=np.float64) ** 2

@@ -196,6 +196,29 @@ def _load_local(cls, model: str, torch_dtype=None):
 
 
 @contextlib.contextmanager
+def _notes_as_lines():
+    """SPL guidance's warning that a call guides no step as one line on stderr when it first happens (Python's
+    warning is two lines, with a source line); other warnings as they are."""
+    from vision.kernels.runtime import get_logger
+
+    seen = set()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("always", message=".*guides no step")
+        show = warnings.showwarning
+
+        def one_line(message, category, filename, lineno, file=None, line=None):
+            text = str(message)
+            if "guides no step" not in text:
+                return show(message, category, filename, lineno, file, line)
+            if text not in seen:
+                seen.add(text)
+                get_logger("vision.edit").warning(f"vision edit: {text} (--steps, --start)")
+
+        warnings.showwarning = one_line
+        yield
+
+
+@contextlib.contextmanager
 def _quiet_hub():
     """Silence the hub client's deprecation notice about ``local_dir_use_symlinks`` (diffusers passes it):
     it speaks of "downloading", which this command never does."""
@@ -433,15 +456,16 @@ def run(args) -> int:
     pipe.set_progress_bar_config(desc="vision edit", disable=len(images) > 1)
     from tqdm.auto import tqdm
 
-    for path, image, target in tqdm(list(zip(images, pixels, targets)), desc="vision edit", unit="image",
-                                    disable=len(images) < 2):
-        out = edit(pipe, image, args.prompt, source_prompt=args.source_prompt,
-                   cross_replace_steps=args.cross_replace_steps, self_replace_steps=args.self_replace_steps,
-                   blend_words=args.blend_words, mask=None if args.mask is None else str(args.mask),
-                   mask_words=args.mask_words, mask_threshold=args.mask_threshold,
-                   config=config, negative_prompt=args.negative_prompt, steps=args.steps,
-                   strength=args.strength, guidance_scale=args.guidance_scale, working_size=args.working_size,
-                   seed=args.seed)
-        written = write_image(target, out[0].permute(1, 2, 0).numpy())
-        print(f"wrote {written} ({out.shape[-1]} x {out.shape[-2]})")
+    with _notes_as_lines():
+        for path, image, target in tqdm(list(zip(images, pixels, targets)), desc="vision edit", unit="image",
+                                        disable=len(images) < 2):
+            out = edit(pipe, image, args.prompt, source_prompt=args.source_prompt,
+                       cross_replace_steps=args.cross_replace_steps, self_replace_steps=args.self_replace_steps,
+                       blend_words=args.blend_words, mask=None if args.mask is None else str(args.mask),
+                       mask_words=args.mask_words, mask_threshold=args.mask_threshold,
+                       config=config, negative_prompt=args.negative_prompt, steps=args.steps,
+                       strength=args.strength, guidance_scale=args.guidance_scale, working_size=args.working_size,
+                       seed=args.seed)
+            written = write_image(target, out[0].permute(1, 2, 0).numpy())
+            print(f"wrote {written} ({out.shape[-1]} x {out.shape[-2]})")
     return 0

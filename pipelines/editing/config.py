@@ -121,8 +121,8 @@ def warn_if_no_step_is_guided(who: str, n: int, start: float, sgd_steps: int) ->
     fix = f"use start <= {(n - 1) / n:.2f}"
     if start < 1:
         fix += f" or at least {math.ceil(1 / (1 - start) - 1e-9)} steps"
-    warnings.warn(f"{who} guides no step: {n} steps with start={start:g} (step k of {n} is guided when "
-                  f"k / {n} >= start); {fix}", UserWarning, stacklevel=3)
+    warnings.warn(f"{who} guides no step: {n} step{'s' if n != 1 else ''} with start={start:g} (step k of {n} is "
+                  f"guided when k / {n} >= start); {fix}", UserWarning, stacklevel=3)
 
 
 @dataclass(frozen=True)
