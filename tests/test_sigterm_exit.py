@@ -144,7 +144,8 @@ def test_sigterm_stops_a_long_temporal_denoise_within_seconds(tmp_path):
         write_exr(frames / f"f.{i:05d}.exr", {c: rng.random((8, 8), dtype=np.float32) for c in "RGB"})
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "vision.pipelines.cli", "denoise", str(frames / "f.*.exr"), "-o",
-                             str(out), "--temporal", "--model", "flr", "-q"], stdout=subprocess.PIPE,
+                             str(out), "--temporal", "--model", "flr", "-q", "--allow-no-guides",
+                             "--static-camera"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     try:
         deadline = time.monotonic() + 240

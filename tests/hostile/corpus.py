@@ -283,11 +283,12 @@ CASES = [
     Case("denoise a mis-sized --albedo", DN + ["--albedo", "{in}/small.exr"]),
     Case("denoise --temporal --max-history nan", DN + ["--temporal", "--max-history", "nan"]),
     Case("denoise a literal name that is a glob", ["denoise", "{in}/f[1].exr", "-o", "{case}/out", "-q",
-                                                   "--model", "flr"], expect="ok"),
+                                                   "--model", "flr", "--allow-no-guides"], expect="ok"),
     Case("denoise --radius 1000000", ["denoise", "{in}/scene.exr", "-o", "{case}/out", "-q", "--model", "flr",
                                       "--radius", "1000000"], expect="ok"),
     # SIGTERM part-way (a job scheduler's stop): exit 0 or 143, never a traceback, no temporary file left behind
-    Case("denoise --temporal, SIGTERM part-way", ["denoise", "{case}/s_*.exr", "-o", "{case}/out", "-q", "--temporal"],
+    Case("denoise --temporal, SIGTERM part-way", ["denoise", "{case}/s_*.exr", "-o", "{case}/out", "-q", "--temporal",
+                                                  "--allow-no-guides", "--static-camera"],
          setup=lambda case, inp: [shutil.copy(inp / "scene.exr", case / f"s_{k:02d}.exr") for k in range(40)],
          sigterm_after=6.0),
     Case("finetune, SIGTERM part-way", [("{case}/data" if a == "{in}/data" else a) for a in FT] + ["--epochs", "400"],
@@ -345,6 +346,9 @@ CASES = [
     Case("train-denoiser --resume without a checkpoint", TD + ["--resume"]),
     Case("train-denoiser --checkpoint-dir not a checkpoint", TD + ["--checkpoint-dir", "{case}/ckpt"],
          setup=_empty_checkpoint_dir),
+    # blender-addon
+    Case("blender-addon -o a folder", ["blender-addon", "-o", "{case}/out"], setup=_a_folder("out")),
+    Case("blender-addon -o a zip", ["blender-addon", "-o", "{case}/out/vision_denoise.zip"], expect="ok"),
 ]
 
 

@@ -109,7 +109,7 @@ def frame_share(energy: torch.Tensor, noise: torch.Tensor, exclude: torch.Tensor
     e = energy[..., ::step, ::step].reshape(b, -1)
     q = noise[..., ::step, ::step].reshape(b, -1) / e
     if exclude is not None:
-        e = e.masked_fill(exclude[..., ::step, ::step].reshape(b, -1), math.nan)
+        e = e.masked_fill(exclude[..., ::step, ::step].expand(b, -1, -1, -1).reshape(b, -1), math.nan)
     q = torch.where((e >= e.nanmedian(dim=1, keepdim=True).values) & torch.isfinite(q), q,
                     torch.full_like(q, math.nan))
     return (1 - torch.nanmedian(q, dim=1).values).nan_to_num(0.0).clamp(0, 1).view(b, 1, 1, 1)
