@@ -371,3 +371,15 @@ def test_huge_scale_and_frames_over_the_pixel_limit_are_refused_in_one_line(seq,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "frame_00.exr" in err[0] and "over the limit" in err[0]
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_an_output_name_too_long_for_its_temporary_file_is_refused_before_any_work(tmp_path, capsys):
+    """A 247-character frame name: the output fits the file system's 255 bytes, its temporary name beside it would
+    not. One line naming the frame, exit 2, before the frame is read or the output folder made."""
+    frame = tmp_path / ("x" * 247 + ".exr")
+    write_exr(frame, {c: np.full((8, 8), 0.5, np.float32) for c in "RGB"})
+    code = cli_main(["denoise", str(frame), "-o", str(tmp_path / "out"), "--model", "flr", "-q", "--allow-no-guides"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "is too long (251 bytes; with the temporary name it is written under first, 265 > 255)" in err[0]
+    assert not (tmp_path / "out").exists()

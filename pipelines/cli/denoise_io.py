@@ -65,6 +65,9 @@ def buffer_path(pattern: str, frame: Path) -> Path:
                 .replace("{dir}", str(frame.parent)))
 
 
+NAME_MAX = 255  # bytes in one file name on Linux, macOS and Windows file systems
+
+
 def output_path(out: Path, frame: Path, suffix: str) -> Path:
     """``out/<stem><suffix>.exr``; a suffix with a path separator, or a name that resolves outside ``out``
     (a link placed there), is refused: outputs stay in the output folder."""
@@ -73,7 +76,15 @@ def output_path(out: Path, frame: Path, suffix: str) -> Path:
     if any(sep and sep in suffix for sep in (os.sep, os.altsep, "\x00")):
         raise ValueError(f"--suffix {suffix!r} must not contain a path separator; outputs stay in -o {out}")
     stem = frame.name[:-4] if frame.name.lower().endswith(".exr") else frame.stem
-    return inside(out, f"{stem}{suffix}.exr", "-o")
+    name = f"{stem}{suffix}.exr"
+    # the output is written under a temporary name beside it (write_atomic): refuse before any work a name whose
+    # temporary file the file system could not hold
+    temporary = len(f".{stem}{suffix}.00000000.tmp.exr".encode())
+    if temporary > NAME_MAX:
+        raise ValueError(f"{frame}: the output name {name[:40]}... is too long ({len(name.encode())} bytes; with the "
+                         f"temporary name it is written under first, {temporary} > {NAME_MAX}): rename the frame or "
+                         "give a shorter --suffix")
+    return inside(out, name, "-o")
 
 
 # --------------------------------------------------------------------------- reading
