@@ -13,7 +13,7 @@ import torch
 from vision.io import write_image
 from vision.pipelines.cli import main
 
-from cli_checks import TINY, one_line_error, unwritable_folder  # noqa: E402
+from cli_checks import one_line_error, tiny_run, unwritable_folder  # noqa: E402
 
 
 def picture(path, seed=0, size=32):
@@ -62,13 +62,7 @@ def test_policy_links_stems_containment_and_atomic_writes(tmp_path):
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A `vision finetune` run folder with untrained weights: enough for the CLI's checks."""
-    from vision.pipelines.training.dense_model import DenseConfig, build_model, save_run_files
-
-    run = tmp_path_factory.mktemp("run")
-    cfg = DenseConfig(task="depth", head="token-local", lora_rank=0, epochs=1, batch_size=2, img_size=32, extra=TINY)
-    torch.manual_seed(0)
-    save_run_files(run, cfg, build_model(cfg))
-    return run
+    return tiny_run(tmp_path_factory)
 
 
 @pytest.fixture

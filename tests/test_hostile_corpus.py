@@ -14,15 +14,7 @@ from safetensors.torch import load_file
 from vision.bundled import asset_path
 from vision.pipelines.cli import main
 
-
-def one_line_error(capsys, *needles) -> str:
-    """The run's progress lines go to stderr too: its error is the last line, the only one, with no traceback."""
-    err = capsys.readouterr().err.strip()
-    errors = [line for line in err.splitlines() if "error" in line.lower()]
-    assert "Traceback" not in err and len(errors) == 1 and err.splitlines()[-1] == errors[0], err
-    for n in needles:
-        assert str(n) in errors[0], (n, err)
-    return errors[0]
+from cli_checks import last_line_error  # noqa: E402
 
 
 def _tiny(tmp_path, epochs=2):
@@ -61,7 +53,7 @@ def test_a_full_disk_at_the_final_write_keeps_the_weights_in_the_checkpoint(tmp_
     with monkeypatch.context() as m:
         _full_disk(m, _is_output)
         assert main(argv) == 1
-    line = one_line_error(capsys, "-o", "No space left on device", "w.safetensors.state", "--resume")
+    line = last_line_error(capsys, "-o", "No space left on device", "w.safetensors.state", "--resume")
     assert "kept in the checkpoint" in line
     assert not out.exists() and not list(tmp_path.glob(".w.safetensors.*"))  # no partial file left behind
     from vision.pipelines.training.denoiser import EXTRA, find_checkpoint
@@ -89,7 +81,7 @@ def test_a_full_disk_for_checkpoint_and_output_rescues_the_weights_beside_it(tmp
     with monkeypatch.context() as m:
         _full_disk(m, full)
         assert main(argv) == 1
-    line = one_line_error(capsys, "No space left on device", "w.rescued.safetensors", "after epoch 1", "--resume")
+    line = last_line_error(capsys, "No space left on device", "w.rescued.safetensors", "after epoch 1", "--resume")
     rescued = tmp_path / "w.rescued.safetensors"
     assert rescued.is_file() and not out.exists()
     state = tmp_path / "w.safetensors.state"
@@ -108,7 +100,7 @@ def test_a_checkpoint_that_cannot_be_written_stops_the_run_and_keeps_the_best_we
     with monkeypatch.context() as m:
         _full_disk(m, lambda path: path.name == "trainer.safetensors")
         assert main([*_tiny(tmp_path, epochs=3), "-o", str(out)]) == 1
-    one_line_error(capsys, "checkpoint not written", "No space left on device", "stopped after epoch 1", str(out),
+    last_line_error(capsys, "checkpoint not written", "No space left on device", "stopped after epoch 1", str(out),
                    "no checkpoint in", "--resume")
     from vision.denoise.flnr import read_metadata
 
@@ -136,7 +128,7 @@ def test_sigterm_and_a_full_disk_rescue_the_weights_beside_the_checkpoint(tmp_pa
         m.setattr(T, "loss_fn", sigterm)
         _full_disk(m, _is_output)
         assert main([*_tiny(tmp_path, epochs=3), "-o", str(out)]) == 1
-    one_line_error(capsys, "No space left on device", "w.rescued.safetensors", "after epoch 1", "--resume")
+    last_line_error(capsys, "No space left on device", "w.rescued.safetensors", "after epoch 1", "--resume")
     from vision.denoise.flnr import read_metadata
 
     assert read_metadata(tmp_path / "w.rescued.safetensors")["vision.train.epochs"] == "1" and not out.exists()

@@ -10,24 +10,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from vision.io import write_image
 from vision.pipelines.cli import main
 
-TINY = dict(depth=4, embed_dim=32, num_heads=2)
+from cli_checks import TINY, tiny_run  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A run folder with untrained weights: enough for loading."""
-    from vision.pipelines.training.dense_model import DenseConfig, build_model, save_run_files
-
-    run = tmp_path_factory.mktemp("run")
-    cfg = DenseConfig(task="depth", head="token-local", lora_rank=0, epochs=1, batch_size=2, img_size=32, extra=TINY)
-    torch.manual_seed(0)
-    save_run_files(run, cfg, build_model(cfg))
-    return run
+    return tiny_run(tmp_path_factory)
 
 
 @pytest.fixture

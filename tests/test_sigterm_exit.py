@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
@@ -58,6 +57,22 @@ cli.main()  # as the `vision` script calls it: the process is the command's own
 '''
 
 
+def _terminate(proc: subprocess.Popen, ready) -> tuple[int, float, str]:
+    """``ready()`` (waits until ``proc`` is where the test wants it, asserting it got there), then SIGTERM: (exit
+    code, seconds from the signal to the exit, stderr). ``proc`` is killed if it is still running after that."""
+    try:
+        ready()
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=10)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return code, took, proc.stderr.read()
+
+
 @pytest.mark.slow
 def test_sigterm_during_a_numba_parallel_loop_exits_143_within_seconds(tmp_path):
     pytest.importorskip("numba")
@@ -65,7 +80,8 @@ def test_sigterm_during_a_numba_parallel_loop_exits_143_within_seconds(tmp_path)
     env = dict(os.environ, OMP_NUM_THREADS="2", NUMBA_NUM_THREADS="2")
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(CHILD), str(tmp_path)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
-    try:
+
+    def ready():
         lines = []
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -77,15 +93,8 @@ def test_sigterm_during_a_numba_parallel_loop_exits_143_within_seconds(tmp_path)
                 break
         assert lines and lines[-1] == "ready", (lines, proc.stderr.read() if proc.poll() is not None else "")
         time.sleep(0.5)  # well inside the loop
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=10)
-        took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    err = proc.stderr.read()
+
+    code, took, err = _terminate(proc, ready)
     assert code == 143 and took < 5, (code, took, err)
     assert "terminated (SIGTERM)" in err and "Traceback" not in err, err
 
@@ -147,22 +156,16 @@ def test_sigterm_stops_a_long_temporal_denoise_within_seconds(tmp_path):
                              str(out), "--temporal", "--model", "flr", "-q", "--allow-no-guides",
                              "--static-camera"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    try:
+
+    def ready():
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:
             if out.is_dir() and len([p for p in out.iterdir() if p.suffix == ".exr"]) >= 50:
                 break
             time.sleep(0.2)
         assert proc.poll() is None, proc.communicate()
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=10)
-        took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    err = proc.stderr.read()
+
+    code, took, err = _terminate(proc, ready)
     assert code == 143 and took < 10, (code, took, err)
     assert "terminated (SIGTERM)" in err and "Traceback" not in err, err
     written = sorted(out.iterdir())

@@ -17,18 +17,8 @@ from vision.bundled import asset_path
 from vision.io import write_image
 from vision.pipelines.cli import main
 
-from cli_checks import TINY  # noqa: E402
+from cli_checks import TINY, last_line_error, tiny_run  # noqa: E402
 
-
-def one_line_error(capsys, *needles) -> str:
-    """The run's progress notes may come first: its error is the last line of stderr and the only one that says
-    "error", with no traceback."""
-    err = capsys.readouterr().err.strip()
-    errors = [line for line in err.splitlines() if "error" in line.lower()]
-    assert "Traceback" not in err and len(errors) == 1 and err.splitlines()[-1] == errors[0], err
-    for n in needles:
-        assert str(n) in errors[0], (n, err)
-    return errors[0]
 
 
 @pytest.fixture(autouse=True)
@@ -115,7 +105,7 @@ def test_train_denoiser_resume_from_a_tampered_checkpoint_is_one_line(denoiser_s
     capsys.readouterr()
     assert main(_train_denoiser_args(denoiser_state / "scenes") + ["-o", str(tmp_path / "w.safetensors"),
                                                                    "--resume"]) == 2
-    one_line_error(capsys, needle)
+    last_line_error(capsys, needle)
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # the inputs are untouched
     assert not (tmp_path / "w.safetensors").exists()
 
@@ -158,7 +148,7 @@ def test_finetune_resume_from_tampered_state_is_one_line(finetune_run, tmp_path,
     before = {p.name: p.read_bytes() for p in (run / "state").iterdir()}
     capsys.readouterr()
     assert main(_finetune_args(finetune_run / "data") + ["-o", str(run), "--resume"]) == 2
-    one_line_error(capsys, needle)
+    last_line_error(capsys, needle)
     assert {p.name: p.read_bytes() for p in (run / "state").iterdir()} == before
 
 
@@ -166,12 +156,7 @@ def test_finetune_resume_from_tampered_state_is_one_line(finetune_run, tmp_path,
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    from vision.pipelines.training.dense_model import DenseConfig, build_model, save_run_files
-
-    run = tmp_path_factory.mktemp("run")
-    cfg = DenseConfig(task="depth", head="token-local", lora_rank=0, epochs=1, batch_size=2, img_size=32, extra=TINY)
-    save_run_files(run, cfg, build_model(cfg))
-    return run
+    return tiny_run(tmp_path_factory)
 
 
 @pytest.mark.parametrize("case", ["predict RUN", "predict -o", "predict -o inside", "evaluate --json",
@@ -191,7 +176,7 @@ def test_a_loop_of_symbolic_links_is_one_line(run_dir, tmp_path, capsys, case):
         "train-denoiser --data": ["train-denoiser", "--data", str(loop), "-o", str(tmp_path / "w.safetensors")],
     }[case]
     assert main(argv) == 2
-    one_line_error(capsys, "symbolic links", str(loop))
+    last_line_error(capsys, "symbolic links", str(loop))
 
 
 # --------------------------------------------------------------------------- meta tensors
