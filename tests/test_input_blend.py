@@ -123,11 +123,13 @@ def test_spp_tells_flnr_the_noise_level_and_bad_values_are_refused():
     d = read_frame(asset_path("scenes", "scene_00000", "frame_00.exr"))
     g = {k: d[k] for k in ("albedo", "normal", "depth", "ao", "emission")}
     h, w = d["color"].shape[:2]
-    told = denoise(d["color"], **g, spp=16)
-    assert np.array_equal(told, denoise(d["color"], **g, history=np.full((h, w), 16.0)))
-    assert not np.array_equal(told, denoise(d["color"], **g))
-    assert np.array_equal(denoise(d["color"], **g, history=np.full((h, w), 2.0), spp=8), told)  # 2 frames x 8
-    assert np.array_equal(denoise(d["color"], **g, model="flr", spp=64), denoise(d["color"], **g, model="flr"))
+    told = denoise(d["color"], **g, spp=16, input_blend=False)  # the fit: the network is told 16 samples
+    assert np.array_equal(told, denoise(d["color"], **g, history=np.full((h, w), 16.0), input_blend=False))
+    assert not np.array_equal(told, denoise(d["color"], **g, input_blend=False))
+    assert np.array_equal(denoise(d["color"], **g, history=np.full((h, w), 2.0), spp=8, input_blend=False),
+                          told)  # 2 frames x 8
+    assert np.array_equal(denoise(d["color"], **g, model="flr", spp=64, input_blend=False),
+                          denoise(d["color"], **g, model="flr", input_blend=False))  # FLR's fit is not told
     for bad in (0, 0.5, -1, float("nan"), float("inf"), "64", True):
         with pytest.raises(ValueError, match="^spp must be"):
             denoise(d["color"], **g, spp=bad)
@@ -205,7 +207,78 @@ def test_the_blend_is_differentiable_in_the_fit_with_the_factors_held():
         assert abs(float(grad[0, 1, 5, 5]) - float(numeric) / eps) < 1e-3
 
 
-def _blend_reference(out, color, albedo, sharp, radius=3):
+def _regional_reference(v, energy, cell=4, cells=5):
+    """The region's noise level written out with loops in float64: per cell of cell x cell pixels (the frame
+    extended by repeating its last row and column) the mean log ratio, the median over the cells x cells cells
+    around (repeating the border cells), its exponential bilinear between cell centres (half-pixel centres,
+    clamped), times the energy."""
+    tiny = torch.finfo(torch.float32).tiny
+    nv, en = v.double()[0, 0], energy.double()[0, 0]
+    h, w = nv.shape
+    ch, cw = -(-h // cell), -(-w // cell)
+    grid = torch.empty(ch, cw, dtype=torch.float64)
+    for i in range(ch):
+        for j in range(cw):
+            ys = [min(y, h - 1) for y in range(i * cell, i * cell + cell)]
+            xs = [min(x, w - 1) for x in range(j * cell, j * cell + cell)]
+            grid[i, j] = torch.log((nv[ys][:, xs] + tiny) / (en[ys][:, xs] + tiny)).mean()
+    k = cells // 2
+    med = torch.empty_like(grid)
+    for i in range(ch):
+        for j in range(cw):
+            vals = [grid[min(max(a, 0), ch - 1), min(max(b, 0), cw - 1)]
+                    for a in range(i - k, i + k + 1) for b in range(j - k, j + k + 1)]
+            med[i, j] = torch.stack(vals).sort().values[(len(vals) - 1) // 2].exp()  # the lower median
+    out = torch.empty(h, w, dtype=torch.float64)
+    for y in range(h):
+        for x in range(w):
+            fy = min(max((y + 0.5) / cell - 0.5, 0.0), ch - 1.0)
+            fx = min(max((x + 0.5) / cell - 0.5, 0.0), cw - 1.0)
+            y0, x0 = int(fy), int(fx)
+            y1, x1 = min(y0 + 1, ch - 1), min(x0 + 1, cw - 1)
+            ay, ax = fy - y0, fx - x0
+            out[y, x] = ((1 - ay) * ((1 - ax) * med[y0, x0] + ax * med[y0, x1])
+                         + ay * ((1 - ax) * med[y1, x0] + ax * med[y1, x1]))
+    return out * (en + tiny)
+
+
+def test_regional_noise_matches_loops_in_float64():
+    from vision.denoise.input_blend import regional_noise
+    from vision.kernels import runtime
+
+    g = torch.Generator().manual_seed(5)
+    for h, w in ((23, 30), (4, 4), (1, 7)):
+        v = torch.rand(1, 1, h, w, generator=g) ** 4 * 10
+        energy = torch.rand(1, 1, h, w, generator=g) + 0.1
+        want = _regional_reference(v, energy).numpy()
+        for numba in (True, False):  # each path the registry may run (tests/test_registry_denoise.py: which)
+            with runtime.use_numba(numba):
+                np.testing.assert_allclose(regional_noise(v, energy)[0, 0].double().numpy(), want, rtol=2e-5)
+
+
+def test_capped_noise_keeps_reflected_texture_at_high_sample_counts():
+    """A patch of fine texture no guide explains (a reflection), on a smooth shaded wall, rendered with little
+    noise: the uncapped estimate takes the texture for noise and smooths it; told the sample count, the texture is
+    kept and the result is at least as close to the truth as the input."""
+    g = torch.Generator().manual_seed(11)
+    h = w = 64
+    yy, xx = torch.meshgrid(torch.arange(h, dtype=torch.float32), torch.arange(w, dtype=torch.float32),
+                            indexing="ij")
+    truth = (0.3 + 0.2 * xx / w).expand(1, 3, h, w).clone()
+    patch = (slice(24, 40), slice(24, 40))
+    truth[..., patch[0], patch[1]] += 0.3 * torch.sin(1.5 * xx + 1.1 * yy)[patch]
+    noisy = truth + 0.01 * torch.randn(1, 3, h, w, generator=g)
+    albedo = torch.full((1, 3, h, w), 0.8)
+    normal = torch.zeros(1, 3, h, w)
+    normal[:, 2] = 1
+    def err(x):
+        return float((x - truth).square().mean())
+    blind = denoise(noisy, albedo=albedo, normal=normal, model="flr")
+    told = denoise(noisy, albedo=albedo, normal=normal, model="flr", spp=256)
+    assert err(told) <= err(noisy) < err(blind)
+
+
+def _blend_reference(out, color, albedo, sharp, radius=3, cap=None):
     """The blend written out in float64 from its definition (module docstring of input_blend): window sums by
     explicit shifts, the noise energy as the 3 x 3 second difference k k^T / 6 at interior pixels, copied outwards."""
     o, y, f = out.double(), color.double(), albedo.double().clamp_min(0.1)
@@ -227,6 +300,11 @@ def _blend_reference(out, color, albedo, sharp, radius=3):
     from vision.denoise.input_blend import SHARP_LEVERAGE, frame_share
 
     e, v = box[:, :1], box[:, 1:2]
+    if cap is not None:
+        level = torch.nn.functional.avg_pool2d(torch.nn.functional.pad((o * o).sum(1, keepdim=True), (radius,) * 4),
+                                               n, 1) / torch.nn.functional.avg_pool2d(ones, n, 1)
+        v = torch.minimum(v, cap * torch.stack([_regional_reference(v[i:i + 1].float(), level[i:i + 1].float())
+                                                for i in range(len(v))])[:, None])
     trust = frame_share(e.float(), v.float()).double().sqrt()
     s = (1 - v / (e * trust)).nan_to_num(0, 0, 0).clamp(0, 1)
     w = ((box[:, 2:3] - SHARP_LEVERAGE * v) / box[:, 3:4]).nan_to_num(0, 0, 0).clamp(0, 1) * trust
@@ -246,7 +324,8 @@ def test_fused_cpu_blend_matches_the_float64_definition(size):
     sharp = color + 0.1 * torch.randn(2, 3, h, w, generator=g)
     sharp[0, :, : h // 2] = color[0, :, : h // 2]  # noise-free windows: the input wins there
     albedo = torch.rand(2, 3, h, w, generator=g)
-    got = towards_input(out, color, albedo, sharp)
     assert "torch+numba" in str(explain("denoise.input_blend", out, tensors=(out, color, sharp, albedo)))
-    want = _blend_reference(out, color, albedo, sharp)
-    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+    for cap in (None, 2.0):
+        got = towards_input(out, color, albedo, sharp, cap=cap)
+        want = _blend_reference(out, color, albedo, sharp, cap=cap)
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)

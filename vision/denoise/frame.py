@@ -165,13 +165,14 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
     needs_grad = torch.is_grad_enabled() and (c.requires_grad or (net is not None and net.training))
     blend = bool(input_blend) and u == 1 and blends(spp)
     frame = functools.partial(_frame, names=names, model=model, net=net, radius=radius, eps=eps, scale=scale,
-                              tile=tile, phase=phase, repair=repair, needs_grad=needs_grad, hdr=hdr, blend=blend)
+                              tile=tile, phase=phase, repair=repair, needs_grad=needs_grad, hdr=hdr, blend=blend,
+                              spp=spp)
     # a frame that reads no tensor on the host (repair on, data checks off) can be a CUDA graph
     if (graphs.wanted(inputs, needs_grad) and repair and not buffers.host_reads(c)
             and not isinstance(eps, torch.Tensor)):
         # the graph reads the network's weights where they lie: moved (nn.Module.to replaces them), a new graph
         weights_at = () if net is None else tuple(t.data_ptr() for t in (*net.parameters(), *net.buffers()))
-        key = (model, id(net), weights_at, radius, eps, scale, tile, phase, names, hdr, blend, forced_backend())
+        key = (model, id(net), weights_at, radius, eps, scale, tile, phase, names, hdr, blend, spp, forced_backend())
         out = graphs.run(key, frame, inputs)
     else:
         out = frame(*inputs)
@@ -179,16 +180,16 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
 
 
 def _frame(c, *present, names, model, net, radius, eps, scale, tile, phase, repair, needs_grad, hdr=True,
-           blend=False):
+           blend=False, spp=None):
     """One frame of :func:`denoise` on validated (B, C, H, W) buffers: repairs, checks, the model, the input blend;
     LDR colour (``hdr=False``) is taken at most 1 and the result clamped into [0, 1] (branch-free: no host
     reads)."""
     out = _model(c, *present, names=names, model=model, net=net, radius=radius, eps=eps, scale=scale, tile=tile,
-                 phase=phase, repair=repair, needs_grad=needs_grad, hdr=hdr, blend=blend)
+                 phase=phase, repair=repair, needs_grad=needs_grad, hdr=hdr, blend=blend, spp=spp)
     return out if hdr else out.clamp(0.0, 1.0)
 
 
-def _model(c, *present, names, model, net, radius, eps, scale, tile, phase, repair, needs_grad, hdr, blend):
+def _model(c, *present, names, model, net, radius, eps, scale, tile, phase, repair, needs_grad, hdr, blend, spp=None):
     guides = dict.fromkeys(GUIDES)
     guides.update(zip(names, present))
     u = upsample_factor(tuple(c.shape[-2:]), full_size(c, guides))
@@ -221,7 +222,7 @@ def _model(c, *present, names, model, net, radius, eps, scale, tile, phase, repa
             out = flr_tiled(c, guides, radius, eps, scale, tile, phase=phase)
         else:
             out = flr(c, guides, radius, eps, scale, phase=phase)
-        return blend_towards_input(out, c, guides, tile) if blend else out
+        return blend_towards_input(out, c, guides, tile, spp) if blend else out
 
 
 def _dtype_name(x) -> str:

@@ -18,7 +18,8 @@ _ANY4 = "float32[:, :, :, :]"
 
 @kernel(f"void({_ANY4}, {_ANY4}, {_ANY4}, {_ANY4}, float32[:, :, :, ::1])")
 def blend_sums_planes(out, color, sharp, factor, sums):
-    """``sums`` (B, 4, H, W) = per pixel, summed over the 3 channels: ``r r``, the noise energy, ``r d`` and ``d d``,
+    """``sums`` (B, 5, H, W) = per pixel, summed over the 3 channels: ``r r``, the noise energy, ``r d``, ``d d`` and
+    ``out out``,
     with ``r = color - out`` and ``d = sharp - out``; the noise energy is that of
     :func:`~vision.denoise.input_blend.noise_energy` on ``(color - sharp) / factor`` scaled by ``factor``
     (interior pixels, copied outwards at the border; zeros for frames under 3 x 3). Each sum is clamped into
@@ -30,7 +31,7 @@ def blend_sums_planes(out, color, sharp, factor, sums):
     for n in prange(B * H):
         b, y = n // H, n % H
         row = sums[b, :, y]
-        for k in range(4):
+        for k in range(5):
             for x in range(W):
                 row[k, x] = np.float32(0.0)
         for c in range(C):
@@ -41,6 +42,7 @@ def blend_sums_planes(out, color, sharp, factor, sums):
                 row[0, x] += r * r
                 row[2, x] += r * d
                 row[3, x] += d * d
+                row[4, x] += o[x] * o[x]
         if not small:
             yc = min(max(y, 1), H - 2)  # the nearest interior row: the border copies it
             rough = np.empty((3, W), np.float32)
@@ -59,7 +61,7 @@ def blend_sums_planes(out, color, sharp, factor, sums):
                     xc = min(max(x, 1), W - 2)
                     v = (across[xc - 1] + across[xc + 1] - two * across[xc]) * sixth * fv[xc]
                     row[1, x] += v * v
-        for k in range(4):
+        for k in range(5):
             for x in range(W):
                 v = row[k, x]
                 row[k, x] = big if v != v else min(max(v, -big), big)
@@ -67,7 +69,7 @@ def blend_sums_planes(out, color, sharp, factor, sums):
 
 @kernel(f"void({_ANY4}, {_ANY4}, {_ANY4}, float32[:, :, :, ::1], float32[::1], float32, float32[:, :, :, ::1])")
 def blend_apply_planes(out, color, sharp, sums, trust, leverage, result):
-    """``result`` (B, 3, H, W) = ``out + s r + w (1 - s) d`` with the window sums ``sums`` (B, 4, H, W, as
+    """``result`` (B, 3, H, W) = ``out + s r + w (1 - s) d`` with the window sums ``sums`` (B, 5, H, W, as
     :func:`blend_sums_planes` writes them, box-filtered), ``trust`` (B,) the square root of each image's
     :func:`~vision.denoise.input_blend.frame_share`, ``s = unit(1 - v / (e trust))`` and ``w = unit((rd -
     leverage v) / dd) trust`` (``unit``: clamped into [0, 1], NaN and inf as 0)."""
@@ -88,10 +90,65 @@ def blend_apply_planes(out, color, sharp, sums, trust, leverage, result):
                 result[b, c, y, x] = o + s * (color[b, c, y, x] - o) + ws * (sharp[b, c, y, x] - o)
 
 
+@kernel("void(float32[:, :, :, :], int64, float32[:, :, :, ::1])")
+def cell_median_planes(grid, n, out):
+    """``out`` (B, 1, h, w): per cell of ``grid`` (B, 1, h, w), the lower median of the ``n`` x ``n`` cells around
+    it, the border cells repeated past the edge (NaN sorts as the largest)."""
+    B, _, H, W = grid.shape
+    k = n // 2
+    m = n * n
+    for q in prange(B * H):
+        b, y = q // H, q % H
+        vals = np.empty(m, np.float32)
+        for x in range(W):
+            c = 0
+            for dy in range(-k, k + 1):
+                yy = min(max(y + dy, 0), H - 1)
+                for dx in range(-k, k + 1):
+                    v = grid[b, 0, yy, min(max(x + dx, 0), W - 1)]
+                    j = c
+                    while j > 0 and (vals[j - 1] > v or vals[j - 1] != vals[j - 1]) and v == v:
+                        vals[j] = vals[j - 1]
+                        j -= 1
+                    vals[j] = v
+                    c += 1
+            out[b, 0, y, x] = vals[(m - 1) // 2]
+
+
+@kernel("void(float32[:, :, :, :], float32[:, :, :, :], int64, float32, float32[:, :, :, ::1])")
+def log_ratio_cells_planes(noise, energy, cell, tiny, out):
+    """``out`` (B, 1, h, w): per cell of ``cell`` x ``cell`` pixels, the mean of ``log((noise + tiny) / (energy +
+    tiny))`` over its pixels, the frame's last row and column repeated to fill the border cells."""
+    B, _, H, W = noise.shape
+    h, w = out.shape[2], out.shape[3]
+    inv = np.float32(1.0 / (cell * cell))
+    for q in prange(B * h):
+        b, i = q // h, q % h
+        for j in range(w):
+            acc = np.float32(0.0)
+            for dy in range(cell):
+                y = min(i * cell + dy, H - 1)
+                for dx in range(cell):
+                    x = min(j * cell + dx, W - 1)
+                    acc += np.log((noise[b, 0, y, x] + tiny) / (energy[b, 0, y, x] + tiny))
+            out[b, 0, i, j] = acc * inv
+
+
+def noise_cells(noise: torch.Tensor, energy: torch.Tensor, cell: int, n: int) -> torch.Tensor:
+    """:func:`log_ratio_cells_planes` then :func:`cell_median_planes`: the grid of
+    ``input_blend._noise_cells_torch``."""
+    b, _, h, w = noise.shape
+    grid = torch.empty(b, 1, -(-h // cell), -(-w // cell), dtype=noise.dtype)
+    log_ratio_cells_planes(noise, energy, int(cell), float(torch.finfo(noise.dtype).tiny), grid)
+    out = torch.empty_like(grid)
+    cell_median_planes(grid, int(n), out)
+    return out
+
+
 def blend_sums(out: torch.Tensor, color: torch.Tensor, sharp: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
-    """:func:`blend_sums_planes` into a new (B, 4, H, W) tensor."""
+    """:func:`blend_sums_planes` into a new (B, 5, H, W) tensor."""
     b, _, h, w = out.shape
-    sums = out.new_empty(b, 4, h, w)
+    sums = out.new_empty(b, 5, h, w)
     blend_sums_planes(out, color, sharp, factor.expand(b, -1, h, w), sums)
     return sums
 
