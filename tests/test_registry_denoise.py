@@ -44,7 +44,8 @@ OPS = {"denoise.log_depth": ["torch+numba", "torch"], "denoise.reproject": ["tor
        "denoise.flnr.finish": ["torch+numba", "torch+bands", "torch"], "denoise.flnr.detail": ["torch+numba", "torch"],
        "denoise.flnr.mean3": ["torch+opencv", "torch"], "denoise.flnr.contrast": ["torch+opencv", "torch"],
        "denoise.flnr.log1p": ["torch+opencv", "torch"], "denoise.area_down": ["torch+opencv", "torch"],
-       "denoise.input_blend": ["torch+numba", "torch"], "denoise.noise_cells": ["torch+numba", "torch"]}
+       "denoise.input_blend": ["torch+numba", "torch"], "denoise.noise_cells": ["torch+numba", "torch"],
+       "denoise.lone_peaks": ["torch+numba", "torch"]}
 
 
 @pytest.fixture
@@ -129,6 +130,15 @@ def test_noise_cells_run_the_path_they_explain(case, spy):
     with runtime.use_numba(numba):
         IB.regional_noise(noise, energy)
         _check("denoise.noise_cells", case.split("/")[0], hits, asked)
+
+
+@pytest.mark.parametrize("case", ["torch+numba", "torch", "torch/float64"])
+def test_lone_peaks_run_the_path_they_explain(case, spy):
+    hits, asked = spy("denoise.lone_peaks")
+    numba, _, dtype = _engine(case)
+    with runtime.use_numba(numba):
+        IB.lone_peaks(torch.rand(1, 1, 9, 11, dtype=dtype), 3)
+        _check("denoise.lone_peaks", case.split("/")[0], hits, asked)
 
 
 # ------------------------------------------------------------------------------------------------ FLNR's stages

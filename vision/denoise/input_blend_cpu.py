@@ -134,6 +134,46 @@ def log_ratio_cells_planes(noise, energy, cell, tiny, out):
             out[b, 0, i, j] = acc * inv
 
 
+@kernel("void(float32[:, :, :, :], float32, int64, float32[:, :, :, ::1], float32[:, :, :, ::1])")
+def lone_peaks_planes(ne, ratio, radius, rows, out):
+    """``out`` (B, 1, H, W): the largest value, over the ``(2 radius + 1)^2`` window around each pixel (clipped at the
+    frame's edge), of the pixels of ``ne`` (B, 1, H, W) that are at least ``ratio`` times each of their 8 neighbours
+    (the frame's border repeated); 0 where there is none. ``rows``: scratch of ``out``'s shape."""
+    B, _, H, W = ne.shape
+    zero = np.float32(0.0)
+    for q in prange(B * H):
+        b, y = q // H, q % H
+        lone = np.empty(W, np.float32)
+        for x in range(W):
+            v = ne[b, 0, y, x]
+            top = zero
+            for dy in range(-1, 2):
+                yy = min(max(y + dy, 0), H - 1)
+                for dx in range(-1, 2):
+                    if dy != 0 or dx != 0:
+                        top = max(top, ne[b, 0, yy, min(max(x + dx, 0), W - 1)])
+            lone[x] = v if v >= ratio * top else zero
+        for x in range(W):  # the running maximum along the row
+            m = zero
+            for xx in range(max(x - radius, 0), min(x + radius + 1, W)):
+                m = max(m, lone[xx])
+            rows[b, 0, y, x] = m
+    for q in prange(B * H):  # then down the column
+        b, y = q // H, q % H
+        for x in range(W):
+            m = zero
+            for yy in range(max(y - radius, 0), min(y + radius + 1, H)):
+                m = max(m, rows[b, 0, yy, x])
+            out[b, 0, y, x] = m
+
+
+def lone_peaks(ne: torch.Tensor, ratio: float, radius: int) -> torch.Tensor:
+    """:func:`lone_peaks_planes` into a new tensor."""
+    out = torch.empty(ne.shape, dtype=ne.dtype)
+    lone_peaks_planes(ne, float(ratio), int(radius), torch.empty_like(out), out)
+    return out
+
+
 def noise_cells(noise: torch.Tensor, energy: torch.Tensor, cell: int, n: int) -> torch.Tensor:
     """:func:`log_ratio_cells_planes` then :func:`cell_median_planes`: the grid of
     ``input_blend._noise_cells_torch``."""
