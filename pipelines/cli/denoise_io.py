@@ -35,10 +35,22 @@ def expand_frames(patterns) -> list[Path]:
         else:
             hits = [Path(pat)]
             if not hits[0].is_file():
+                _refuse_link_loop(pat)  # is_file() says False for a loop too: say what it is
                 raise FileNotFoundError(f"no such frame: {pat}")
         for h in hits:
             found[h] = None
     return sorted(found, key=natural_key)
+
+
+def _refuse_link_loop(name: str) -> None:
+    """A ValueError naming ``name`` when it is a symbolic link whose chain leads back to itself."""
+    import errno
+
+    try:
+        os.stat(name)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise ValueError(f"FRAMES {name}: symbolic links that lead to each other (a loop)") from None
 
 
 def parse_shard(text: str | None) -> tuple[int, int]:
