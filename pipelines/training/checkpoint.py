@@ -125,6 +125,8 @@ def damaged_file(folder) -> tuple[Path, str] | None:
         rank = next((k for k, stem in enumerate(("model", "optimizer", "scheduler")) if path.name.startswith(stem)), 3)
         return rank, path.name
 
+    if not Path(folder).is_dir():
+        return None
     for path in sorted((p for p in Path(folder).iterdir() if p.is_file() and p.name != MANIFEST), key=order):
         try:
             if path.suffix == ".safetensors":
