@@ -70,6 +70,18 @@ def check_positive(value, name: str, why: str = ""):
     return number
 
 
+def check_not_meta_beside_real(t: torch.Tensor, name: str, device) -> None:
+    """Refuse, naming ``name``, a meta tensor (a shape without values) given with inputs on a real ``device``: its
+    values cannot be moved there. All-meta inputs pass (the ops give meta results of the real shapes).
+
+        >>> check_not_meta_beside_real(torch.empty(3, device="meta"), "eps", "cpu")
+        Traceback (most recent call last):
+        ValueError: eps is a meta tensor (a shape without values) but the inputs are on cpu
+    """
+    if t.is_meta and torch.device(device).type != "meta":
+        raise ValueError(f"{name} is a meta tensor (a shape without values) but the inputs are on {device}")
+
+
 def check_image(x, name: str, channels: tuple[int, ...] | None = None) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor of shape (B, C, H, W), got {type(x).__name__}")
@@ -138,6 +150,7 @@ def check_eps(eps, batch: int, device, backend: str = "torch") -> torch.Tensor:
     symbolic float (a compiled module's eps) with ``torch._check``.
     """
     if isinstance(eps, torch.Tensor):
+        check_not_meta_beside_real(eps, "eps", device)
         t = check_float_tensor(eps, "eps").to(device=device, dtype=torch.float32)
         if t.dim() > 1 or t.numel() not in (1, batch):
             raise ValueError(f"eps must be a float or a tensor of shape ({batch},), got shape {tuple(eps.shape)}")

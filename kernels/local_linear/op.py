@@ -24,8 +24,8 @@ from ..box.torch_path import opencv_available
 from ..runtime import backend_of, choose, jit, register_path
 from ..guided.reference import low_res_radius
 from ..runtime import data_checks
-from ..validate import (as_float, check_all_finite, check_float_tensor, check_image, check_positive, check_radius,
-                        check_scale, is_symbolic)
+from ..validate import (as_float, check_all_finite, check_float_tensor, check_image, check_not_meta_beside_real,
+                        check_positive, check_radius, check_scale, is_symbolic)
 from .library import apply_op, fit_op
 from .torch_path import Engine
 
@@ -97,6 +97,7 @@ def _check_eps(eps, batch: int, k: int, device, dtype, backend: str) -> torch.Te
     """
     if isinstance(eps, torch.Tensor):
         check_float_tensor(eps, "eps")
+        check_not_meta_beside_real(eps, "eps", device)
         if eps.dim() == 0 or (eps.dim() == 1 and eps.numel() in (1, k)) or (eps.dim() == 2 and tuple(eps.shape) == (batch, k)):
             t = eps.to(device=device, dtype=dtype)
         else:

@@ -15,10 +15,10 @@ import time
 import warnings
 from pathlib import Path
 
-from .denoise_io import (BUFFERS, SETTINGS_KEY, _load_weights, buffer_path, expand_frames,  # noqa: F401
-                         exit_on_sigterm, format_settings, natural_key, output_path, parse_phase, parse_shard,
-                         read_frame_file, remove_stale_temps,
-                         run_settings, shard, why_redo, write_output, written_rgb)
+from .denoise_io import (BUFFERS, SETTINGS_KEY, _load_weights, buffer_path, check_before_loading,  # noqa: F401
+                         expand_frames, exit_on_sigterm, format_settings, natural_key, output_path, parse_phase,
+                         parse_shard, read_frame_file, remove_stale_temps, run_settings, shard, why_redo,
+                         write_output, written_rgb)
 
 EPILOG = """\
 examples:
@@ -228,6 +228,7 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
+    check_before_loading(args)  # a refusal from the command line and the headers takes no torch to say
     import torch
     from tqdm import tqdm
 
@@ -281,14 +282,13 @@ def _run(args) -> int:
     if len(set(targets)) != len(targets):
         raise ValueError("two frames map to the same output name; use frames with distinct file names")
     from vision import __version__
-    from vision.data.render_layers import check_readable, describe, missing_guides, samples_per_pixel
+    from vision.data.render_layers import describe, missing_guides, samples_per_pixel
 
     from .denoise_report import Report, missing_setup
 
     report = Report(json_stream=args.progress == "json", quiet=args.quiet)
 
-    for f in mine:  # a bad file stops the run before anything is made, with one line naming it
-        check_readable(f)
+    # (a bad frame file stopped the run in check_before_loading, before anything was made)
     created = not out.exists()
     prepare_folder(out, "-o")  # before any compute
     remove_stale_temps(out, targets)  # what a killed run left (names of this run's frames only)

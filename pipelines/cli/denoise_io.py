@@ -35,10 +35,68 @@ def expand_frames(patterns) -> list[Path]:
         else:
             hits = [Path(pat)]
             if not hits[0].is_file():
+                _refuse_link_loop(pat)  # is_file() says False for a loop too: say what it is
                 raise FileNotFoundError(f"no such frame: {pat}")
         for h in hits:
             found[h] = None
-    return sorted(found, key=natural_key)
+    frames = sorted(found, key=natural_key)
+    for f in frames:
+        if not f.is_file():
+            _refuse_link_loop(str(f))  # a pattern matches a link of a loop too
+    return frames
+
+
+def _refuse_link_loop(name: str) -> None:
+    """A ValueError naming ``name`` when it is a symbolic link whose chain leads back to itself."""
+    import errno
+
+    try:
+        os.stat(name)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise ValueError(f"FRAMES {name}: symbolic links that lead to each other (a loop)") from None
+
+
+def check_before_loading(args) -> None:
+    """Refuse what the command line and the frames' headers alone show to be wrong, before torch and the denoiser
+    load (seconds, and most of a run's memory, spent on a refusal otherwise): a frame that is missing or no frame
+    file, one over the pixel limit (its header's data window), and a ``--scale`` above the larger side of all that a
+    frame reads (the frame and its buffer files). Only the frames this shard reads are opened, headers only; the run
+    checks each frame again where it reads it."""
+    from vision.data.render_layers import check_readable
+
+    frames = expand_frames(args.frames)
+    index, count = parse_shard(args.shard)
+    start, end = index * len(frames) // count, (index + 1) * len(frames) // count
+    first = max(0, start - args.warmup) if args.temporal and args.warmup > 0 else start
+    patterns = [p for p in (getattr(args, name) for name in BUFFERS) if p]
+    for frame in frames[first:end]:
+        check_readable(frame)
+        if args.scale is not None and args.scale > 1:
+            sides = [largest_side(f) for f in [frame] + [buffer_path(p, frame) for p in patterns]]
+            if None not in sides and args.scale > max(sides):
+                raise ValueError(f"{frame}: scale must be at most the frame's larger side ({max(sides)} pixels), got "
+                                 f"{args.scale}")
+
+
+def largest_side(path: Path) -> int | None:
+    """The larger side, in pixels, of the largest data window among an EXR file's parts, from its headers; None for
+    a PFM, a missing file or a header that does not read (the reader reports those)."""
+    from vision.data.exr import EXR_MAGIC
+
+    try:
+        if not path.is_file():
+            return None
+        with open(path, "rb") as f:
+            if f.read(4) != EXR_MAGIC:
+                return None
+        import OpenEXR
+
+        with OpenEXR.File(str(path), header_only=True) as exr:
+            windows = [part.header["dataWindow"] for part in exr.parts]
+        return max(max(int(hi[0]) - int(lo[0]), int(hi[1]) - int(lo[1])) + 1 for lo, hi in windows)
+    except Exception:  # noqa: BLE001 - an unreadable header is the reader's to report, naming the file
+        return None
 
 
 def parse_shard(text: str | None) -> tuple[int, int]:

@@ -114,6 +114,39 @@ def first_line(err: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(err).__name__
 
 
+def damaged_file(folder) -> tuple[Path, str] | None:
+    """After loading ``folder`` failed: its first state file that does not load on its own (safetensors read
+    whole, ``.bin`` / ``.pkl`` as Accelerate reads them: weights only), and the first line of why; None when each
+    file loads (then the checkpoint does not fit the model or its settings). Reads every file, so it runs on the
+    failure path only: a good checkpoint never pays for it."""
+    import pickle
+
+    def order(path: Path):  # what a resume reads first: weights, optimiser, schedule, then the rest
+        rank = next((k for k, stem in enumerate(("model", "optimizer", "scheduler")) if path.name.startswith(stem)), 3)
+        return rank, path.name
+
+    if not Path(folder).is_dir():
+        return None
+    for path in sorted((p for p in Path(folder).iterdir() if p.is_file() and p.name != MANIFEST), key=order):
+        try:
+            if path.suffix == ".safetensors":
+                from safetensors import safe_open
+
+                with safe_open(str(path), framework="pt", device="cpu") as fh:
+                    for key in fh.keys():
+                        fh.get_tensor(key)
+            elif path.suffix in (".bin", ".pkl"):
+                try:
+                    from accelerate.utils import load  # torch.load with Accelerate's allow-list (RNG states)
+                except ImportError:
+                    from torch import load
+                load(str(path), map_location="cpu", weights_only=True)
+        except load_errors() as err:
+            why = ("not a weights-only torch file" if isinstance(err, pickle.UnpicklingError) else first_line(err))
+            return path, why
+    return None
+
+
 def _number(v) -> bool:
     import math
 

@@ -273,6 +273,9 @@ def train(cfg: DenoiserTraining, build, train_frames: list, val_frames: list, *,
             acc.load_state(str(where))  # model, optimiser, schedule, RNG of this rank
             extra = load_file(str(where / EXTRA))
         except C.load_errors() as err:  # damaged files: safetensors, torch.load's refusals, a truncated zip
+            bad = C.damaged_file(where)  # which file, when one does not load on its own
+            if bad is not None:
+                raise ValueError(f"--resume: {bad[0]} is damaged and cannot be loaded ({bad[1]})") from None
             raise ValueError(f"--resume: {where} cannot be loaded ({C.first_line(err)})") from None
         if ema is not None:
             ema.module.load_state_dict({k[4:]: v for k, v in extra.items() if k.startswith("ema/")})

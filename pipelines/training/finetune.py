@@ -245,8 +245,13 @@ def _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log,
                 opt.optimizer.load_state_dict(saved["optimizer"])
                 sched.scheduler.load_state_dict(saved["scheduler"])
         except _checkpoint.load_errors() as err:  # damaged files: safetensors, torch.load's refusals, a bad zip
-            raise ValueError(f"{where if where != run else run / STATE} does not fit this model and its settings, or "
-                             f"is damaged ({_checkpoint.first_line(err)})") from None
+            folder = where if where != run else run / STATE
+            bad = _checkpoint.damaged_file(folder)  # which file, when one does not load on its own
+            if bad is not None:
+                raise ValueError(f"{bad[0]} is damaged and cannot be loaded ({bad[1]}); resume needs the checkpoint "
+                                 "as it was written: start a new run folder") from None
+            raise ValueError(f"{folder} does not fit this model and its settings, or is damaged "
+                             f"({_checkpoint.first_line(err)})") from None
         if ema is not None and saved["ema"] is not None:
             ema.module.load_state_dict(saved["ema"], strict=False)
             ema.step = saved["ema_step"]

@@ -286,6 +286,12 @@ CASES = [
                                                    "--model", "flr", "--allow-no-guides"], expect="ok"),
     Case("denoise --radius 1000000", ["denoise", "{in}/scene.exr", "-o", "{case}/out", "-q", "--model", "flr",
                                       "--radius", "1000000"], expect="ok"),
+    Case("denoise --scale 1e9", DN + ["--model", "flr", "--allow-no-guides", "--scale", "1000000000"]),
+    Case("denoise a frame that is a link loop", ["denoise", "{case}/a.exr", "-o", "{case}/out", "-q"],
+         setup=lambda case, inp: [(case / "a.exr").symlink_to(case / "b.exr"),
+                                  (case / "b.exr").symlink_to(case / "a.exr")]),
+    Case("denoise -o a link loop", ["denoise", "{in}/f_001.exr", "-o", "{case}/run", "-q"], setup=_looped_run,
+         out="{case}/run"),
     # SIGTERM part-way (a job scheduler's stop): exit 0 or 143, never a traceback, no temporary file left behind
     Case("denoise --temporal, SIGTERM part-way", ["denoise", "{case}/s_*.exr", "-o", "{case}/out", "-q", "--temporal",
                                                   "--allow-no-guides", "--static-camera"],

@@ -19,6 +19,9 @@ def to_bchw(x, name: str, channels: int | None = None) -> torch.Tensor:
             raise ValueError(f"{name} must be a numeric array, got dtype {x.dtype}")
         t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
     elif isinstance(x, torch.Tensor):
+        if x.is_meta:  # a shape without values: the repairs and range checks read values
+            raise ValueError(f"{name} is a meta tensor (a shape without values); the denoiser reads its values: "
+                             "pass it on the CPU or a GPU")
         if not (x.dtype.is_floating_point or x.dtype in (torch.uint8, torch.int32, torch.int64)):
             raise ValueError(f"{name} must be a float tensor, got {x.dtype}")
         t = x.float() if x.dtype != torch.float64 else x
@@ -63,6 +66,8 @@ def host_reads(t: torch.Tensor) -> bool:
     from vision.kernels.runtime import backend_for
     from vision.kernels.runtime import data_checks
 
+    if t.is_meta:  # no values to read: refused by name where the buffer is taken in (to_bchw)
+        return False
     # a data_checks question (may values be read on the host), not an engine choice: engines are registry paths
     return data_checks(backend_for(t))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 import torch.nn.functional as F
@@ -12,7 +13,7 @@ from vision.data import fields
 from . import accumulate
 from . import buffers as B
 from .accumulate import History
-from .frame import _check_color, _check_spp, denoise
+from .frame import _check_color, _check_spp, _positive_int, denoise
 from .input_blend import blend_towards_input, blends
 from .flr import DEFAULT_EPS, DEFAULT_RADIUS
 from .edge_history import CAP as EDGE_CAP, edge_history
@@ -44,10 +45,13 @@ class TemporalFLR:
 
     def __init__(self, radius: int = DEFAULT_RADIUS, eps: float = DEFAULT_EPS, scale: int = 1, alpha: float = 0.1,
                  threshold: float = 0.05, tile: int | None = None):
+        from vision.kernels.validate import as_float, check_positive
+
+        radius, eps, scale, tile = _fit_settings(radius, eps, scale, tile)
+        alpha = as_float(alpha, "alpha", "a number in (0, 1]")
         if not 0 < alpha <= 1:
             raise ValueError(f"alpha must be in (0, 1], got {alpha}")
-        if threshold <= 0:
-            raise ValueError(f"threshold must be positive, got {threshold}")
+        threshold = check_positive(threshold, "threshold")
         self.radius, self.eps, self.scale, self.alpha, self.threshold, self.tile = radius, eps, scale, alpha, \
             threshold, tile
         self.reset()
@@ -182,6 +186,8 @@ class TemporalDenoiser:
             raise ValueError(f"shrink_radius must be an int >= 0 (0 = off), got {shrink_radius!r}")
         if not isinstance(input_blend, bool):
             raise ValueError(f"input_blend must be True or False, got {input_blend!r}")
+        radius, eps, scale, tile = _fit_settings(radius, eps, scale, tile)
+        _check_tolerances(tolerances)
         self.edge_frames, self.shrink_radius, self.input_blend = edge_frames, shrink_radius, input_blend
         self.model, self.radius, self.eps, self.scale, self.tile = model, radius, eps, scale, tile
         self.max_history, self.tolerances, self.change_sigmas = max_history, tolerances, float(change_sigmas)
@@ -311,3 +317,30 @@ class TemporalDenoiser:
         add = torch.zeros_like(c) if "emission" not in g else g["emission"].expand_as(c)
         keys = {k: (extra["index"] if k == "index" else g.get(k)) for k in self.KEYS}
         return (c - add) / floor, floor, add, extra["motion"], keys, g
+
+
+def _fit_settings(radius, eps, scale, tile) -> tuple:
+    """The fit's settings as :func:`~vision.denoise.denoise` takes them (ints >= 1 or None; eps a positive finite
+    number, a float tensor or None), refused at construction in one line naming the argument, not at a frame."""
+    from vision.kernels.validate import check_float_tensor, check_positive
+
+    radius, scale, tile = (_positive_int(v, n) for v, n in ((radius, "radius"), (scale, "scale"), (tile, "tile")))
+    if isinstance(eps, torch.Tensor):
+        check_float_tensor(eps, "eps")
+    elif eps is not None:
+        eps = check_positive(eps, "eps", "a ridge weight")
+    return radius, eps, scale, tile
+
+
+def _check_tolerances(tolerances) -> None:
+    """``tolerances``: a :class:`Tolerances` whose relative depth is a finite number >= 0 and whose normal cosine lies
+    in [-1, 1] (the history's update reads them from the second frame on)."""
+    if not isinstance(tolerances, Tolerances):
+        raise ValueError(f"tolerances must be a vision.denoise.reproject.Tolerances(depth=..., normal=...), got "
+                         f"{type(tolerances).__name__} {tolerances!r}")
+    for field, low, high in (("depth", 0.0, math.inf), ("normal", -1.0, 1.0)):
+        v = getattr(tolerances, field)
+        ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and low <= v <= high
+        if not ok:
+            bound = "a finite number >= 0" if field == "depth" else "a cosine in [-1, 1]"
+            raise ValueError(f"tolerances.{field} must be {bound}, got {v!r}")

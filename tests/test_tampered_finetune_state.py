@@ -1,0 +1,94 @@
+"""`vision finetune --resume` from a checkpoint whose state file was overwritten with random bytes of the same size
+(so the checkpoint manifest's sizes still match) or whose resume state was hand-edited: one line, exit 2, that
+names the damaged file itself (not only its folder), no traceback, and every file of the run (and beside it) left as
+it was."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vision.io import write_image
+from vision.pipelines.cli import main
+
+from cli_checks import TINY, last_line_error  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_thread):
+    yield
+
+
+def _args(data: Path) -> list[str]:
+    return ["finetune", "--task", "depth", "--data", str(data), "--img-size", "32", "--epochs", "2", "--stop-after",
+            "1", "--quiet", "--lora-rank", "0", "--threads", "1", "--batch-size", "4", "--backbone-kwargs",
+            json.dumps(TINY)]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A run of the tiny backbone stopped after its first epoch: state/ holds a complete checkpoint."""
+    root = tmp_path_factory.mktemp("finetune")
+    rng = np.random.default_rng(0)
+    (root / "data" / "images").mkdir(parents=True)
+    (root / "data" / "targets").mkdir()
+    for i in range(24):
+        write_image(root / "data" / "images" / f"a{i}.png", rng.random((32, 32, 3), dtype=np.float32))
+        np.save(root / "data" / "targets" / f"a{i}.npy", 1 + rng.random((32, 32, 1), dtype=np.float32))
+    assert main(_args(root / "data") + ["-o", str(root / "run")]) == 0
+    assert (root / "run" / "state" / "optimizer.bin").is_file()
+    return root
+
+
+def _random_bytes(name):
+    def tamper(run: Path) -> None:
+        path = run / "state" / name
+        path.write_bytes(np.random.default_rng(1).integers(0, 256, path.stat().st_size, dtype=np.uint8).tobytes())
+    return tamper
+
+
+def _history(value):
+    def tamper(run: Path) -> None:
+        from safetensors import safe_open
+        from safetensors.torch import save_file
+
+        path = run / "state" / "resume.safetensors"
+        with safe_open(str(path), "pt") as fh:
+            meta, tensors = fh.metadata(), {k: fh.get_tensor(k) for k in fh.keys()}
+        save_file(tensors, str(path), metadata=dict(meta, state=json.dumps(dict(json.loads(meta["state"]),
+                                                                                 history=value))))
+        manifest = json.loads((run / "state" / "checkpoint.json").read_text())
+        manifest["files"]["resume.safetensors"] = path.stat().st_size  # the manifest agrees: only the content lies
+        (run / "state" / "checkpoint.json").write_text(json.dumps(manifest))
+    return tamper
+
+
+CASES = {
+    "random optimizer.bin": (_random_bytes("optimizer.bin"), "state/optimizer.bin"),
+    "random state/model.safetensors": (_random_bytes("model.safetensors"), "state/model.safetensors"),
+    "random scheduler.bin": (_random_bytes("scheduler.bin"), "state/scheduler.bin"),
+    "history [5]": (_history([5]), "state/resume.safetensors"),
+}
+
+
+def _digests(root: Path) -> dict:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_tampered_state_file_is_one_line_naming_it(trained, tmp_path, capsys, case):
+    tamper, name = CASES[case]
+    run = tmp_path / "run"
+    shutil.copytree(trained / "run", run)
+    tamper(run)
+    before = _digests(tmp_path)
+    capsys.readouterr()
+    assert main(_args(trained / "data") + ["-o", str(run), "--resume"]) == 2
+    last_line_error(capsys, str(run / name))
+    assert _digests(tmp_path) == before  # nothing written, renamed or removed
