@@ -92,56 +92,17 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
     On CUDA (and on the Triton path) the call reads no tensor value on the host: the repairs run branch-free on
     the device and do not warn.
     """
-    if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; choose from {', '.join(MODELS)}")
-    radius, scale, tile = (_positive_int(v, n) for v, n in ((radius, "radius"), (scale, "scale"), (tile, "tile")))
-    if eps is not None and not isinstance(eps, torch.Tensor):
-        try:
-            ok = math.isfinite(float(eps)) and float(eps) > 0
-        except (TypeError, ValueError):
-            ok = False
-        if not ok:
-            raise ValueError(f"eps must be a positive finite float or None, got {eps!r}")
-    spp = _check_spp(spp)
-    for flag, value in (("repair", repair), ("hdr", hdr), ("input_blend", input_blend)):
-        if not isinstance(value, (bool, np.bool_)):
-            raise ValueError(f"{flag} must be True or False, got {value!r}")
-    hdr = bool(hdr)
+    radius, eps, scale, tile, spp, hdr = _check_settings(model, radius, eps, scale, tile, spp, repair, hdr,
+                                                         input_blend)
     _check_color(color)
     c = buffers.to_bchw(color, "color", 3)
-    device = c.device
-    named = {"albedo": albedo, "normal": normal, "depth": depth, "ao": ao, "emission": emission,
-             "position": position}
-    for k, v in named.items():
-        if v is not None and _integer_dtype(v):
-            raise ValueError(f"{k} is {_dtype_name(v)}: pass a float buffer in the renderer's units"
-                             + (" (x/255 for 8-bit values in [0, 1])" if k in ("albedo", "ao") else ""))
-    guides = {k: (None if v is None else buffers.to_bchw(v, k, buffers.CHANNELS[k]).to(device))
-              for k, v in named.items()}
-    if history is not None:  # a count per pixel: integer arrays are welcome
-        try:
-            h = history if isinstance(history, torch.Tensor) else torch.as_tensor(np.asarray(history))
-        except (TypeError, ValueError, RuntimeError):
-            h = None
-        if h is None or h.dtype == torch.bool or h.is_complex():
-            got = type(history).__name__ if h is None else _dtype_name(h)
-            raise ValueError(f"history must be a real count of frames per pixel (>= 1), got {got}")
-        h = h if h.is_floating_point() else h.float()
-        # a count below one frame, NaN or inf is no history: refused where reading it costs no device sync
-        if host_reads(h) and h.numel() and not bool(((h >= 1) & torch.isfinite(h)).all()):
-            bad = h[~((h >= 1) & torch.isfinite(h))].flatten()[0].item()
-            raise ValueError(f"history must be a count of frames per pixel >= 1 (finite), got {bad!r} at "
-                             f"{int((~((h >= 1) & torch.isfinite(h))).sum())} pixel(s)")
-        guides["history"] = buffers.to_bchw(h, "history", 1).to(device)
+    guides = _take_guides(dict(albedo=albedo, normal=normal, depth=depth, ao=ao, emission=emission,
+                               position=position), history, c.device)
     work = torch.float64 if c.dtype == torch.float64 else torch.float32
     c = c.to(work)
     guides = {k: (None if v is None else v.to(work)) for k, v in guides.items()}
     present = {k: v for k, v in guides.items() if v is not None}
-    if present:
-        # the size most guides share (ties: the colour's), so a message names the odd buffer out, not its neighbour
-        sizes = [tuple(v.shape[-2:]) for v in present.values()]
-        size = max(dict.fromkeys(sizes), key=lambda s: (sizes.count(s), s == tuple(c.shape[-2:])))
-        buffers.check_sizes(present, size, c.shape[0])
+    _check_sizes(c, present)
     full = full_size(c, guides)
     u = upsample_factor(tuple(c.shape[-2:]), full)
     phase = check_phase(phase, u)
@@ -154,12 +115,7 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
         radius = DEFAULT_RADIUS if radius is None else radius
         eps = DEFAULT_EPS if eps is None else eps
         scale = 1 if scale is None else scale
-    if spp is not None and spp != 1 and net is not None and net.config["history"]:
-        # a history of n frames of s samples each holds n s samples: the noise the network is told of
-        n = guides["history"] if "history" in present else torch.ones_like(c[:, :1])
-        present["history"] = guides["history"] = n * spp
-    if "history" in present and (net is None or not net.config["history"]):
-        del present["history"]  # checked above; only FLNR weights with the history input read it
+    _tell_noise(c, guides, present, net, spp)
     names = tuple(present)
     inputs = [c, *(guides[k] for k in names)]
     needs_grad = torch.is_grad_enabled() and (c.requires_grad or (net is not None and net.training))
@@ -177,6 +133,73 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
     else:
         out = frame(*inputs)
     return buffers.like(out, color)
+
+
+def _check_settings(model, radius, eps, scale, tile, spp, repair, hdr, input_blend) -> tuple:
+    """:func:`denoise`'s settings checked, one line naming the first bad one: (radius, eps, scale, tile, spp, hdr)
+    as the rest of the call takes them."""
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; choose from {', '.join(MODELS)}")
+    radius, scale, tile = (_positive_int(v, n) for v, n in ((radius, "radius"), (scale, "scale"), (tile, "tile")))
+    if eps is not None and not isinstance(eps, torch.Tensor):
+        try:
+            ok = math.isfinite(float(eps)) and float(eps) > 0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"eps must be a positive finite float or None, got {eps!r}")
+    spp = _check_spp(spp)
+    for flag, value in (("repair", repair), ("hdr", hdr), ("input_blend", input_blend)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"{flag} must be True or False, got {value!r}")
+    return radius, eps, scale, tile, spp, bool(hdr)
+
+
+def _take_guides(named: dict, history, device) -> dict:
+    """The guide buffers (and the history count) as (B, C, H, W) tensors on ``device``, None where absent; integer
+    buffers and a history that is no count of frames >= 1 refused in one line."""
+    for k, v in named.items():
+        if v is not None and _integer_dtype(v):
+            raise ValueError(f"{k} is {_dtype_name(v)}: pass a float buffer in the renderer's units"
+                             + (" (x/255 for 8-bit values in [0, 1])" if k in ("albedo", "ao") else ""))
+    guides = {k: (None if v is None else buffers.to_bchw(v, k, buffers.CHANNELS[k]).to(device))
+              for k, v in named.items()}
+    if history is not None:  # a count per pixel: integer arrays are welcome
+        try:
+            h = history if isinstance(history, torch.Tensor) else torch.as_tensor(np.asarray(history))
+        except (TypeError, ValueError, RuntimeError):
+            h = None
+        if h is None or h.dtype == torch.bool or h.is_complex():
+            got = type(history).__name__ if h is None else _dtype_name(h)
+            raise ValueError(f"history must be a real count of frames per pixel (>= 1), got {got}")
+        h = h if h.is_floating_point() else h.float()
+        # a count below one frame, NaN or inf is no history: refused where reading it costs no device sync
+        if host_reads(h) and h.numel():
+            good = (h >= 1) & torch.isfinite(h)
+            if not bool(good.all()):
+                raise ValueError(f"history must be a count of frames per pixel >= 1 (finite), got "
+                                 f"{h[~good].flatten()[0].item()!r} at {int((~good).sum())} pixel(s)")
+        guides["history"] = buffers.to_bchw(h, "history", 1).to(device)
+    return guides
+
+
+def _check_sizes(c: torch.Tensor, present: dict) -> None:
+    """The present buffers share one size (and the colour's batch): the size most of them have (ties: the
+    colour's), so that a message names the odd buffer out, not its neighbour."""
+    if present:
+        sizes = [tuple(v.shape[-2:]) for v in present.values()]
+        size = max(dict.fromkeys(sizes), key=lambda s: (sizes.count(s), s == tuple(c.shape[-2:])))
+        buffers.check_sizes(present, size, c.shape[0])
+
+
+def _tell_noise(c: torch.Tensor, guides: dict, present: dict, net, spp: float | None) -> None:
+    """The history input as the network reads it (in place in ``guides`` and ``present``): a history of n frames of
+    s samples each holds n s samples; FLR and weights without the history input do not see it."""
+    if spp is not None and spp != 1 and net is not None and net.config["history"]:
+        n = guides["history"] if "history" in present else torch.ones_like(c[:, :1])
+        present["history"] = guides["history"] = n * spp
+    if "history" in present and (net is None or not net.config["history"]):
+        del present["history"]  # checked above; only FLNR weights with the history input read it
 
 
 def _frame(c, *present, names, model, net, radius, eps, scale, tile, phase, repair, needs_grad, hdr=True,
