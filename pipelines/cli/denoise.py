@@ -229,13 +229,52 @@ def run(args) -> int:
 
 def _run(args) -> int:
     check_before_loading(args)  # a refusal from the command line and the headers takes no torch to say
-    import torch
     from tqdm import tqdm
 
-    from vision.denoise import BufferWarning, denoise
-    from vision.outputs import InputIndex, prepare_folder, refuse_inputs
+    from vision import __version__
+    from vision.outputs import prepare_folder
     from vision.pipelines.cli import torch_device
 
+    from .denoise_report import Report
+
+    net = _model_settings(args)
+    phase = parse_phase(args.phase)
+    device = torch_device(args.device)
+    plan = _plan(args)
+    report = Report(json_stream=args.progress == "json", quiet=args.quiet)
+    # (a bad frame file stopped the run in check_before_loading, before anything was made)
+    created = not plan.out.exists()
+    prepare_folder(plan.out, "-o")  # before any compute
+    remove_stale_temps(plan.out, plan.targets)  # what a killed run left (names of this run's frames only)
+    settings = run_settings(args, phase, plan.patterns)
+    eps_text = "learned" if args.eps is None else f"{args.eps:g}"
+    radius_text = args.radius if args.radius is not None else "blend " + ",".join(map(str, net.config["radii"]))
+    header = {"vision.denoiser": f"{args.model} radius={radius_text} eps={eps_text} scale={args.scale}"
+                                 + ("" if phase is None else f" phase={phase[0]},{phase[1]}"),
+              SETTINGS_KEY: format_settings(settings), "vision.version": __version__}
+    state = _RunState(args, net, phase, device, plan.patterns, report)
+    items = [(f, None) for f in plan.warm] + list(zip(plan.mine, plan.targets))
+    bar = tqdm(items, desc="denoise", unit="frame", disable=args.quiet or report.json, file=sys.stderr)
+    if report.json:
+        report.emit("start", frames=len(plan.mine), warmup=len(plan.warm), total=len(items), out=str(plan.out))
+    sigterm = exit_on_sigterm("denoise")  # SIGTERM unwinds: write_atomic removes its temporary file; exit 143
+    sigterm.__enter__()
+    try:
+        for position, (frame, target) in enumerate(bar, 1):
+            state.frame(position, len(items), frame, target, settings, header)
+    except BaseException:
+        if created and plan.out.is_dir() and not any(plan.out.iterdir()):
+            plan.out.rmdir()  # a run that made nothing leaves nothing behind
+        raise
+    finally:
+        sigterm.__exit__(None, None, None)
+    _summary(report, state, plan)
+    return 0
+
+
+def _model_settings(args):
+    """The model's defaults filled into ``args`` (radius, eps, scale) and the settings checked, one line naming the
+    flag; returns the FLNR network (None for FLR)."""
     if args.model is None:  # FLNR beats FLR on every evaluation family
         args.model = "flnr"
     if args.temporal and (args.max_history < 1 or args.warmup < 0):
@@ -262,8 +301,17 @@ def _run(args) -> int:
     if ((args.radius is not None and args.radius < 0) or args.scale < 1 or (args.eps is not None and args.eps <= 0)
             or args.tile < 0):
         raise ValueError("--radius must be >= 0, --scale >= 1, --eps > 0 and --tile >= 0")
-    phase = parse_phase(args.phase)
-    device = torch_device(args.device)
+    return net
+
+
+def _plan(args):
+    """What this run reads and writes: the frames (``frames``), this shard's (``mine``, ``index`` of ``count``),
+    the frames read first into a --temporal history (``warm``), the buffer patterns, the output folder and one
+    output per frame (``targets``), none of which may be an input."""
+    from types import SimpleNamespace
+
+    from vision.outputs import InputIndex, refuse_inputs
+
     frames = expand_frames(args.frames)
     if args.temporal:
         check_sequence(args.frames, frames)
@@ -281,142 +329,149 @@ def _run(args) -> int:
         refuse_inputs(t, inputs, "-o")
     if len(set(targets)) != len(targets):
         raise ValueError("two frames map to the same output name; use frames with distinct file names")
-    from vision import __version__
-    from vision.data.render_layers import describe, missing_guides, samples_per_pixel
+    return SimpleNamespace(frames=frames, index=index, count=count, mine=mine, warm=warm, patterns=patterns,
+                           out=out, targets=targets)
 
-    from .denoise_report import Report, missing_setup
 
-    report = Report(json_stream=args.progress == "json", quiet=args.quiet)
+class _RunState:
+    """What a run carries from frame to frame: the counts, what was said once, and for --temporal one history per
+    view layer with the size and data window of its sequence and the frames without motion vectors."""
 
-    # (a bad frame file stopped the run in check_before_loading, before anything was made)
-    created = not out.exists()
-    prepare_folder(out, "-o")  # before any compute
-    remove_stale_temps(out, targets)  # what a killed run left (names of this run's frames only)
-    eps_text = "learned" if args.eps is None else f"{args.eps:g}"
-    radius_text = args.radius if args.radius is not None else "blend " + ",".join(map(str, net.config["radii"]))
-    settings = run_settings(args, phase, patterns)
-    header = {"vision.denoiser": f"{args.model} radius={radius_text} eps={eps_text} scale={args.scale}"
-                                 + ("" if phase is None else f" phase={phase[0]},{phase[1]}"),
-              SETTINGS_KEY: format_settings(settings), "vision.version": __version__}
-    temporal = {} if args.temporal else None  # one history per view layer
-    done = skipped = repaired = 0
-    said = None
-    said_spp = None
-    sizes = {}  # --temporal: the size of each view layer's sequence
-    windows = {}  # --temporal: the data window of each view layer's sequence
-    static = []  # --temporal: frames without motion vectors
-    items = [(f, None) for f in warm] + list(zip(mine, targets))
-    bar = tqdm(items, desc="denoise", unit="frame", disable=args.quiet or report.json, file=sys.stderr)
-    if report.json:
-        report.emit("start", frames=len(mine), warmup=len(warm), total=len(items), out=str(out))
-    sigterm = exit_on_sigterm("denoise")  # SIGTERM unwinds: write_atomic removes its temporary file; exit 143
-    sigterm.__enter__()
-    try:
-        for position, (frame, target) in enumerate(bar, 1):
-            began = time.perf_counter()
-            skip = target is None or (target.exists() and not args.overwrite)
-            if skip and target is not None:
-                reason = why_redo(target, settings)
-                if reason:
-                    report.info(f"redoing {target}: {reason}")
-                    skip = False
-            if skip and temporal is None:
-                skipped += 1
-                _frame_event(report, position, len(items), frame, target, "skipped", began)
-                continue
-            rf = read_frame_file(frame, patterns)
-            lacking = missing_setup(rf, args.temporal, phase, args.allow_no_guides, args.static_camera)
-            if lacking:
-                raise ValueError(f"{frame}: {lacking}")
-            line = describe(rf, args.only_rgb)
-            if line != said:  # once per run, again only when a frame is laid out differently
-                report.info(f"{'' if said is None else f'from {frame.name} on: '}{line}")
-                said = line
-                bare = missing_guides(rf)
-                if bare:
-                    report.warning(bare, frame)
-            results = []
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", BufferWarning)
-                for layer in rf.layers:
-                    spp, source = (args.spp, "--spp") if args.spp is not None else samples_per_pixel(rf.header,
-                                                                                                    layer.name)
-                    spp_line = (f"samples per pixel: {spp:g} ({source})" if spp is not None else
-                                f"samples per pixel: unknown ({source}): the noise is estimated from the frame")
-                    if spp_line != said_spp:
-                        report.info(spp_line)
-                        said_spp = spp_line
-                    t = {k: torch.from_numpy(v).to(device) for k, v in layer.buffers.items()}
-                    guides = {k: t.get(k) for k in BUFFERS}
-                    try:
-                        if temporal is not None:
-                            size = sizes.setdefault(layer.name, t["color"].shape)
-                            if t["color"].shape != size:
-                                raise ValueError(f"colour is {t['color'].shape[0]}x{t['color'].shape[1]} (HxW) but "
-                                                 f"the frames before it are {size[0]}x{size[1]}: a --temporal "
-                                                 "sequence has one size")
-                            here = _window(rf)
-                            window = windows.setdefault(layer.name, here)
-                            if here != window:
-                                raise ValueError(f"its data window {here} is not the frames' before it, {window}: a "
-                                                 "--temporal sequence has one crop of the canvas (the history would "
-                                                 "be misregistered)")
-                            history = temporal.get(layer.name)
-                            if history is None:
-                                history = temporal[layer.name] = new_history(args, net, phase)
-                            if phase is not None:  # the static-camera FLR filter
-                                step = functools.partial(history.accumulate if skip else history, phase=phase)
-                            else:
-                                if "motion" not in t:
-                                    static.append(frame)
-                                kw = {"motion": t.get("motion"), "index": t.get("index"), "spp": spp}
-                                if skip and target is not None:  # its output holds what this frame gave
-                                    kw["denoised"] = written_rgb(target, layer.beauty)
-                                step = functools.partial(history, **kw)  # warm-up frames are denoised
-                            if skip:  # the frame still feeds the history
-                                step(t["color"], **guides)
-                                continue
-                            res = step(t["color"], **guides)
-                        else:
-                            res = denoise(t["color"], **guides, model=args.model, radius=args.radius,
-                                          eps=args.eps, scale=args.scale, tile=args.tile or None,
-                                          weights=net if args.weights else None, phase=phase,  # None: bundled
-                                          spp=spp, input_blend=not args.no_input_blend)
-                    except ValueError as err:
-                        raise ValueError(f"{frame}: {err}") from None
-                    results.append(res.detach().cpu().numpy())
-            if skip:
-                skipped += target is not None
-                _frame_event(report, position, len(items), frame, target, "skipped" if target else "warmup", began)
-                continue
-            notes = [n for layer in rf.layers for n in layer.notes]
-            for w in caught:
-                if issubclass(w.category, BufferWarning):
-                    repaired += 1
-                    notes.append(str(w.message))
-            notes += write_output(target, rf, results, header, args.only_rgb, args.half)
-            for note in notes:
-                report.warning(note, frame)
-            done += 1
-            _frame_event(report, position, len(items), frame, target, "denoised", began)
-    except BaseException:
-        if created and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()  # a run that made nothing leaves nothing behind
-        raise
-    finally:
-        sigterm.__exit__(None, None, None)
+    def __init__(self, args, net, phase, device, patterns, report):
+        self.args, self.net, self.phase, self.device, self.patterns, self.report = (args, net, phase, device,
+                                                                                   patterns, report)
+        self.temporal = {} if args.temporal else None  # one history per view layer
+        self.done = self.skipped = self.repaired = 0
+        self.said = self.said_spp = None
+        self.sizes, self.windows, self.static = {}, {}, []
+
+    def frame(self, position: int, total: int, frame: Path, target, settings: dict, header: dict) -> None:
+        """One frame: skipped when its output is current (a --temporal history still reads it), else read, checked,
+        denoised layer by layer and written, with one progress event."""
+        from vision.data.render_layers import describe, missing_guides
+        from vision.denoise import BufferWarning
+
+        from .denoise_report import missing_setup
+
+        args, report = self.args, self.report
+        began = time.perf_counter()
+        skip = target is None or (target.exists() and not args.overwrite)
+        if skip and target is not None:
+            reason = why_redo(target, settings)
+            if reason:
+                report.info(f"redoing {target}: {reason}")
+                skip = False
+        if skip and self.temporal is None:
+            self.skipped += 1
+            _frame_event(report, position, total, frame, target, "skipped", began)
+            return
+        rf = read_frame_file(frame, self.patterns)
+        lacking = missing_setup(rf, args.temporal, self.phase, args.allow_no_guides, args.static_camera)
+        if lacking:
+            raise ValueError(f"{frame}: {lacking}")
+        line = describe(rf, args.only_rgb)
+        if line != self.said:  # once per run, again only when a frame is laid out differently
+            report.info(f"{'' if self.said is None else f'from {frame.name} on: '}{line}")
+            self.said = line
+            bare = missing_guides(rf)
+            if bare:
+                report.warning(bare, frame)
+        results = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", BufferWarning)
+            for layer in rf.layers:
+                res = self.layer(frame, target, rf, layer, skip)
+                if res is not None:
+                    results.append(res)
+        if skip:
+            self.skipped += target is not None
+            _frame_event(report, position, total, frame, target, "skipped" if target else "warmup", began)
+            return
+        notes = [n for layer in rf.layers for n in layer.notes]
+        for w in caught:
+            if issubclass(w.category, BufferWarning):
+                self.repaired += 1
+                notes.append(str(w.message))
+        notes += write_output(target, rf, results, header, args.only_rgb, args.half)
+        for note in notes:
+            report.warning(note, frame)
+        self.done += 1
+        _frame_event(report, position, total, frame, target, "denoised", began)
+
+    def layer(self, frame: Path, target, rf, layer, skip: bool):
+        """One view layer of a frame denoised (an (H, W, 3) array), or only taken into its --temporal history when
+        ``skip`` (None); errors name the frame."""
+        import torch
+
+        from vision.data.render_layers import samples_per_pixel
+        from vision.denoise import denoise
+
+        args = self.args
+        spp, source = (args.spp, "--spp") if args.spp is not None else samples_per_pixel(rf.header, layer.name)
+        spp_line = (f"samples per pixel: {spp:g} ({source})" if spp is not None else
+                    f"samples per pixel: unknown ({source}): the noise is estimated from the frame")
+        if spp_line != self.said_spp:
+            self.report.info(spp_line)
+            self.said_spp = spp_line
+        t = {k: torch.from_numpy(v).to(self.device) for k, v in layer.buffers.items()}
+        guides = {k: t.get(k) for k in BUFFERS}
+        try:
+            if self.temporal is None:
+                res = denoise(t["color"], **guides, model=args.model, radius=args.radius, eps=args.eps,
+                              scale=args.scale, tile=args.tile or None,
+                              weights=self.net if args.weights else None, phase=self.phase,  # None: bundled
+                              spp=spp, input_blend=not args.no_input_blend)
+            else:
+                step = self.history_step(frame, target, rf, layer, t, spp, skip)
+                if skip:  # the frame still feeds the history
+                    step(t["color"], **guides)
+                    return None
+                res = step(t["color"], **guides)
+        except ValueError as err:
+            raise ValueError(f"{frame}: {err}") from None
+        return res.detach().cpu().numpy()
+
+    def history_step(self, frame: Path, target, rf, layer, t: dict, spp, skip: bool):
+        """The call that takes this layer's frame into its --temporal history (denoising it unless ``skip``): the
+        sequence's size and data window checked, the history made at its first frame."""
+        size = self.sizes.setdefault(layer.name, t["color"].shape)
+        if t["color"].shape != size:
+            raise ValueError(f"colour is {t['color'].shape[0]}x{t['color'].shape[1]} (HxW) but the frames before it "
+                             f"are {size[0]}x{size[1]}: a --temporal sequence has one size")
+        here = _window(rf)
+        window = self.windows.setdefault(layer.name, here)
+        if here != window:
+            raise ValueError(f"its data window {here} is not the frames' before it, {window}: a --temporal sequence "
+                             "has one crop of the canvas (the history would be misregistered)")
+        history = self.temporal.get(layer.name)
+        if history is None:
+            history = self.temporal[layer.name] = new_history(self.args, self.net, self.phase)
+        if self.phase is not None:  # the static-camera FLR filter
+            return functools.partial(history.accumulate if skip else history, phase=self.phase)
+        if "motion" not in t:
+            self.static.append(frame)
+        kw = {"motion": t.get("motion"), "index": t.get("index"), "spp": spp}
+        if skip and target is not None:  # its output holds what this frame gave
+            kw["denoised"] = written_rgb(target, layer.beauty)
+        return functools.partial(history, **kw)  # warm-up frames are denoised
+
+
+def _summary(report, state: _RunState, plan) -> None:
+    """The run's last line (or ``done`` event): frames denoised and skipped, repairs, the shard, static frames."""
     warned = report.finish()
-    summary = (f"denoised {done} frame(s), skipped {skipped} already done"
-          + (f", repaired NaN/Inf in {repaired} buffer(s)" if repaired else "")
-          + (f" (shard {index}/{count}: {len(mine)} of {len(frames)} frames"
-             + (f", {len(warm)} read first into the history" if warm else "") + ")" if count > 1 else "")
-          + (f"; {len(static)} frame(s) had no motion vectors (static camera assumed)" if static else "")
-          + warned + f"; output in {out}")
+    summary = (f"denoised {state.done} frame(s), skipped {state.skipped} already done"
+               + (f", repaired NaN/Inf in {state.repaired} buffer(s)" if state.repaired else "")
+               + (f" (shard {plan.index}/{plan.count}: {len(plan.mine)} of {len(plan.frames)} frames"
+                  + (f", {len(plan.warm)} read first into the history" if plan.warm else "") + ")"
+                  if plan.count > 1 else "")
+               + (f"; {len(state.static)} frame(s) had no motion vectors (static camera assumed)"
+                  if state.static else "")
+               + warned + f"; output in {plan.out}")
     if report.json:
-        report.emit("done", denoised=done, skipped=skipped, warnings=report.count, out=str(out), summary=summary)
+        report.emit("done", denoised=state.done, skipped=state.skipped, warnings=report.count, out=str(plan.out),
+                    summary=summary)
     else:
         print(summary)
-    return 0
 
 
 def _frame_event(report, position: int, total: int, frame: Path, target, status: str, began: float) -> None:
