@@ -12,6 +12,7 @@ from torch import nn
 
 from ..border import check_border
 from ..runtime import backend_of, choose, implementation, register_path
+from ..runtime.calls import run_op
 from ..validate import check_finite, check_image, check_radius
 from . import large_radius, torch_path
 
@@ -77,11 +78,13 @@ register_path("box_filter_backward", "torch+opencv", "torch", 5, supports=_openc
 register_path("box_filter_backward", "torch", "torch", 0, run=_Torch("torch"))
 
 
-@torch.library.custom_op("vision::box_filter", mutates_args=())
-def _box_op(x: torch.Tensor, radius: int, border: str, path: str) -> torch.Tensor:
+def _box(x: torch.Tensor, radius: int, border: str, path: str) -> torch.Tensor:
     # the data check lives inside the op: torch.compile sees one opaque call, and the Triton path never reads x
     check_finite(x, "x", backend=backend_of("box_filter", path))
     return implementation("box_filter", path).forward(x, radius, border)
+
+
+_box_op = torch.library.custom_op("vision::box_filter", mutates_args=())(_box)
 
 
 @_box_op.register_fake
@@ -149,7 +152,7 @@ def box_filter(x: torch.Tensor, radius: int, border: str = "valid") -> torch.Ten
     radius = effective_radius(radius, x.shape[-2], x.shape[-1], border)
     xw = x.to(work)
     path = choose("box_filter", x, dtype=work, radius=radius, image=xw, border=border)
-    return _box_op(xw, radius, border, path).to(x.dtype)
+    return run_op(_box_op, _box, xw, radius, border, path).to(x.dtype)
 
 
 class BoxFilter(nn.Module):

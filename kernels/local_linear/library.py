@@ -20,14 +20,16 @@ from .torch_moments import grid_shape, layout
 # implementation: the Triton module or a ``torch_path.Engine``); the ops run that implementation only.
 
 
-@torch.library.custom_op("vision::local_linear_fit", mutates_args=())
-def fit_op(f: Tensor, p: Tensor, eps: Tensor, weights: Optional[Tensor], cf: Tensor, cp: Tensor, radii: list[int],
+def fit(f: Tensor, p: Tensor, eps: Tensor, weights: Optional[Tensor], cf: Tensor, cp: Tensor, radii: list[int],
            border: str, s: int, path: str, save: bool) -> tuple[Tensor, list[Tensor], list[Tensor]]:
     impl = implementation("local_linear_fit", path)
     coeffs, saved = impl.fit_forward(f, p, cf, cp, eps, tuple(radii), border, s, save, weights)
     if saved is None:
         return coeffs, [], []
     return coeffs, list(saved["X"]), list(saved["fits"])
+
+
+fit_op = torch.library.custom_op("vision::local_linear_fit", mutates_args=())(fit)
 
 
 @fit_op.register_fake
@@ -86,9 +88,11 @@ def _fit_backward(ctx, g, _gX, _gfits):
 fit_op.register_autograd(_fit_backward, setup_context=_fit_setup)
 
 
-@torch.library.custom_op("vision::local_linear_apply", mutates_args=())
-def apply_op(f: Tensor, coeffs: Tensor, sh: float, sw: float, path: str) -> Tensor:
+def apply(f: Tensor, coeffs: Tensor, sh: float, sw: float, path: str) -> Tensor:
     return implementation("local_linear_apply", path).apply_forward(f, coeffs, sh, sw)
+
+
+apply_op = torch.library.custom_op("vision::local_linear_apply", mutates_args=())(apply)
 
 
 @apply_op.register_fake

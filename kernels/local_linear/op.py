@@ -26,7 +26,8 @@ from ..guided.reference import low_res_radius
 from ..runtime import data_checks
 from ..validate import (as_float, check_all_finite, check_float_tensor, check_image, check_not_meta_beside_real,
                         check_positive, check_radius, check_scale, is_symbolic)
-from .library import apply_op, fit_op
+from ..runtime.calls import run_op
+from .library import apply, apply_op, fit, fit_op
 from .torch_path import Engine
 
 MAX_FEATURES = 8
@@ -241,7 +242,8 @@ def local_linear_fit(features: torch.Tensor, target: torch.Tensor, radius: int |
         check_all_finite((features, "features"), (target, "target"), backend=backend)
     r = [_equivalent_radius(low_res_radius(v, scale), grid, border) for v in radii]
     save = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (f, p, eps_t, weights))
-    coeffs, _, _ = fit_op(f.contiguous(), p.contiguous(), eps_t, weights, cf, cp, r, border, scale, path, save)
+    coeffs, _, _ = run_op(fit_op, fit, f.contiguous(), p.contiguous(), eps_t, weights, cf, cp, r, border, scale,
+                          path, save)
     return coeffs.to(out_dtype)
 
 
@@ -329,7 +331,7 @@ def local_linear_apply(features: torch.Tensor, coeffs: torch.Tensor, scale: int 
         check_all_finite((features, "features"), (coeffs, "coeffs"), backend=backend)
     out_dtype = torch.promote_types(features.dtype, coeffs.dtype)
     f, co = features.to(work).contiguous(), coeffs.to(work).contiguous()
-    return apply_op(f, co, float(sh), float(sw), path).to(out_dtype)
+    return run_op(apply_op, apply, f, co, float(sh), float(sw), path).to(out_dtype)
 
 
 class LocalLinearFit(nn.Module):

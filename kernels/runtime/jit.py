@@ -64,9 +64,18 @@ def refusal(*tensors: torch.Tensor) -> str | None:
     return None if _importable() else "numba does not import"
 
 
-@torch.compiler.assume_constant_result  # under torch.compile: asked once while tracing, not traced into the import
+_answer: list = []  # whether numba imports, once asked: a plain value, which torch.compile reads as a constant
+
+
 def _importable() -> bool:
-    return _numba() is not None
+    """Whether numba imports. Asked once outside torch.compile; while compiling and not yet asked, no (the PyTorch
+    paths trace, an import does not). Not ``torch.compiler.assume_constant_result``: applying it imports
+    torch._dynamo, 3 s of every command's start-up."""
+    if not _answer:
+        if torch.compiler.is_compiling():
+            return False
+        _answer.append(_numba() is not None)
+    return _answer[0]
 
 
 def _notice() -> None:
