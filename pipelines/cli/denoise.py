@@ -127,7 +127,8 @@ def add_arguments(p) -> None:
     p.add_argument("--spp", type=float, default=None, metavar="N",
                    help="samples per pixel of the colour (default: read from each file's header, Cycles' "
                         "cycles.<ViewLayer>.samples or render-scenes' vision.spp; unknown: the noise is "
-                        "estimated from the frame); tells FLNR the noise level")
+                        "estimated from the frame); tells FLNR the noise level, and lets the input blend "
+                        "cap its noise estimate where reflected texture or highlights inflate it")
     p.add_argument("--no-input-blend", action="store_true",
                    help="keep the regression's result everywhere; by default it is moved back towards the noisy "
                         "input wherever the input's own noise (estimated from the frame) is below the fit's "

@@ -72,7 +72,8 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
         spp: samples per pixel the colour was rendered with (e.g. read from a Cycles EXR header, as ``vision
             denoise`` does), a number >= 1, or None (unknown: one). It tells the noise level to FLNR weights that
             read the history input (the frames averaged into a pixel times the samples of each frame), as the
-            bundled ones do; FLR ignores it.
+            bundled ones do, and lets the input blend cap its noise estimate where signal no guide explains
+            inflates it (:func:`.input_blend.noise_cap`), for FLR too.
         input_blend: move the result back towards the noisy input wherever the input's own noise, estimated from
             the frame, is below the fit's bias (:func:`.input_blend.towards_input`): the result converges to the
             input as the noise falls (at high sample counts), and at 1 spp stays the fit's (``spp=1`` skips it).
