@@ -42,6 +42,7 @@ import numpy as np
 
 from vision.data.fields import GUIDES
 
+from .denoise_targets import quality_targets, timing_targets, upsampling_targets
 from .timing import print_table
 
 DESCRIPTION = ("render-frame denoisers on rendered scenes vs their references: noisy, box, FLR, FLNR, OIDN "
@@ -335,44 +336,94 @@ def _device_acceptance(args, res: dict) -> bool:
 
 
 def run(args) -> int:
+    """``vision bench denoise``: measure every method on every frame, print the tables and targets; exit code."""
     import torch
-
-    from vision.denoise import metrics as M
 
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.cuda_size:  # before the quality rows: fail fast
-        frame_size(args.cuda_size, "--cuda-size")
-        if args.device == "cuda" and not torch.cuda.is_available():
-            raise ValueError("--cuda-size needs a CUDA device (torch.cuda.is_available() is False here; "
-                             "--device cpu times the same calls on the CPU)")
-        if args.timing_only:
-            frames = load_frames(args)
-            cuda = time_device(args, frames, torch.device(args.device))
-            ok = _device_acceptance(args, cuda)
-            if args.json:
-                args.json.write_text(json.dumps({"timing_cuda": {k: v if isinstance(v, float) else repr(v)
-                                                                 for k, v in cuda.items()},
-                                                 "timing_cuda_rows": args.device_rows}, indent=1))
-                print(f"wrote {args.json}")
-            return 0 if ok or not args.strict else 1
+        done = _check_device_first(args)
+        if done is not None:
+            return done
+    has_flip = _has_flip()
+    frames = load_frames(args)
+    real = getattr(args, "frames", None) is not None  # renderer files: no generator-set acceptance, no 1/2 rows
+    ms = methods(args, upsample=_divisible(frames, 2) and not real, quarter=_divisible(frames, 4) and not real)
+    per = _measure(frames, ms, args.repeat, has_flip)
+    records, means = _print_quality(frames, ms, per, has_flip)
+    h, w = frames[0][2]["color"].shape[:2]
+    ok = True
+    ok &= quality_targets(means, real, has_flip, (w, h))
+    spp_records = None
+    if real:
+        from .denoise_files import scene_checks, spp_tables
+
+        ok &= scene_checks(per, sorted({s for s, _, _ in frames}), means)
+        spp_records = spp_tables(per, frames, list(ms))
+    ok &= upsampling_targets(means)
+    timing = time_large(args, frames, ms) if args.time_size else None
+    ok &= timing_targets(timing, args.time_size)
+    cuda = None
+    if args.cuda_size:
+        cuda = time_device(args, frames, torch.device(args.device))
+        ok &= _device_acceptance(args, cuda)
+        cuda = {k: v if isinstance(v, float) else repr(v) for k, v in cuda.items()}
+    if args.json:
+        args.json.write_text(json.dumps({"size": [h, w], "rows": records, "per_spp": spp_records,
+                                         "timing_large": timing,
+                                         "timing_cuda": cuda,
+                                         "timing_cuda_rows": getattr(args, "device_rows", None)}, indent=1))
+        print(f"wrote {args.json}")
+    return 0 if ok or not args.strict else 1
+
+
+def _check_device_first(args):
+    """Refuse ``--cuda-size`` without its device; with ``--timing-only`` time it alone and return the exit code."""
+    import torch
+
+    frame_size(args.cuda_size, "--cuda-size")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--cuda-size needs a CUDA device (torch.cuda.is_available() is False here; "
+                         "--device cpu times the same calls on the CPU)")
+    if args.timing_only:
+        frames = load_frames(args)
+        cuda = time_device(args, frames, torch.device(args.device))
+        ok = _device_acceptance(args, cuda)
+        if args.json:
+            args.json.write_text(json.dumps({"timing_cuda": {k: v if isinstance(v, float) else repr(v)
+                                                             for k, v in cuda.items()},
+                                             "timing_cuda_rows": args.device_rows}, indent=1))
+            print(f"wrote {args.json}")
+        return 0 if ok or not args.strict else 1
+    return None
+
+
+def _has_flip() -> bool:
+    """Whether ``flip-evaluator`` is installed (else say that the HDR-FLIP column is left out)."""
     try:
         import flip_evaluator  # noqa: F401
-        has_flip = True
+        return True
     except ImportError:
-        has_flip = False
         print("(flip-evaluator not installed: no HDR-FLIP column; pip install flip-evaluator)")
-    frames = load_frames(args)
-    def divisible(u):
-        return all(d["color"].shape[0] % u == 0 and d["color"].shape[1] % u == 0 for _, _, d in frames)
+        return False
 
-    real = getattr(args, "frames", None) is not None  # renderer files: no generator-set acceptance, no 1/2 rows
-    ms = methods(args, upsample=divisible(2) and not real, quarter=divisible(4) and not real)
+
+def _divisible(frames: list, u: int) -> bool:
+    """Whether ``u`` divides the height and width of every frame."""
+    return all(d["color"].shape[0] % u == 0 and d["color"].shape[1] % u == 0 for _, _, d in frames)
+
+
+def _measure(frames: list, ms: dict, repeat: int, has_flip: bool) -> dict:
+    """``{(scene, method): [metrics of each frame]}``: PSNR, SSIM, relMSE (HDR-FLIP) and the median time."""
+    import torch
+
+    from vision.denoise import metrics as M
+
     per: dict[tuple[str, str], list[dict]] = {}
     for scene, k, d in frames:
         for name, fn in ms.items():
             times = []
-            for _ in range(max(1, args.repeat) if name != "noisy" else 1):
+            for _ in range(max(1, repeat) if name != "noisy" else 1):
                 t0 = time.perf_counter()
                 with torch.no_grad():
                     out = fn(d)
@@ -383,6 +434,11 @@ def run(args) -> int:
             if has_flip:
                 rec["flip"] = M.hdr_flip(out, d["reference"])
             per.setdefault((scene, name), []).append(rec)
+    return per
+
+
+def _print_quality(frames: list, ms: dict, per: dict, has_flip: bool) -> tuple:
+    """Print the quality table (per scene, then the means); ``(records for --json, {method: mean metrics})``."""
     keys = ["psnr", "ssim", "relmse", "time"] + (["flip"] if has_flip else [])
     scenes = sorted({s for s, _, _ in frames})
     rows, records = [], []
@@ -410,77 +466,4 @@ def run(args) -> int:
     cols = ["scene", "method", "PSNR", "SSIM", "relMSE"] + (["FLIP"] if has_flip else []) + ["time/frame"]
     print_table(rows, cols, title=f"vision bench denoise: {len(scenes)} scene(s), {len(frames)} frame(s), {w}x{h}, "
                                   f"tonemap for PSNR/SSIM: clamp [0,1] + gamma 1/2.2; relMSE eps 0.01")
-    ok = True
-    gain = means["flr"]["psnr"] - means["noisy"]["psnr"]
-    if not real:
-        verdict = "PASS" if gain >= 12 else "FAIL"
-        ok &= gain >= 12
-        print(f"target: FLR - noisy = {gain:+.2f} dB (>= 12): {verdict}")
-    for peer in ("oidn high aux", "oidn fast aux"):
-        if peer in means:
-            print(f"FLR vs {peer}: {means['flr']['psnr'] - means[peer]['psnr']:+.2f} dB PSNR, time ratio (ours / "
-                  f"peer) {means['flr']['time'] / means[peer]['time']:.2f} (at {w}x{h}; CPU ratios only)")
-    if "flnr" in means and not real:
-        m_f, m_r = means["flnr"], means["flr"]
-        gain = m_f["psnr"] - m_r["psnr"]
-        print(f"target: FLNR - FLR = {gain:+.2f} dB (>= 2): {'PASS' if gain >= 2 else 'FAIL'}")
-        ok &= gain >= 2
-        if "oidn high aux" in means:
-            m_o = means["oidn high aux"]
-            gap = m_f["psnr"] - m_o["psnr"]
-            print(f"target: FLNR - OIDN high aux = {gap:+.2f} dB (>= -2): {'PASS' if gap >= -2 else 'FAIL'}")
-            ok &= gap >= -2
-            if has_flip:
-                df = m_f["flip"] - m_o["flip"]
-                print(f"target: HDR-FLIP FLNR - OIDN high aux = {df:+.4f} (<= 0.02): "
-                      f"{'PASS' if df <= 0.02 else 'FAIL'}")
-                ok &= df <= 0.02
-    spp_records = None
-    if real:
-        from .denoise_files import scene_checks, spp_tables
-
-        ok &= scene_checks(per, scenes, means)
-        spp_records = spp_tables(per, frames, list(ms))
-    if "flr 1/2 mean" in means:
-        full = means["flr"]["psnr"]
-        parts, same, quarter = [], [], []
-        for model in ("flr", "flnr"):
-            if f"{model} 1/2 mean" in means:
-                lm, lp, lq = (full - means[f"{model} 1/2 {how}"]["psnr"] for how in ("mean", "pick", "pick+phase"))
-                parts.append(f"{model.upper()} {lm:+.2f} dB (2x2 means), {lp:+.2f} dB (one sample in four), "
-                             f"{lq:+.2f} dB (one in four, phase known)")
-                same.append(lm)
-                quarter.append(lq)
-        print(f"target: full-resolution FLR - joint upsampling from 1/2-resolution colour: {'; '.join(parts)} "
-              f"(<= 1.5) with the same samples: {'PASS' if min(same) <= 1.5 else 'FAIL'}; with a quarter of the "
-              f"samples (phase known): {'PASS' if min(quarter) <= 1.5 else 'FAIL'}")
-        ok &= min(same) <= 1.5 and min(quarter) <= 1.5
-    if "flr 1/4 pick+phase" in means:
-        full = means["flr"]["psnr"]
-        losses = [f"{model.upper()} {full - means[f'{model} 1/4 pick+phase']['psnr']:+.2f} dB"
-                  for model in ("flr", "flnr") if f"{model} 1/4 pick+phase" in means]
-        print(f"joint upsampling from 1/4-resolution colour (one sample in 16, phase known), loss against "
-              f"full-resolution FLR: {', '.join(losses)} (for reference; the target is for 1/2)")
-    timing = time_large(args, frames, ms) if args.time_size else None
-    if timing and "flnr" in timing and "oidn fast aux" in timing:
-        ratio = timing["flnr"] / timing["oidn fast aux"]
-        print(f"target: FLNR / OIDN fast time at {args.time_size} = {ratio:.2f} (<= 0.2): "
-              f"{'PASS' if ratio <= 0.2 else 'FAIL'}")
-        ok &= ratio <= 0.2
-    if timing and "temporal flnr" in timing and "oidn fast aux" in timing:
-        ratio = timing["temporal flnr"] / timing["oidn fast aux"]
-        print(f"target: temporal FLNR / OIDN fast time at {args.time_size} = "
-              f"{ratio:.2f} (<= 0.3): {'PASS' if ratio <= 0.3 else 'FAIL'}")
-        ok &= ratio <= 0.3
-    cuda = None
-    if args.cuda_size:
-        cuda = time_device(args, frames, torch.device(args.device))
-        ok &= _device_acceptance(args, cuda)
-        cuda = {k: v if isinstance(v, float) else repr(v) for k, v in cuda.items()}
-    if args.json:
-        args.json.write_text(json.dumps({"size": [h, w], "rows": records, "per_spp": spp_records,
-                                         "timing_large": timing,
-                                         "timing_cuda": cuda,
-                                         "timing_cuda_rows": getattr(args, "device_rows", None)}, indent=1))
-        print(f"wrote {args.json}")
-    return 0 if ok or not args.strict else 1
+    return records, means

@@ -140,17 +140,9 @@ def _loss_and_grad(fn, src, edit):
 
 
 def run(args) -> int:
-    from vision.kernels import structure_loss
-    from vision.kernels.runtime import backend_for
-    from vision.restore import restore_structure
-
+    """``vision bench spl``: time our SPL loss and restore against the unfused reference, print the checks."""
     device, dev = resolve_device(args.device)
-    if args.steps < 1 or args.radius < 0 or args.eps <= 0:
-        raise ValueError("--steps must be >= 1, --radius >= 0 and --eps > 0")
-    if args.repeat is not None and args.repeat < 1:
-        raise ValueError("--repeat must be >= 1")
-    if args.clock == "cpu" and dev.type != "cpu":
-        raise ValueError("--clock cpu measures CPU time; it cannot time a CUDA device")
+    _check_args(args, dev)
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     set_threads(args.threads)
     cuda = dev.type == "cuda"
@@ -158,13 +150,58 @@ def run(args) -> int:
     r, eps = args.radius, args.eps
     name = torch.cuda.get_device_name(dev) if cuda else (platform.processor() or platform.machine())
     versions = library_versions("triton", "kornia", "cv2", "numpy")
+    _print_header(args, device, dev, name, versions)
+    budget, repeat = (2.0 if cuda else 6.0), args.repeat
+    rows, checks = _loss_rows(sizes, dev, device, r, eps, repeat, budget, clock)
+    row, check = _restore_row(args, dev, device, r, eps, repeat, budget, clock)
+    rows.append(row)
+    checks.append(check)
+    _print_rows(rows)
+    failed = False
+    for text, ok in checks:
+        failed |= ok is False
+        print(("info  " if ok is None else ("PASS  " if ok else "FAIL  ")) + text)
+    if args.json:
+        date = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+        payload = {"bench": "spl", "clock": args.clock, "date": date,
+                   "device": device, "device_name": name, "radius": r, "eps": eps, "steps": args.steps,
+                   "threads": torch.get_num_threads(), "versions": versions, "rows": rows,
+                   "acceptance": [{"check": c, "pass": ok} for c, ok in checks]}
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(payload, indent=1))
+        print(f"rows saved to {args.json}")
+    synchronize(device)
+    return 1 if (args.strict and failed) else 0
+
+
+def _check_args(args, dev) -> None:
+    """Refuse out-of-range ``--steps``, ``--radius``, ``--eps``, ``--repeat`` and a CPU clock on a GPU."""
+    if args.steps < 1 or args.radius < 0 or args.eps <= 0:
+        raise ValueError("--steps must be >= 1, --radius >= 0 and --eps > 0")
+    if args.repeat is not None and args.repeat < 1:
+        raise ValueError("--repeat must be >= 1")
+    if args.clock == "cpu" and dev.type != "cpu":
+        raise ValueError("--clock cpu measures CPU time; it cannot time a CUDA device")
+
+
+def _print_header(args, device: str, dev, name: str, versions: dict) -> None:
+    """Print the settings, the device and our backend on it, the threads, the clock and the library versions."""
+    from vision.kernels.runtime import backend_for
+
     probe = torch.empty(1, device=dev)
-    print(f"structure preservation loss: r={r} (window {2 * r + 1}), eps={eps:g}, bidirectional, stop-gradient, "
-          f"device={device} ({name}), our backend={backend_for(probe)}, threads={torch.get_num_threads()}, "
+    print(f"structure preservation loss: r={args.radius} (window {2 * args.radius + 1}), eps={args.eps:g}, "
+          f"bidirectional, stop-gradient, device={device} ({name}), our backend={backend_for(probe)}, "
+          f"threads={torch.get_num_threads()}, "
           f"clock={'process CPU time (all threads summed)' if args.clock == 'cpu' else 'wall'}")
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v))
     print()
-    budget, repeat = (2.0 if cuda else 6.0), args.repeat
+
+
+def _loss_rows(sizes: list, dev, device: str, r: int, eps: float, repeat, budget: float, clock) -> tuple:
+    """``(rows, checks)``: loss + gradient, ours against the unfused loss, at each size (h, w)."""
+    from vision.kernels import structure_loss
+
+    cuda = dev.type == "cuda"
     rows, checks = [], []
     need = 5.0 if cuda else 2.0
     for h, w in sizes:
@@ -185,6 +222,14 @@ def run(args) -> int:
         checks.append((f"loss+grad {w}x{h}: ours {sp:.2f}x faster than unfused (need >= {need:g}x)"
                        if sp else f"loss+grad {w}x{h}: not measured", bool(sp and sp >= need)))
         del src, edit
+    return rows, checks
+
+
+def _restore_row(args, dev, device: str, r: int, eps: float, repeat, budget: float, clock) -> tuple:
+    """``(row, check)``: ``--steps`` of restore_structure against the unfused loop at ``--restore-size``."""
+    from vision.restore import restore_structure
+
+    cuda = dev.type == "cuda"
     h, w = parse_size(args.restore_size)
     src, edit = make_pair(h, w, dev, seed=1)
     calls = {"ours": lambda: restore_structure(src, edit, steps=args.steps, radius=r, eps=eps),
@@ -197,13 +242,15 @@ def run(args) -> int:
            "max_abs_diff_image": float((out1 - out2).abs().max())}
     row["speedup"] = row["peer_s"] / row["ours_s"] if row["ours_s"] and row["peer_s"] else None
     row["note"] = "; ".join(f"{k}: {v}" for k, v in t.items() if isinstance(v, Exception))
-    rows.append(row)
     if cuda and (h, w) == (512, 512) and args.steps == 100:
         ok = row["ours_s"] is not None and row["ours_s"] <= 0.050
-        checks.append((f"restore 100 steps 512x512: {format_time(row['ours_s'])} (need <= 50 ms)", ok))
-    else:
-        checks.append((f"restore {args.steps} steps {w}x{h}: ours {row['speedup']:.2f}x faster than the unfused loop"
-                       if row["speedup"] else "restore: not measured", None))
+        return row, (f"restore 100 steps 512x512: {format_time(row['ours_s'])} (need <= 50 ms)", ok)
+    return row, (f"restore {args.steps} steps {w}x{h}: ours {row['speedup']:.2f}x faster than the unfused loop"
+                 if row["speedup"] else "restore: not measured", None)
+
+
+def _print_rows(rows: list) -> None:
+    """Print the timing table and what its difference columns mean."""
     shown = [{"case": x["case"], "ours": format_time(x["ours_s"]), "unfused cumsum": format_time(x["peer_s"]),
               "peer/ours": "-" if x["speedup"] is None else f"{x['speedup']:.2f}x",
               "rel diff loss": "-" if x["rel_diff_loss"] is None else f"{x['rel_diff_loss']:.1e}",
@@ -216,21 +263,6 @@ def run(args) -> int:
     print("rel diff: |ours - peer| / |peer| (loss) and max|g_ours - g_peer| / max|g_peer| (gradient w.r.t. the edit);\n"
           "max|diff| image: largest pixel difference of the two restored images (same objective, float32 rounding).")
     print()
-    failed = False
-    for text, ok in checks:
-        failed |= ok is False
-        print(("info  " if ok is None else ("PASS  " if ok else "FAIL  ")) + text)
-    if args.json:
-        date = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-        payload = {"bench": "spl", "clock": args.clock, "date": date,
-                   "device": device, "device_name": name, "radius": r, "eps": eps, "steps": args.steps,
-                   "threads": torch.get_num_threads(), "versions": versions, "rows": rows,
-                   "acceptance": [{"check": c, "pass": ok} for c, ok in checks]}
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(payload, indent=1))
-        print(f"rows saved to {args.json}")
-    synchronize(device)
-    return 1 if (args.strict and failed) else 0
 
 
 def _sec(v):

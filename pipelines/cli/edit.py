@@ -281,16 +281,46 @@ def edit(pipe, image, prompt: str, *, source_prompt=None, mask=None, mask_words=
     import torch
     import torch.nn.functional as F
 
-    from vision.restore import restore_structure
-
-    from vision.pipelines.editing.masks import load_mask, to_image_tensor
-    from vision.pipelines.editing.spl_guidance import disable_structure_preservation, enable_structure_preservation
+    from vision.pipelines.editing.masks import load_mask, to_image_tensor, words_mask
 
     cfg = StructurePreservationConfig.from_options(
         config, start=start, steps_per_guidance=spl_steps, spl_weight=spl_weight, color_weight=color_weight,
         post_process=post_process, invert_mask=invert_mask)
     invert_mask = cfg.invert_mask
     editing = source_prompt is not None
+    strength = _check_edit(pipe, editing, cross_replace_steps, self_replace_steps, blend_words, strength,
+                           working_size)
+    src = to_image_tensor(image)
+    H, W = src.shape[-2:]
+    full_mask = None if mask is None else load_mask(mask, (H, W), invert=invert_mask)
+    (h, w), padded, work_mask = _to_working_size(src, full_mask, working_size, _multiple(pipe))
+    shrunk = (h, w) != (H, W)
+    if steps is None:
+        steps = 15 if editing else (8 if type(pipe.scheduler).__name__ == "LCMScheduler" else 30)
+    control = {}
+    if editing:
+        control = {name: v for name, v in (("cross_replace_steps", cross_replace_steps),
+                                     ("self_replace_steps", self_replace_steps),
+                                     ("local_blend_words", blend_words)) if v is not None}
+    if mask_words:  # a dry run without guidance stores the words' cross-attention; guided-filter upsampling
+        work_mask = words_mask(pipe, mask_words, prompt, source_prompt, control, padded, strength, steps, seed,
+                               invert_mask, mask_threshold)
+        full_mask = F.interpolate(work_mask[..., :h, :w], size=(H, W), mode="bilinear", align_corners=False)
+    kwargs = dict(prompt=prompt, image=padded, strength=strength, num_inference_steps=steps,
+                  output_type="pt", generator=torch.Generator().manual_seed(seed))
+    if negative_prompt is not None:
+        kwargs["negative_prompt"] = negative_prompt
+    if guidance_scale is not None:
+        kwargs["guidance_scale"] = guidance_scale
+    # the mask is inverted above; at the working size the pipeline post-processes only if nothing is resized
+    call_cfg = cfg.replace(invert_mask=False, post_process=cfg.post_process and not shrunk)
+    out = _call_pipe(pipe, source_prompt, call_cfg, work_mask, control, kwargs, padded)
+    return _to_full_size(out[..., :h, :w].clamp(0, 1), src, full_mask, cfg, shrunk)
+
+
+def _check_edit(pipe, editing: bool, cross_replace_steps, self_replace_steps, blend_words, strength,
+                working_size: int) -> float:
+    """Refuse arguments that do not go together or are out of range; the strength (default: 1 editing, else 0.6)."""
     if not editing and (cross_replace_steps is not None or self_replace_steps is not None or blend_words):
         raise ValueError("--cross-replace-steps, --self-replace-steps and --blend-words need --source-prompt")
     if editing and type(pipe).__name__ != "StructurePreservingEditPipeline":
@@ -301,71 +331,49 @@ def edit(pipe, image, prompt: str, *, source_prompt=None, mask=None, mask_words=
         raise ValueError(f"--strength must be in (0, 1], got {strength}")
     if working_size < 16:
         raise ValueError(f"--working-size must be at least 16, got {working_size}")
-    src = to_image_tensor(image)
+    return strength
+
+
+def _to_working_size(src, full_mask, working_size: int, k: int) -> tuple:
+    """``((h, w), padded, work_mask)``: ``src`` (1, 3, H, W) shrunk to ``working_size`` and padded to ``k``."""
+    import torch.nn.functional as F
+
     H, W = src.shape[-2:]
-    full_mask = None if mask is None else load_mask(mask, (H, W), invert=invert_mask)
     scale = min(1.0, working_size / max(H, W))
     h, w = max(16, round(H * scale)), max(16, round(W * scale))
     work = src if (h, w) == (H, W) else F.interpolate(src, size=(h, w), mode="bicubic", antialias=True,
                                                       align_corners=False).clamp(0, 1)
-    k = _multiple(pipe)
     ph, pw = -h % k, -w % k
     padded = F.pad(work, (0, pw, 0, ph), mode="reflect" if min(h, w) > max(ph, pw) else "replicate")
     work_mask = None
     if full_mask is not None:
         work_mask = F.interpolate(full_mask, size=(h, w), mode="bilinear", align_corners=False)
         work_mask = F.pad(work_mask, (0, pw, 0, ph), mode="replicate")
-    shrunk = (h, w) != (H, W)
-    if steps is None:
-        steps = 15 if editing else (8 if type(pipe.scheduler).__name__ == "LCMScheduler" else 30)
-    control = {}
-    if editing:
-        control = {name: v for name, v in (("cross_replace_steps", cross_replace_steps),
-                                     ("self_replace_steps", self_replace_steps),
-                                     ("local_blend_words", blend_words)) if v is not None}
-    if mask_words:  # a dry run without guidance stores the words' cross-attention; guided-filter upsampling
-        from vision.pipelines.editing.masks import attention_mask, word_token_indices
+    return (h, w), padded, work_mask
 
-        where = dict(batch_index=-1)
-        if editing:
-            def has_all(text):
-                try:
-                    word_token_indices(pipe.tokenizer, text, mask_words)
-                    return True
-                except ValueError:
-                    return False
 
-            if not has_all(prompt):
-                if not has_all(source_prompt):
-                    raise ValueError(f"--mask-words {' '.join(mask_words)!r} must all be words of --prompt "
-                                     f"{prompt!r} or all of --source-prompt {source_prompt!r}")
-                where = dict(batch_index=0, words_from=source_prompt)  # the source branch's maps
-            where.update(source_prompt=source_prompt, structure_preservation=False, **control)
-        work_mask = attention_mask(pipe, mask_words, prompt=prompt, guide_image=padded, image=padded,
-                                   strength=strength, num_inference_steps=steps,
-                                   generator=torch.Generator().manual_seed(seed), invert=invert_mask,
-                                   threshold=mask_threshold, **where)
-        full_mask = F.interpolate(work_mask[..., :h, :w], size=(H, W), mode="bilinear", align_corners=False)
-    kwargs = dict(prompt=prompt, image=padded, strength=strength, num_inference_steps=steps,
-                  output_type="pt", generator=torch.Generator().manual_seed(seed))
-    if negative_prompt is not None:
-        kwargs["negative_prompt"] = negative_prompt
-    if guidance_scale is not None:
-        kwargs["guidance_scale"] = guidance_scale
-    # the mask is inverted above; at the working size the pipeline post-processes only if nothing is resized
-    call_cfg = cfg.replace(invert_mask=False, post_process=cfg.post_process and not shrunk)
-    if editing:
-        out = pipe(source_prompt=source_prompt, structure_config=call_cfg, mask=work_mask,
-                   **control, **kwargs).images[:1].float().cpu()
-    else:
-        enable_structure_preservation(pipe, padded, config=call_cfg, mask=work_mask)
-        try:
-            out = pipe(**kwargs).images[:1].float().cpu()
-        finally:
-            disable_structure_preservation(pipe)
-    out = out[..., :h, :w].clamp(0, 1)
+def _call_pipe(pipe, source_prompt, call_cfg, work_mask, control: dict, kwargs: dict, padded):
+    """Run the pipeline once with SPL guidance (attached for the call to a stock one); (1, 3, h', w') on the CPU."""
+    from vision.pipelines.editing.spl_guidance import disable_structure_preservation, enable_structure_preservation
+
+    if source_prompt is not None:
+        return pipe(source_prompt=source_prompt, structure_config=call_cfg, mask=work_mask,
+                    **control, **kwargs).images[:1].float().cpu()
+    enable_structure_preservation(pipe, padded, config=call_cfg, mask=work_mask)
+    try:
+        return pipe(**kwargs).images[:1].float().cpu()
+    finally:
+        disable_structure_preservation(pipe)
+
+
+def _to_full_size(out, src, full_mask, cfg, shrunk: bool):
+    """``out`` back at ``src``'s size when it was ``shrunk`` (bicubic), and post-processed there as ``cfg`` asks."""
+    import torch.nn.functional as F
+
+    from vision.restore import restore_structure
+
     if shrunk:
-        out = F.interpolate(out, size=(H, W), mode="bicubic", align_corners=False).clamp(0, 1)
+        out = F.interpolate(out, size=src.shape[-2:], mode="bicubic", align_corners=False).clamp(0, 1)
         if cfg.post_process:  # the post-processing step at full size, against the full-size source
             out = restore_structure(src, out, mask=full_mask, steps=cfg.post_steps, spl_weight=cfg.spl_weight,
                                     color_weight=cfg.color_weight, radius=cfg.radius, eps=cfg.eps,

@@ -257,10 +257,31 @@ def _build(args, widths):
 
 
 def run(args) -> int:
+    """``vision train-denoiser``: check every argument, read the scenes, train, and say what was written."""
     import torch
 
     from vision.pipelines.training.denoiser import DenoiserTraining, data_identity, train as train_loop
 
+    widths = _check_args(args)
+    folder = _checkpoint_dir(args)
+    torch.set_num_threads(max(1, args.threads))
+    torch.manual_seed(args.seed)
+    train, val = _read_scenes(args)
+    cfg = DenoiserTraining(
+        epochs=args.epochs, steps=args.steps, batch=args.batch, crop=args.crop, lr=args.lr, smape=args.smape,
+        tonemapped=args.tonemapped, upsample_prob=args.upsample_prob, upsample_factor=args.upsample_factor,
+        drop_ao=args.drop_ao, history=args.history, history_only=args.history_only, ema=args.ema,
+        minutes=args.minutes, seed=args.seed, grad_accum=args.grad_accum, mixed_precision=args.mixed_precision,
+        device=args.device, checkpoint_dir=folder, resume=args.resume, quiet=args.quiet)
+    meta = {"vision.train.command": training_command(args), "vision.train.data": str(args.data),
+            "vision.train.frames": len(train)}
+    res = train_loop(cfg, _build(args, widths), train, val, out=args.out, data=data_identity(args.data, train),
+                     metadata=meta, from_init=bool(args.init), loss=loss_fn)
+    return _report(args, res)
+
+
+def _check_args(args) -> list[int] | None:
+    """Refuse bad flags, network sizes, outputs, ``--init`` files and devices before any data is read; the widths."""
     if args.epochs < 1 or args.batch < 1 or args.crop < 16 or args.lr <= 0 or not 0 <= args.upsample_prob <= 1:
         raise ValueError("--epochs and --batch must be >= 1, --crop >= 16, --lr > 0 and --upsample-prob in [0, 1]")
     if args.upsample_prob > 0 and args.crop % args.upsample_factor:
@@ -308,9 +329,11 @@ def run(args) -> int:
         from vision.pipelines.cli import torch_device
 
         torch_device(args.device)  # a malformed or absent device: one line, before any data is read
-    folder = _checkpoint_dir(args)
-    torch.set_num_threads(max(1, args.threads))
-    torch.manual_seed(args.seed)
+    return widths
+
+
+def _read_scenes(args) -> tuple[list, list]:
+    """``(train, val)`` frames of ``--data``; refuse no training scenes, or one noisy frame each with ``--history``."""
     train = load_frames(args.data, "train")
     if not train:
         raise ValueError(f"no training scenes in {args.data} (split train)")
@@ -318,16 +341,11 @@ def run(args) -> int:
         raise ValueError(f"--history {args.history}: every training scene in {args.data} has one noisy frame; render "
                          f"several (vision render-scenes --noisy-seeds {args.history}) to average them")
     val = load_frames(args.data, "val")  # none: the training loop validates on training frames, and says so
-    cfg = DenoiserTraining(
-        epochs=args.epochs, steps=args.steps, batch=args.batch, crop=args.crop, lr=args.lr, smape=args.smape,
-        tonemapped=args.tonemapped, upsample_prob=args.upsample_prob, upsample_factor=args.upsample_factor,
-        drop_ao=args.drop_ao, history=args.history, history_only=args.history_only, ema=args.ema,
-        minutes=args.minutes, seed=args.seed, grad_accum=args.grad_accum, mixed_precision=args.mixed_precision,
-        device=args.device, checkpoint_dir=folder, resume=args.resume, quiet=args.quiet)
-    meta = {"vision.train.command": training_command(args), "vision.train.data": str(args.data),
-            "vision.train.frames": len(train)}
-    res = train_loop(cfg, _build(args, widths), train, val, out=args.out, data=data_identity(args.data, train),
-                     metadata=meta, from_init=bool(args.init), loss=loss_fn)
+    return train, val
+
+
+def _report(args, res) -> int:
+    """Say how the run ended (written, stopped by a signal, a write that failed); the exit code."""
     if not res.main:  # another rank of accelerate launch: the main process reports
         return 128 + res.signum if res.signum else 0
     if not res.same_weights:

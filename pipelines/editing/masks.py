@@ -303,3 +303,32 @@ def attention_mask(pipe, words, *, prompt: str, guide_image, resolution: int = 1
             rough = (rough >= threshold).float()
     m = upsample_mask(rough, guide)
     return 1 - m if invert else m
+
+
+def words_mask(pipe, mask_words, prompt: str, source_prompt, control: dict, padded, strength: float, steps: int,
+               seed: int, invert_mask: bool, mask_threshold: float) -> torch.Tensor:
+    """``vision edit --mask-words``: the (1, 1, h, w) mask of ``mask_words`` from the cross-attention of a dry run
+    without guidance on ``padded`` (1, 3, h, w). With ``source_prompt`` (a StructurePreservingEditPipeline,
+    ``control`` its attention-control arguments) the words may all come from the source prompt instead.
+
+        >>> m = words_mask(pipe, ["cat"], "a cat", None, {}, image, 0.6, 8, 0, False, 0.5)   # (1, 1, h, w)
+    """
+    where = dict(batch_index=-1)
+    if source_prompt is not None:
+        def has_all(text):
+            try:
+                word_token_indices(pipe.tokenizer, text, mask_words)
+                return True
+            except ValueError:
+                return False
+
+        if not has_all(prompt):
+            if not has_all(source_prompt):
+                raise ValueError(f"--mask-words {' '.join(mask_words)!r} must all be words of --prompt "
+                                 f"{prompt!r} or all of --source-prompt {source_prompt!r}")
+            where = dict(batch_index=0, words_from=source_prompt)  # the source branch's maps
+        where.update(source_prompt=source_prompt, structure_preservation=False, **control)
+    return attention_mask(pipe, mask_words, prompt=prompt, guide_image=padded, image=padded,
+                          strength=strength, num_inference_steps=steps,
+                          generator=torch.Generator().manual_seed(seed), invert=invert_mask,
+                          threshold=mask_threshold, **where)

@@ -164,6 +164,44 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
             >>> out = pipe("a blue dog", image=photo, source_prompt="a red cat", local_blend_words=["cat", "dog"],
             ...            equalizer={"blue": 2.0}, output_type="pt").images   # (1, 3, H, W) in [0, 1]
         """
+        tensor_inputs, prompts, n = self._check_inputs(prompt, strength, output_type, num_images_per_prompt,
+                                                       generator, callback_on_step_end,
+                                                       callback_on_step_end_tensor_inputs)
+        device = self._execution_device
+        src_prompts, tgt_emb, src_emb, neg_emb = self._encode_prompts(prompts, source_prompt, negative_prompt,
+                                                                      num_images_per_prompt, device)
+        source = self._prepare_source(image, len(prompts), num_images_per_prompt, device)
+        cfg = StructurePreservationConfig.from_options(
+            structure_config, start=start, steps_per_guidance=steps_per_guidance, spl_weight=spl_weight,
+            color_weight=color_weight, invert_mask=invert_mask, post_process=post_process)
+        restorer, z_src = self._prepare_restorer(source, cfg, mask, n, device)
+        timesteps, abar, x_s, x_t = self._prepare_latents(z_src, num_inference_steps, strength, generator, device)
+        control = AttentionControl(self.tokenizer, [p for p in src_prompts for _ in range(num_images_per_prompt)],
+                                   [p for p in prompts for _ in range(num_images_per_prompt)], n=n,
+                                   num_steps=len(timesteps), cross_replace_steps=cross_replace_steps,
+                                   self_replace_steps=self_replace_steps, cross_attention_mode=cross_attention_mode,
+                                   equalizer=equalizer, local_blend_words=local_blend_words,
+                                   local_blend_threshold=local_blend_threshold, local_blend_start=local_blend_start,
+                                   mutual_self_attention=mutual_self_attention)
+        if structure_preservation:  # (called here: its stack level counts from __call__)
+            warn_if_no_step_is_guided(type(self).__name__, len(timesteps), cfg.start, cfg.steps_per_guidance)
+        guided, post, spl_bar = self._plan_guidance(structure_preservation, cfg, len(timesteps), output_type)
+        denoised = self._denoise(timesteps, abar, x_s, x_t, z_src, (src_emb, neg_emb, tgt_emb), control, restorer,
+                                 guided, spl_bar, cfg.steps_per_guidance, guidance_scale, source_guidance_scale,
+                                 generator, device, callback_on_step_end, tensor_inputs)
+        images = self._decode(denoised, restorer, post, spl_bar, cfg.post_steps, output_type)
+        spl_bar.close()
+        self.maybe_free_model_hooks()
+        self.structure_preservation_report = _report(structure_preservation, guided, timesteps, post, cfg)
+        if not return_dict:
+            return (images,)
+        out = ImagePipelineOutput(images=images)
+        out.structure_preservation = self.structure_preservation_report
+        return out
+
+    def _check_inputs(self, prompt, strength: float, output_type: str, num_images_per_prompt: int, generator,
+                      callback_on_step_end, callback_on_step_end_tensor_inputs) -> tuple:
+        """Refuse bad call arguments and a non-LCM scheduler; ``(tensor_inputs, prompts, n)`` (n: batch size)."""
         tensor_inputs = callback_on_step_end_tensor_inputs or ["latents"]
         if hasattr(callback_on_step_end, "tensor_inputs"):
             tensor_inputs = callback_on_step_end.tensor_inputs
@@ -181,30 +219,42 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
             raise ValueError(f"You have passed a list of generators of length {len(generator)}, but requested an "
                              f"effective batch size of {n}. Make sure the batch size matches the length of the "
                              "generators.")
+        return tensor_inputs, prompts, n
+
+    def _encode_prompts(self, prompts: list[str], source_prompt, negative_prompt, num_images_per_prompt: int,
+                        device) -> tuple:
+        """``(source prompts, target, source, negative embeddings)``, each embedding (n, tokens, dim)."""
         expand = lambda p: ([p] * len(prompts) if isinstance(p, str) else list(p))  # noqa: E731
         src_prompts, neg_prompts = expand(source_prompt), expand(negative_prompt)
-        device = self._execution_device
         tgt_emb, src_emb, neg_emb = (self._embed(p, device).repeat_interleave(num_images_per_prompt, 0)
                                      for p in (prompts, src_prompts, neg_prompts))
+        return src_prompts, tgt_emb, src_emb, neg_emb
 
+    def _prepare_source(self, image, num_prompts: int, num_images_per_prompt: int, device) -> torch.Tensor:
+        """The source image in [0, 1], (1 or n, 3, H, W) with H and W snapped to the latent grid."""
         # [-1, 1] tensors are mapped to [0, 1] here: handed to the processor they draw diffusers' FutureWarning
         if isinstance(image, torch.Tensor) and image.is_floating_point() and float(image.min()) < 0:
             image = (image + 1) / 2
         pixels = self.image_processor.preprocess(image).to(device, torch.float32)  # [-1, 1], size to the grid
-        if pixels.shape[0] not in (1, len(prompts)):
-            raise ValueError(f"got {pixels.shape[0]} images for {len(prompts)} prompts; "
+        if pixels.shape[0] not in (1, num_prompts):
+            raise ValueError(f"got {pixels.shape[0]} images for {num_prompts} prompts; "
                              "pass one image or one per prompt")
         source = (pixels + 1) / 2
         if source.shape[0] > 1:  # in the order of the prompt embeddings: each prompt's images together
             source = source.repeat_interleave(num_images_per_prompt, 0)
-        cfg = StructurePreservationConfig.from_options(
-            structure_config, start=start, steps_per_guidance=steps_per_guidance, spl_weight=spl_weight,
-            color_weight=color_weight, invert_mask=invert_mask, post_process=post_process)
+        return source
+
+    def _prepare_restorer(self, source: torch.Tensor, cfg, mask, n: int, device) -> tuple:
+        """``(restorer, z_src)``: the SPL restorer on this pipeline's VAE and the source latent, (n, 4, h, w)."""
         restorer = LatentRestorer(source, cfg, mask=mask)
         restorer.vae, restorer.decode_fn = self.vae, self.vae.decode
         z_src = restorer.encode(source).to(device)
         z_src = z_src.expand(n, -1, -1, -1) if z_src.shape[0] == 1 else z_src
+        return restorer, z_src
 
+    def _prepare_latents(self, z_src: torch.Tensor, num_inference_steps: int, strength: float, generator,
+                         device) -> tuple:
+        """``(timesteps, abar, x_s, x_t)``: the schedule and both branches' first noisy latents (one noise)."""
         self.scheduler.set_timesteps(num_inference_steps, device=device, strength=strength)
         timesteps = self.scheduler.timesteps
         self._num_timesteps = len(timesteps)
@@ -212,36 +262,29 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
         noise = randn_tensor(z_src.shape, generator=generator, device=device, dtype=torch.float32)
         a0 = abar[int(timesteps[0])]
         x_s = a0.sqrt() * z_src + (1 - a0).sqrt() * noise
-        x_t = x_s.clone()
-        denoised = z_src
-        control = AttentionControl(self.tokenizer, [p for p in src_prompts for _ in range(num_images_per_prompt)],
-                                   [p for p in prompts for _ in range(num_images_per_prompt)], n=n,
-                                   num_steps=len(timesteps), cross_replace_steps=cross_replace_steps,
-                                   self_replace_steps=self_replace_steps, cross_attention_mode=cross_attention_mode,
-                                   equalizer=equalizer, local_blend_words=local_blend_words,
-                                   local_blend_threshold=local_blend_threshold, local_blend_start=local_blend_start,
-                                   mutual_self_attention=mutual_self_attention)
-        guided = guided_indices(len(timesteps), cfg.start) if structure_preservation and cfg.steps_per_guidance > 0 else []
-        if structure_preservation:
-            warn_if_no_step_is_guided(type(self).__name__, len(timesteps), cfg.start, cfg.steps_per_guidance)
+        return timesteps, abar, x_s, x_s.clone()
+
+    def _plan_guidance(self, structure_preservation: bool, cfg, num_steps: int, output_type: str) -> tuple:
+        """``(guided, post, spl_bar)``: the SPL-guided step indices, whether to post-process, the SGD progress bar."""
+        guided = guided_indices(num_steps, cfg.start) if structure_preservation and cfg.steps_per_guidance > 0 else []
         post = structure_preservation and cfg.post_process and output_type != "latent"
         spl_bar = spl_progress_bar(self, len(guided) * cfg.steps_per_guidance + (cfg.post_steps if post else 0))
+        return guided, post, spl_bar
+
+    def _denoise(self, timesteps, abar, x_s, x_t, z_src, embeddings: tuple, control, restorer, guided: list,
+                 spl_bar, steps_per_guidance: int, guidance_scale: float, source_guidance_scale: float, generator,
+                 device, callback_on_step_end, tensor_inputs: list) -> torch.Tensor:
+        """The sampling loop (DDCM virtual inversion, SPL on the guided steps); the last clean latent, (n, 4, h, w)."""
+        denoised = z_src
         with self.progress_bar(total=len(timesteps)) as bar, attention_control(self.unet, control):
             for i, t in enumerate(timesteps):
                 control.step = i
-                inp = torch.cat([x_s, x_t, x_t]).to(self.unet.dtype)
-                eps = self.unet(inp, t, encoder_hidden_states=torch.cat([src_emb, neg_emb, tgt_emb]),
-                                ).sample.float()
-                eps_s, eps_u, eps_c = eps.chunk(3)
-                eps_t = eps_u + guidance_scale * (eps_c - eps_u)
-                if source_guidance_scale != 1.0:  # (the source's unconditional branch reuses the target's)
-                    eps_s = eps_u + source_guidance_scale * (eps_s - eps_u)
-                ab = abar[int(t)]
-                denoised = z_src + ((x_t - x_s) - (1 - ab).sqrt() * (eps_t - eps_s)) / ab.sqrt()
+                denoised = self._predict_clean(x_s, x_t, z_src, t, abar, embeddings, guidance_scale,
+                                               source_guidance_scale)
                 denoised = control.apply_blend(z_src, denoised)  # LocalBlend: the source outside the words
                 if i in guided:
                     denoised = control.apply_blend(z_src, restorer.optimise_latent(denoised))
-                    spl_bar.update(cfg.steps_per_guidance)
+                    spl_bar.update(steps_per_guidance)
                 if i < len(timesteps) - 1:
                     ap = abar[int(timesteps[i + 1])]
                     fresh = randn_tensor(z_src.shape, generator=generator, device=device, dtype=torch.float32)
@@ -250,33 +293,48 @@ class StructurePreservingEditPipeline(DiffusionPipeline):
                 else:
                     x_t = denoised
                 if callback_on_step_end is not None:
-                    local = {"latents": x_t, "denoised": denoised, "source_latents": x_s, "prompt_embeds": tgt_emb}
+                    local = {"latents": x_t, "denoised": denoised, "source_latents": x_s,
+                             "prompt_embeds": embeddings[2]}
                     out = callback_on_step_end(self, i, t, {k: local[k] for k in tensor_inputs})
                     x_t = out.pop("latents", x_t)
                     denoised = out.pop("denoised", denoised)
                     x_s = out.pop("source_latents", x_s)
                 bar.update()
+        return denoised
+
+    def _predict_clean(self, x_s, x_t, z_src, t, abar, embeddings: tuple, guidance_scale: float,
+                       source_guidance_scale: float) -> torch.Tensor:
+        """One batched UNet call on both branches; the target's clean latent z0_t (module docstring's formula)."""
+        src_emb, neg_emb, tgt_emb = embeddings
+        inp = torch.cat([x_s, x_t, x_t]).to(self.unet.dtype)
+        eps = self.unet(inp, t, encoder_hidden_states=torch.cat([src_emb, neg_emb, tgt_emb]),
+                        ).sample.float()
+        eps_s, eps_u, eps_c = eps.chunk(3)
+        eps_t = eps_u + guidance_scale * (eps_c - eps_u)
+        if source_guidance_scale != 1.0:  # (the source's unconditional branch reuses the target's)
+            eps_s = eps_u + source_guidance_scale * (eps_s - eps_u)
+        ab = abar[int(t)]
+        return z_src + ((x_t - x_s) - (1 - ab).sqrt() * (eps_t - eps_s)) / ab.sqrt()
+
+    def _decode(self, denoised: torch.Tensor, restorer, post: bool, spl_bar, post_steps: int, output_type: str):
+        """The output images: the latent itself, or decoded (post-processed with SPL when ``post``)."""
         if output_type == "latent":
-            images = denoised
-        else:
-            decoded = restorer.decode_fn(restorer._to_vae(denoised).to(self.vae.dtype), return_dict=False)[0]
-            if post:
-                decoded = restorer.post_process(decoded)
-                spl_bar.update(cfg.post_steps)
-            images = self.image_processor.postprocess(decoded.float().clamp(-1, 1), output_type=output_type)
-        spl_bar.close()
-        self.maybe_free_model_hooks()
-        self.structure_preservation_report = StructurePreservationReport(
-            guided=bool(structure_preservation), guided_steps=tuple(guided),
-            guided_timesteps=tuple(float(timesteps[i]) for i in guided), num_steps=len(timesteps),
-            steps_run=len(timesteps),
-            sgd_steps=cfg.steps_per_guidance if structure_preservation else 0, post_processed=post,
-            source="image" if structure_preservation else None, config=cfg)
-        if not return_dict:
-            return (images,)
-        out = ImagePipelineOutput(images=images)
-        out.structure_preservation = self.structure_preservation_report
-        return out
+            return denoised
+        decoded = restorer.decode_fn(restorer._to_vae(denoised).to(self.vae.dtype), return_dict=False)[0]
+        if post:
+            decoded = restorer.post_process(decoded)
+            spl_bar.update(post_steps)
+        return self.image_processor.postprocess(decoded.float().clamp(-1, 1), output_type=output_type)
+
+
+def _report(structure_preservation: bool, guided: list, timesteps, post: bool, cfg) -> StructurePreservationReport:
+    """What SPL guidance did in this call: the guided steps and timesteps, SGD steps, post-processing."""
+    return StructurePreservationReport(
+        guided=bool(structure_preservation), guided_steps=tuple(guided),
+        guided_timesteps=tuple(float(timesteps[i]) for i in guided), num_steps=len(timesteps),
+        steps_run=len(timesteps),
+        sgd_steps=cfg.steps_per_guidance if structure_preservation else 0, post_processed=post,
+        source="image" if structure_preservation else None, config=cfg)
 
 
 _SHIM = ('"""Written by StructurePreservingEditPipeline.save_pretrained: the class comes from the installed '

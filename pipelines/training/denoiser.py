@@ -214,28 +214,74 @@ def train(cfg: DenoiserTraining, build, train_frames: list, val_frames: list, *,
     to ``out``; when ``out`` cannot be written (``write_failed``) the weights stay in the last checkpoint
     (``kept``: it is the end of the run, ``checkpoint``; ``--resume`` writes them without training) or else go
     to ``rescued`` beside it (None when that failed too; ``checkpoint_epoch``: where a resume starts)."""
-    from accelerate import DistributedDataParallelKwargs
-    from timm.utils import ModelEmaV3
-    from tqdm import tqdm
-    from transformers.optimization import get_cosine_schedule_with_warmup
+    folder, where, saved = _check_resume(cfg, out)
+    acc = _make_accelerator(cfg)
+    main = acc.is_main_process
+    say = (log or (lambda m: print(m, file=sys.stderr))) if main else (lambda m: None)
+    train_frames, val_frames, stats, groups, steps = _prepare_frames(cfg, acc, train_frames, val_frames, say)
+    _refuse_other_settings(where, saved and saved["settings"], _settings(cfg, data, acc, steps))  # before any work
+    model = build(train_frames, say).to(acc.device)
+    settings = _settings(cfg, data, acc, steps, model)
+    _refuse_other_settings(where, saved and saved["settings"], settings)
+    _announce(cfg, acc, model, train_frames, val_frames, steps, folder, say)
+    total = cfg.epochs * steps
+    model, opt, sched, core, ema = _prepare_model(cfg, acc, model, total)
+    gen = torch.Generator().manual_seed(cfg.seed + 1000003 * acc.process_index)  # each rank its own crops
+    run = SimpleNamespace(best=0.0, best_epoch=0, epochs=0, history=[], signum=0, interrupted=False, path=None,
+                          seconds=0.0, processes=acc.num_processes, same_weights=True, folder=folder, main=main,
+                          save_failed="", write_failed="", kept=False, checkpoint=None, checkpoint_epoch=None,
+                          rescued=None)
+    loop = SimpleNamespace(first=1, step0=0, loss_sum=0.0, best_state=None, t0=0.0, settings=settings, steps=steps,
+                           total=total, budget=None if cfg.minutes is None else cfg.minutes * 60)
+    spent = 0.0
+    if saved is not None:
+        spent = _resume_from(acc, where, saved, run, loop, ema, gen, say)
+    else:
+        _start_fresh(cfg, folder, model, core, val_frames, run, loop, main, from_init, say)
+    loop.t0 = time.time() - spent
+    with _StopOnSignal() as stop:
+        try:
+            _epochs(cfg, acc, model, opt, sched, core, ema, gen, loss, train_frames, val_frames, stats, groups,
+                    run, loop, stop, say)
+        except KeyboardInterrupt:  # a second Ctrl-C (or one raised by the code): the best weights, no checkpoint
+            run.interrupted = True
+            say(f"interrupted in epoch {run.epochs + 1}: writing the best weights so far")
+    if acc.num_processes > 1 and not run.interrupted:
+        run.same_weights = _same_on_every_rank(acc, [core] + ([ema.module] if ema is not None else []))
+    run.seconds = time.time() - loop.t0
+    if main:
+        _write_best(cfg, acc, core, loop.best_state, metadata, run, out)
+    acc.wait_for_everyone()
+    return run
 
-    from vision.denoise.flnr import frame_stats, parameter_count
-    from vision.outputs import atomic_path
 
-    from .accel import accelerator_for
-
+def _check_resume(cfg: DenoiserTraining, out) -> tuple:
+    """``(folder, where, saved)``: the checkpoint folder and, with ``--resume``, its last complete checkpoint."""
     folder = Path(cfg.checkpoint_dir or f"{out}.state")
     where, saved = find_checkpoint(folder) if cfg.resume else (None, None)
     if cfg.resume and saved is None:
         raise ValueError(f"--resume: no complete checkpoint in {folder} (a run writes one after every epoch)")
     if saved is not None:  # a hand-edited manifest is one line here, not a traceback half-way through the resume
         C.check_state(saved, STATE_FIELDS, f"--resume: {where / C.MANIFEST}")
+    return folder, where, saved
+
+
+def _make_accelerator(cfg: DenoiserTraining):
+    """The run's Accelerator on ``cfg.device`` (one schedule step per optimiser step, unused parameters allowed)."""
+    from accelerate import DistributedDataParallelKwargs
+
+    from .accel import accelerator_for
+
     if cfg.device and str(cfg.device).startswith("cuda:") and torch.cuda.is_available():
         torch.cuda.set_device(torch.device(cfg.device))  # Accelerate's single-process "cuda" is the current one
-    acc = accelerator_for(cfg, None, step_scheduler_with_optimizer=False,  # one schedule step per optimiser step
-                          kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
-    main = acc.is_main_process
-    say = (log or (lambda m: print(m, file=sys.stderr))) if main else (lambda m: None)
+    return accelerator_for(cfg, None, step_scheduler_with_optimizer=False,  # one schedule step per optimiser step
+                           kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
+
+
+def _prepare_frames(cfg: DenoiserTraining, acc, train_frames: list, val_frames: list, say) -> tuple:
+    """``(train_frames, val_frames, stats, groups, steps)``: frames on the device, their statistics, scene groups."""
+    from vision.denoise.flnr import frame_stats
+
     move = (lambda fs: [{k: (v.to(acc.device) if hasattr(v, "to") else v) for k, v in f.items()} for f in fs])
     if not val_frames:
         say("(no val scenes in this folder: validating on the training frames)")
@@ -244,154 +290,186 @@ def train(cfg: DenoiserTraining, build, train_frames: list, val_frames: list, *,
     stats = [frame_stats({k: f[k] for k in GUIDES}, f["color"], f["color"].shape[-2:]) for f in train_frames]
     groups = scene_groups(train_frames) if cfg.history > 1 else None
     steps = cfg.steps or max(1, math.ceil(len(train_frames) / cfg.batch))
-    _refuse_other_settings(where, saved and saved["settings"], _settings(cfg, data, acc, steps))  # before any work
-    model = build(train_frames, say).to(acc.device)
-    settings = _settings(cfg, data, acc, steps, model)
-    _refuse_other_settings(where, saved and saved["settings"], settings)
+    return train_frames, val_frames, stats, groups, steps
+
+
+def _announce(cfg: DenoiserTraining, acc, model, train_frames, val_frames, steps: int, folder: Path, say) -> None:
+    """Say what is about to train: parameters, frames, epochs and steps, device, precision, checkpoint folder."""
+    from vision.denoise.flnr import parameter_count
+
     say(f"FLNR: {parameter_count(model)} parameters; {len(train_frames)} train / {len(val_frames)} val frames; "
         f"{cfg.epochs} epochs x {steps} steps, batch {cfg.batch}" + (f" x {acc.num_processes} processes"
         if acc.num_processes > 1 else "") + f", crop {cfg.crop}; {acc.device}, {acc.mixed_precision} mixed "
         f"precision; checkpoints in {folder}")
-    total = cfg.epochs * steps
+
+
+def _prepare_model(cfg: DenoiserTraining, acc, model, total: int) -> tuple:
+    """``(model, opt, sched, core, ema)``: Adam on the cosine schedule, prepared by Accelerate, autocast, the EMA."""
+    from timm.utils import ModelEmaV3
+    from transformers.optimization import get_cosine_schedule_with_warmup
+
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     sched = get_cosine_schedule_with_warmup(opt, 0, total)
     model, opt, sched = acc.prepare(model, opt, sched)
     core = acc.unwrap_model(model)
     _autocast_network(core, acc)
     ema = ModelEmaV3(core, decay=cfg.ema) if cfg.ema > 0 else None  # no warmup: the flag's decay from step 1
-    judged = core if ema is None else ema.module  # what is validated and kept
-    gen = torch.Generator().manual_seed(cfg.seed + 1000003 * acc.process_index)  # each rank its own crops
-    run = SimpleNamespace(best=0.0, best_epoch=0, epochs=0, history=[], signum=0, interrupted=False, path=None,
-                          seconds=0.0, processes=acc.num_processes, same_weights=True, folder=folder, main=main,
-                          save_failed="", write_failed="", kept=False, checkpoint=None, checkpoint_epoch=None,
-                          rescued=None)
-    first, step0, loss_sum, spent = 1, 0, 0.0, 0.0
-    if saved is not None:
-        from safetensors.torch import load_file
+    return model, opt, sched, core, ema
 
-        try:
-            acc.load_state(str(where))  # model, optimiser, schedule, RNG of this rank
-            extra = load_file(str(where / EXTRA))
-        except C.load_errors() as err:  # damaged files: safetensors, torch.load's refusals, a truncated zip
-            bad = C.damaged_file(where)  # which file, when one does not load on its own
-            if bad is not None:
-                raise ValueError(f"--resume: {bad[0]} is damaged and cannot be loaded ({bad[1]})") from None
-            raise ValueError(f"--resume: {where} cannot be loaded ({C.first_line(err)})") from None
-        if ema is not None:
-            ema.module.load_state_dict({k[4:]: v for k, v in extra.items() if k.startswith("ema/")})
-        best_state = {k[5:]: v.to(acc.device) for k, v in extra.items() if k.startswith("best/")}
-        gen.set_state(extra["sampler"][acc.process_index].to(torch.uint8))
-        run.best, run.best_epoch, run.history = saved["best"], saved["best_epoch"], list(saved["history"])
-        run.epochs, step0, loss_sum, spent = saved["epoch"], saved["step"], saved["loss_sum"], saved["seconds"]
-        first = run.epochs + 1
-        say(f"resuming {where} after epoch {run.epochs}" + (f", step {step0} of epoch {first}" if step0 else ""))
-    else:
-        if C.read(folder, FORMAT) is not None:
-            say(f"(a new run: the checkpoint in {folder} is replaced after this run's first epoch; --resume "
-                "continues it instead)")
-        model.eval()
-        if main:
-            run.best, half = validate(core, val_frames, cfg.upsample_prob, cfg.upsample_factor, cfg.history)
-            start = "from --init" if from_init else "untrained"
-            say(f"epoch 0 ({start}): val PSNR {run.best:.2f} dB{_half_text(half, cfg)}")
-        best_state = {k: v.detach().clone() for k, v in core.state_dict().items()}
-    t0 = time.time() - spent
-    budget = None if cfg.minutes is None else cfg.minutes * 60
 
-    def state(epoch_done: int, step: int) -> dict:
-        return {"epoch": epoch_done, "step": step, "loss_sum": loss_sum, "best": run.best,
-                "best_epoch": run.best_epoch, "history": run.history, "seconds": time.time() - t0,
-                "settings": settings}
+def _resume_from(acc, where: Path, saved: dict, run, loop, ema, gen, say) -> float:
+    """Load the checkpoint at ``where`` into the model, ``ema``, ``gen``, ``run`` and ``loop``; the seconds spent."""
+    from safetensors.torch import load_file
 
-    with _StopOnSignal() as stop:
-        try:
-            for epoch in range(first, cfg.epochs + 1):
-                model.train()
-                bar = tqdm(range(step0, steps), desc=f"epoch {epoch}/{cfg.epochs}", unit="step", file=sys.stderr,
-                           disable=cfg.quiet or not main, leave=False, initial=step0, total=steps)
-                for i in bar:
-                    for _ in range(cfg.grad_accum):
-                        b, st = sample_batch(train_frames, stats, cfg.batch, cfg.crop, gen, cfg.drop_ao,
-                                             cfg.history, groups)
-                        phase = None
-                        if cfg.upsample_prob > 0 and float(torch.rand(1, generator=gen)) < cfg.upsample_prob:
-                            b["color"], phase = subsample(b["color"], gen, cfg.upsample_factor)
-                        with acc.accumulate(model):
-                            guides = {k: b[k] for k in (*GUIDES, "history") if k in b}
-                            pred = model(b["color"], guides, stats=st, phase=phase)
-                            value = loss(pred.float(), b["reference"], cfg.smape, cfg.tonemapped)
-                            acc.backward(value)
-                            if acc.sync_gradients:
-                                acc.clip_grad_norm_(model.parameters(), 1.0)
-                            opt.step()
-                            opt.zero_grad(set_to_none=True)
-                        loss_sum += float(value.detach())
-                    signum, elapsed = _agree(acc, stop.signum, time.time() - t0)
-                    if not opt.step_was_skipped:  # (fp16: a step with overflowing gradients is skipped)
-                        # the cosine follows the time spent when --minutes is further along than the steps
-                        ahead = 0 if budget is None else int(min(1.0, elapsed / budget) * total)
-                        sched.scheduler.last_epoch = min(max(sched.scheduler.last_epoch + 1, ahead), total) - 1
-                        sched.step()
-                    if ema is not None:
-                        ema.update(core)
-                    bar.set_postfix(loss=f"{float(value.detach()):.4f}")
-                    if signum:
-                        run.signum = signum
-                        run.save_failed = _save_checkpoint(acc, folder, state(epoch - 1, i + 1), core, ema,
-                                                           best_state, gen)
-                        break
-                if run.signum:
-                    break
-                step0 = 0
-                model.eval()
-                mean_loss = float(acc.reduce(torch.tensor(loss_sum / (steps * cfg.grad_accum), device=acc.device),
-                                             "mean"))
-                loss_sum = 0.0
-                run.epochs = epoch
-                if main:
-                    score, half = validate(judged, val_frames, cfg.upsample_prob, cfg.upsample_factor, cfg.history)
-                    run.history.append(round(score, 3))
-                    mark = ""
-                    if score > run.best:
-                        run.best, run.best_epoch, mark = score, epoch, " (best)"
-                        best_state = {k: v.detach().clone() for k, v in judged.state_dict().items()}
-                    say(f"epoch {epoch}: train loss {mean_loss:.4f}, val PSNR {score:.2f} dB{_half_text(half, cfg)}"
-                        f"{mark}")
-                run.save_failed = _save_checkpoint(acc, folder, state(epoch, 0), core, ema, best_state, gen)
-                run.signum, elapsed = _agree(acc, stop.signum, time.time() - t0)
-                if run.signum or run.save_failed:  # (a full disk: stop, and keep the best weights below)
-                    break
-                if budget is not None and elapsed > budget and epoch < cfg.epochs:
-                    say(f"stopping after {epoch} epochs: --minutes {cfg.minutes:g} reached")
-                    break
-        except KeyboardInterrupt:  # a second Ctrl-C (or one raised by the code): the best weights, no checkpoint
-            run.interrupted = True
-            say(f"interrupted in epoch {run.epochs + 1}: writing the best weights so far")
-    if acc.num_processes > 1 and not run.interrupted:
-        run.same_weights = _same_on_every_rank(acc, [core] + ([ema.module] if ema is not None else []))
-    run.seconds = time.time() - t0
+    try:
+        acc.load_state(str(where))  # model, optimiser, schedule, RNG of this rank
+        extra = load_file(str(where / EXTRA))
+    except C.load_errors() as err:  # damaged files: safetensors, torch.load's refusals, a truncated zip
+        bad = C.damaged_file(where)  # which file, when one does not load on its own
+        if bad is not None:
+            raise ValueError(f"--resume: {bad[0]} is damaged and cannot be loaded ({bad[1]})") from None
+        raise ValueError(f"--resume: {where} cannot be loaded ({C.first_line(err)})") from None
+    if ema is not None:
+        ema.module.load_state_dict({k[4:]: v for k, v in extra.items() if k.startswith("ema/")})
+    loop.best_state = {k[5:]: v.to(acc.device) for k, v in extra.items() if k.startswith("best/")}
+    gen.set_state(extra["sampler"][acc.process_index].to(torch.uint8))
+    run.best, run.best_epoch, run.history = saved["best"], saved["best_epoch"], list(saved["history"])
+    run.epochs, loop.step0, loop.loss_sum = saved["epoch"], saved["step"], saved["loss_sum"]
+    loop.first = run.epochs + 1
+    say(f"resuming {where} after epoch {run.epochs}" + (f", step {loop.step0} of epoch {loop.first}"
+                                                         if loop.step0 else ""))
+    return saved["seconds"]
+
+
+def _start_fresh(cfg: DenoiserTraining, folder: Path, model, core, val_frames, run, loop, main: bool,
+                 from_init: bool, say) -> None:
+    """A new run: validate the untrained (or ``--init``) weights as epoch 0 and keep them as the best so far."""
+    if C.read(folder, FORMAT) is not None:
+        say(f"(a new run: the checkpoint in {folder} is replaced after this run's first epoch; --resume "
+            "continues it instead)")
+    model.eval()
     if main:
-        final = type(core).from_state_dict({k: v.detach().cpu() for k, v in best_state.items()}, core.config)
-        meta = dict(metadata or {})
-        meta.update({"vision.train.epochs": run.epochs, "vision.train.best_epoch": run.best_epoch,
-                     "vision.train.val_psnr": round(run.best, 3), "vision.train.val_history": run.history,
-                     "vision.train.processes": acc.num_processes,
-                     "vision.train.mixed_precision": str(acc.mixed_precision)})
-        try:
-            with atomic_path(out) as tmp:
-                final.save(tmp, **meta)
-            run.path = Path(out)
-        except _write_errors() as err:  # a full disk at the end: the trained weights must survive
-            run.write_failed = err.strerror if isinstance(err, OSError) and err.strerror else _reason(err)
-        run.checkpoint, saved_now = find_checkpoint(folder)
-        run.checkpoint_epoch = None if saved_now is None else saved_now["epoch"]
-        if run.write_failed:
-            run.kept = (not run.save_failed and not run.interrupted and not run.signum  # the run's last state
-                        and saved_now is not None and saved_now["epoch"] == cfg.epochs == run.epochs)
-            if not run.kept:
-                _rescue(run, final, meta, out)
-    acc.wait_for_everyone()
-    return run
+        run.best, half = validate(core, val_frames, cfg.upsample_prob, cfg.upsample_factor, cfg.history)
+        start = "from --init" if from_init else "untrained"
+        say(f"epoch 0 ({start}): val PSNR {run.best:.2f} dB{_half_text(half, cfg)}")
+    loop.best_state = {k: v.detach().clone() for k, v in core.state_dict().items()}
+
+
+def _state(run, loop, epoch_done: int, step: int) -> dict:
+    """The checkpoint manifest's state after ``epoch_done`` epochs and ``step`` steps of the next one."""
+    return {"epoch": epoch_done, "step": step, "loss_sum": loop.loss_sum, "best": run.best,
+            "best_epoch": run.best_epoch, "history": run.history, "seconds": time.time() - loop.t0,
+            "settings": loop.settings}
+
+
+def _epochs(cfg: DenoiserTraining, acc, model, opt, sched, core, ema, gen, loss, train_frames, val_frames, stats,
+            groups, run, loop, stop, say) -> None:
+    """Train epoch after epoch, validating and checkpointing after each, until the end, a signal or the budget."""
+    judged = core if ema is None else ema.module  # what is validated and kept
+    for epoch in range(loop.first, cfg.epochs + 1):
+        model.train()
+        _train_steps(cfg, acc, model, opt, sched, core, ema, gen, loss, train_frames, stats, groups, run, loop,
+                     stop, epoch)
+        if run.signum:
+            break
+        loop.step0 = 0
+        model.eval()
+        mean_loss = float(acc.reduce(torch.tensor(loop.loss_sum / (loop.steps * cfg.grad_accum), device=acc.device),
+                                     "mean"))
+        loop.loss_sum = 0.0
+        run.epochs = epoch
+        if acc.is_main_process:
+            _validate_epoch(cfg, judged, val_frames, run, loop, epoch, mean_loss, say)
+        run.save_failed = _save_checkpoint(acc, run.folder,
+                                           _state(run, loop, epoch, 0), core, ema, loop.best_state, gen)
+        run.signum, elapsed = _agree(acc, stop.signum, time.time() - loop.t0)
+        if run.signum or run.save_failed:  # (a full disk: stop, and keep the best weights below)
+            break
+        if loop.budget is not None and elapsed > loop.budget and epoch < cfg.epochs:
+            say(f"stopping after {epoch} epochs: --minutes {cfg.minutes:g} reached")
+            break
+
+
+def _train_steps(cfg: DenoiserTraining, acc, model, opt, sched, core, ema, gen, loss, train_frames, stats, groups,
+                 run, loop, stop, epoch: int) -> None:
+    """One epoch's optimiser steps from ``loop.step0``; on a signal, checkpoint after the current step and return."""
+    from tqdm import tqdm
+
+    bar = tqdm(range(loop.step0, loop.steps), desc=f"epoch {epoch}/{cfg.epochs}", unit="step", file=sys.stderr,
+               disable=cfg.quiet or not acc.is_main_process, leave=False, initial=loop.step0, total=loop.steps)
+    for i in bar:
+        for _ in range(cfg.grad_accum):
+            value = _micro_step(cfg, acc, model, opt, gen, loss, train_frames, stats, groups)
+            loop.loss_sum += float(value.detach())
+        signum, elapsed = _agree(acc, stop.signum, time.time() - loop.t0)
+        if not opt.step_was_skipped:  # (fp16: a step with overflowing gradients is skipped)
+            # the cosine follows the time spent when --minutes is further along than the steps
+            ahead = 0 if loop.budget is None else int(min(1.0, elapsed / loop.budget) * loop.total)
+            sched.scheduler.last_epoch = min(max(sched.scheduler.last_epoch + 1, ahead), loop.total) - 1
+            sched.step()
+        if ema is not None:
+            ema.update(core)
+        bar.set_postfix(loss=f"{float(value.detach()):.4f}")
+        if signum:
+            run.signum = signum
+            run.save_failed = _save_checkpoint(acc, run.folder, _state(run, loop, epoch - 1, i + 1), core, ema,
+                                               loop.best_state, gen)
+            break
+
+
+def _micro_step(cfg: DenoiserTraining, acc, model, opt, gen, loss, train_frames, stats, groups):
+    """One micro-batch: draw crops (some at lower resolution), forward, backward, clip, step; the loss."""
+    b, st = sample_batch(train_frames, stats, cfg.batch, cfg.crop, gen, cfg.drop_ao, cfg.history, groups)
+    phase = None
+    if cfg.upsample_prob > 0 and float(torch.rand(1, generator=gen)) < cfg.upsample_prob:
+        b["color"], phase = subsample(b["color"], gen, cfg.upsample_factor)
+    with acc.accumulate(model):
+        guides = {k: b[k] for k in (*GUIDES, "history") if k in b}
+        pred = model(b["color"], guides, stats=st, phase=phase)
+        value = loss(pred.float(), b["reference"], cfg.smape, cfg.tonemapped)
+        acc.backward(value)
+        if acc.sync_gradients:
+            acc.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return value
+
+
+def _validate_epoch(cfg: DenoiserTraining, judged, val_frames, run, loop, epoch: int, mean_loss: float,
+                    say) -> None:
+    """Validate ``judged`` after ``epoch``, keep its weights when they are the best so far, and say so."""
+    score, half = validate(judged, val_frames, cfg.upsample_prob, cfg.upsample_factor, cfg.history)
+    run.history.append(round(score, 3))
+    mark = ""
+    if score > run.best:
+        run.best, run.best_epoch, mark = score, epoch, " (best)"
+        loop.best_state = {k: v.detach().clone() for k, v in judged.state_dict().items()}
+    say(f"epoch {epoch}: train loss {mean_loss:.4f}, val PSNR {score:.2f} dB{_half_text(half, cfg)}{mark}")
+
+
+def _write_best(cfg: DenoiserTraining, acc, core, best_state: dict, metadata, run, out) -> None:
+    """Write the best weights to ``out`` (main process); when that fails, keep or rescue them (see :func:`train`)."""
+    from vision.outputs import atomic_path
+
+    final = type(core).from_state_dict({k: v.detach().cpu() for k, v in best_state.items()}, core.config)
+    meta = dict(metadata or {})
+    meta.update({"vision.train.epochs": run.epochs, "vision.train.best_epoch": run.best_epoch,
+                 "vision.train.val_psnr": round(run.best, 3), "vision.train.val_history": run.history,
+                 "vision.train.processes": acc.num_processes,
+                 "vision.train.mixed_precision": str(acc.mixed_precision)})
+    try:
+        with atomic_path(out) as tmp:
+            final.save(tmp, **meta)
+        run.path = Path(out)
+    except _write_errors() as err:  # a full disk at the end: the trained weights must survive
+        run.write_failed = err.strerror if isinstance(err, OSError) and err.strerror else _reason(err)
+    run.checkpoint, saved_now = find_checkpoint(run.folder)
+    run.checkpoint_epoch = None if saved_now is None else saved_now["epoch"]
+    if run.write_failed:
+        run.kept = (not run.save_failed and not run.interrupted and not run.signum  # the run's last state
+                    and saved_now is not None and saved_now["epoch"] == cfg.epochs == run.epochs)
+        if not run.kept:
+            _rescue(run, final, meta, out)
 
 
 def _rescue(run, final, meta: dict, out) -> None:

@@ -283,46 +283,11 @@ def _epochs(cfg, run, task, acc, model, core, ema, opt, sched, loader, order, tr
             history, steps, t0, c0, progress, log, command, signals) -> None:
     """The epochs from ``start``; each appends its record to ``history``. Raises :class:`TrainingStopped` after
     the step in which a signal came (after the save, when it came while the epoch was being saved)."""
-    from tqdm.auto import tqdm
-
-    from vision.outputs import in_run
-
     from . import checkpoint
-    from .run_card import edge_metrics, write_card
 
     for epoch in range(start, cfg.epochs):
-        model.train()
-        order.manual_seed(cfg.seed * 1000003 + epoch)
-        losses = []
-        bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not (progress and acc.is_main_process),
-                   leave=False)
-        for batch in bar:
-            image, target = batch["image"], batch["target"]
-            flip = torch.rand(image.shape[0], device=image.device) < 0.5
-            if flip.any():
-                image = torch.where(flip.view(-1, 1, 1, 1), image.flip(-1), image)
-                target = torch.where(flip.view(-1, 1, 1, 1), task.flip(target), target)
-            with acc.accumulate(model):
-                with acc.autocast():
-                    raw = model(image)
-                loss = task.loss(raw.float(), target, task.valid_mask(target))
-                acc.backward(loss)
-                if cfg.clip > 0 and acc.sync_gradients:
-                    acc.clip_grad_norm_(model.parameters(), cfg.clip)
-                opt.step()
-                sched.step()
-                opt.zero_grad(set_to_none=True)
-            if acc.sync_gradients:
-                steps += 1
-                if ema is not None:
-                    ema.step += 1
-                    ema.update(core, step=ema.step)
-            losses.append(float(loss.detach()))
-            bar.set_postfix(loss=f"{losses[-1]:.4f}")
-            signum = agree(acc, signals.signum, 0.0)[0] if acc.sync_gradients else 0  # all ranks: the same step
-            if signum:
-                bar.close()
-                raise TrainingStopped(signum, epoch, run)
+        losses, steps = _epoch_steps(cfg, run, task, acc, model, core, ema, opt, sched, loader, order, epoch, steps,
+                                     progress, signals)
         over_budget = cfg.max_minutes is not None and time.perf_counter() - t0 > 60 * cfg.max_minutes
         stop = cfg.stop_after is not None and epoch + 1 >= cfg.stop_after
         last = epoch + 1 == cfg.epochs or over_budget or stop
@@ -330,26 +295,8 @@ def _epochs(cfg, run, task, acc, model, core, ema, opt, sched, loader, order, tr
                   "seconds": time.perf_counter() - t0,
                   "cpu_seconds": time.process_time() - c0}  # this process's CPU time: steady on a shared machine
         if acc.is_main_process:
-            live = trainable_state(core)
-            judged = ema.module if ema is not None else core  # validate (and save) the EMA weights
-            weights = {n: t.to(live[n].dtype).contiguous().cpu() for n, t in trainable_state_all(judged).items()
-                       if n in live}
-            metrics, pred = evaluate(judged, task, val_set, tta=cfg.tta, device=acc.device)
-            record.update(metrics)
-            record["baseline"] = base
-            score = metrics[task.primary_metric]
-            better = [r for r in history if task.primary_metric in r and (
-                r[task.primary_metric] <= score if task.lower_is_better else r[task.primary_metric] >= score)]
-            record["saved"] = not cfg.select_best or not better  # keep the best validation epoch's weights
-            guard_run(run)  # again at every save: nothing in the folder may have become a link meanwhile
-            if record["saved"]:
-                save_run_files(run, cfg, core, weights)
-                write_card(run, cfg, record, edge_metrics(task, val_set, pred), acc.mixed_precision, command,
-                           getattr(core, "create_kwargs", None))
-            _preview(task, val_set, pred, in_run(run, f"previews/epoch_{epoch + 1:03d}.png"))
-            stage = checkpoint.begin(run / STATE)  # the whole checkpoint is staged, then published as one unit
-            save_resume(stage / RESUME, live, opt.optimizer.state_dict(), sched.scheduler.state_dict(),
-                         _ema_state(ema, core) if ema is not None else None, epoch + 1, history + [record])
+            metrics = _validate_and_stage(cfg, run, task, acc, core, ema, opt, sched, val_set, base, history, record,
+                                          epoch, command)
         if cfg.log_with:
             acc.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=epoch + 1)
         acc.wait_for_everyone()
@@ -367,6 +314,77 @@ def _epochs(cfg, run, task, acc, model, core, ema, opt, sched, loader, order, tr
         signum = agree(acc, signals.signum, 0.0)[0]
         if signum:
             raise TrainingStopped(signum, epoch + 1, run)
+
+
+def _epoch_steps(cfg, run, task, acc, model, core, ema, opt, sched, loader, order, epoch: int, steps: int, progress,
+                 signals) -> tuple[list, int]:
+    """One epoch's optimiser steps (random horizontal flips); ``(losses, steps)``, or :class:`TrainingStopped`."""
+    from tqdm.auto import tqdm
+
+    model.train()
+    order.manual_seed(cfg.seed * 1000003 + epoch)
+    losses = []
+    bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not (progress and acc.is_main_process),
+               leave=False)
+    for batch in bar:
+        image, target = batch["image"], batch["target"]
+        flip = torch.rand(image.shape[0], device=image.device) < 0.5
+        if flip.any():
+            image = torch.where(flip.view(-1, 1, 1, 1), image.flip(-1), image)
+            target = torch.where(flip.view(-1, 1, 1, 1), task.flip(target), target)
+        with acc.accumulate(model):
+            with acc.autocast():
+                raw = model(image)
+            loss = task.loss(raw.float(), target, task.valid_mask(target))
+            acc.backward(loss)
+            if cfg.clip > 0 and acc.sync_gradients:
+                acc.clip_grad_norm_(model.parameters(), cfg.clip)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+        if acc.sync_gradients:
+            steps += 1
+            if ema is not None:
+                ema.step += 1
+                ema.update(core, step=ema.step)
+        losses.append(float(loss.detach()))
+        bar.set_postfix(loss=f"{losses[-1]:.4f}")
+        signum = agree(acc, signals.signum, 0.0)[0] if acc.sync_gradients else 0  # all ranks: the same step
+        if signum:
+            bar.close()
+            raise TrainingStopped(signum, epoch, run)
+    return losses, steps
+
+
+def _validate_and_stage(cfg, run, task, acc, core, ema, opt, sched, val_set, base, history: list, record: dict,
+                        epoch: int, command) -> dict:
+    """Main process: validate, save the run's files when best, preview, stage the resume state; the metrics."""
+    from vision.outputs import in_run
+
+    from . import checkpoint
+    from .run_card import edge_metrics, write_card
+
+    live = trainable_state(core)
+    judged = ema.module if ema is not None else core  # validate (and save) the EMA weights
+    weights = {n: t.to(live[n].dtype).contiguous().cpu() for n, t in trainable_state_all(judged).items()
+               if n in live}
+    metrics, pred = evaluate(judged, task, val_set, tta=cfg.tta, device=acc.device)
+    record.update(metrics)
+    record["baseline"] = base
+    score = metrics[task.primary_metric]
+    better = [r for r in history if task.primary_metric in r and (
+        r[task.primary_metric] <= score if task.lower_is_better else r[task.primary_metric] >= score)]
+    record["saved"] = not cfg.select_best or not better  # keep the best validation epoch's weights
+    guard_run(run)  # again at every save: nothing in the folder may have become a link meanwhile
+    if record["saved"]:
+        save_run_files(run, cfg, core, weights)
+        write_card(run, cfg, record, edge_metrics(task, val_set, pred), acc.mixed_precision, command,
+                   getattr(core, "create_kwargs", None))
+    _preview(task, val_set, pred, in_run(run, f"previews/epoch_{epoch + 1:03d}.png"))
+    stage = checkpoint.begin(run / STATE)  # the whole checkpoint is staged, then published as one unit
+    save_resume(stage / RESUME, live, opt.optimizer.state_dict(), sched.scheduler.state_dict(),
+                _ema_state(ema, core) if ema is not None else None, epoch + 1, history + [record])
+    return metrics
 
 
 def trainable_state_all(model) -> dict[str, torch.Tensor]:
