@@ -13,8 +13,9 @@ Protocol: one JSON request per line on stdin::
 
     {"argv": [...], "cwd": DIR, "env": {...}, "stdout": FILE, "stderr": FILE, "timeout": S, "sigterm_after": S|null}
 
-and one JSON reply per line on stdout: ``{"rc": CODE, "peak": BYTES, "timed_out": BOOL}`` (``rc`` negative for a
-signal, as in :mod:`subprocess`). Cases whose environment must be read at import time run as plain subprocesses
+and two JSON replies on stdout: ``{"pid": PID}`` once it is forked, ``{"rc": CODE, "peak": BYTES, "timed_out": BOOL}``
+once it has ended (``rc`` negative for a signal, as in :mod:`subprocess`). Arguments of the script name modules to
+import once beside torch and the `vision` command. Cases whose environment must be read at import time run as plain subprocesses
 instead (see ``tests/hostile/corpus.py``).
 """
 from __future__ import annotations
@@ -73,32 +74,70 @@ def _become_the_case(req: dict) -> None:
 
 
 class Server:
-    """The client side: start a server with ``env`` (its children's base environment), then :meth:`run` cases one
-    at a time; :meth:`close` ends it."""
+    """The client side: start a server with ``env`` (its children's base environment; ``preload``: more modules to
+    import once), then run cases one at a time (:meth:`run`, or :meth:`start` and the returned :class:`Running`);
+    :meth:`close` ends it."""
 
-    def __init__(self, env: dict):
+    def __init__(self, env: dict, preload=()):
         import subprocess
 
-        self.proc = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     env=env, text=True, cwd=os.path.dirname(__file__))
+        self.proc = subprocess.Popen([sys.executable, __file__, *preload], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env, text=True, cwd=os.path.dirname(__file__))
         ready = self.proc.stdout.readline()
         if not ready.startswith('{"ready"'):
             self.close()
             raise RuntimeError(f"the fork server did not start: {ready!r}")
 
-    def run(self, argv: list, cwd, env: dict, stdout, stderr, timeout: float, sigterm_after=None):
-        """(exit code, peak resident bytes, timed out) of ``argv`` run as ``python -m vision.pipelines.cli``."""
+    def start(self, argv: list, cwd, env: dict, stdout, stderr, timeout: float, sigterm_after=None) -> "Running":
+        """Start ``python -m vision.pipelines.cli ARGV`` (forked); stdout and stderr go to those files."""
         req = dict(argv=list(argv), cwd=str(cwd), env=dict(env), stdout=str(stdout), stderr=str(stderr),
                    timeout=timeout, sigterm_after=sigterm_after)
         self.proc.stdin.write(json.dumps(req) + "\n")
         self.proc.stdin.flush()
-        reply = json.loads(self.proc.stdout.readline())
-        return reply["rc"], reply["peak"], reply["timed_out"]
+        return Running(self.proc.stdout)
+
+    def run(self, *args, **kw):
+        """(exit code, peak resident bytes, timed out) of :meth:`start`'s process, once it has ended."""
+        return self.start(*args, **kw).wait()
 
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.stdin.close()
             self.proc.wait(timeout=60)
+
+
+class Running:
+    """A case started by :meth:`Server.start`: its ``pid`` (signal it with :meth:`send_signal`), :meth:`poll` and
+    :meth:`wait` as :class:`subprocess.Popen`'s, but :meth:`wait` gives (exit code, peak bytes, timed out)."""
+
+    def __init__(self, replies):
+        import threading
+
+        started = replies.readline()
+        if not started.startswith('{"pid"'):
+            raise RuntimeError(f"the fork server did not start the case: {started!r}")
+        self.pid = json.loads(started)["pid"]
+        self.returncode = None
+        self._reply, self._done = None, threading.Event()
+        threading.Thread(target=self._read, args=(replies,), daemon=True).start()
+
+    def _read(self, replies) -> None:
+        line = replies.readline()
+        self._reply = json.loads(line) if line else {"rc": None, "peak": 0, "timed_out": False}
+        self.returncode = self._reply["rc"]
+        self._done.set()
+
+    def poll(self):
+        return self.returncode if self._done.is_set() else None
+
+    def send_signal(self, sig: int) -> None:
+        if not self._done.is_set():  # the server reaps the case before it replies: the pid is still the case's
+            os.kill(self.pid, sig)
+
+    def wait(self, timeout: float | None = None):
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"case {self.pid} still running after {timeout} s")
+        return self._reply["rc"], self._reply["peak"], self._reply["timed_out"]
 
 
 def serve() -> dict | None:
@@ -111,6 +150,7 @@ def serve() -> dict | None:
         if pid == 0:
             _become_the_case(req)
             return req
+        print(json.dumps({"pid": pid}), flush=True)
         rc, peak, timed_out = _wait(pid, req["timeout"], req.get("sigterm_after"))
         print(json.dumps({"rc": rc, "peak": peak, "timed_out": timed_out}), flush=True)
     return None
@@ -120,6 +160,9 @@ if __name__ == "__main__":
     import torch  # noqa: F401 - what every case would import first
     import torch._dynamo  # noqa: F401 - imported by the denoisers' kernels runtime
     import vision.pipelines.cli  # noqa: F401
+
+    for name in sys.argv[1:]:  # what the caller's cases import anyway (timm, peft, ...)
+        __import__(name)
 
     print(json.dumps({"ready": os.getpid()}), flush=True)
     if serve() is not None:
