@@ -3,7 +3,7 @@ then runs each case in a process of its own forked from it, so a case pays fork 
 interpreter's and torch's start-up (4-8 s on 2 busy cores).
 
 Each case is still a real process with its own exit code, signals, memory and interpreter shutdown: the child
-starts a session of its own, takes the case's working directory, stdin from /dev/null and stdout / stderr into
+calls setsid(), takes the case's working directory, stdin from /dev/null and stdout / stderr into
 the case's files, sets ``sys.argv`` as ``python -m vision.pipelines.cli ARGS`` would, and runs the command from
 the top of this script, so an uncaught exception prints Python's own traceback and exits 1, ``sys.exit`` gives its
 code and the exit handlers run as in any interpreter. Its peak memory (``os.wait4``'s ru_maxrss) counts the pages
