@@ -9,7 +9,8 @@ launch: 40 % of an interpreted colour guided filter was spent there. The interpr
 bits: half of what was left. Interpreted tests use images of 128 x 128 or less, whose indices are
 far from 2**31, and the kernels form 64-bit offsets where large images need them.
 
-``install()`` turns that overflow check off, and wraps ``triton.runtime.interpreter._patch_lang`` so that a helper call made while a launch
+``install()`` turns that overflow check off, looks NumPy types up in a table built once (the interpreter builds
+its dict on every call), and wraps ``triton.runtime.interpreter._patch_lang`` so that a helper call made while a launch
 has already patched every ``triton.language`` module the helper sees does nothing; anything else (a
 launch, or a helper whose module imports a language module the launch did not patch) is patched as
 before. Results are unchanged: the skipped patch would have installed the same functions. If Triton's
@@ -69,4 +70,34 @@ def install():
         builder.options = dataclasses.replace(options, sanitize_overflow=False)
     patch_lang._vision_covered = True
     interpreter._patch_lang = patch_lang
+    _table_np_dtype(interpreter, tl)
     return True
+
+
+def _table_np_dtype(interpreter, tl) -> None:
+    """``_get_np_dtype`` builds its dict of Triton-to-NumPy types on every call (a tenth of an interpreted colour
+    guided filter): look each scalar type up once. Pointers and blocks are unwrapped exactly as it does."""
+    original = getattr(interpreter, "_get_np_dtype", None)
+    if original is None or getattr(original, "_vision_table", False):
+        return
+    pointer = getattr(tl, "pointer_type", None)
+    block = getattr(tl, "block_type", None)
+    if pointer is None or block is None:
+        return
+    table = {}
+
+    def get_np_dtype(tt_dtype):
+        if isinstance(tt_dtype, block) and not isinstance(tt_dtype, pointer):
+            if isinstance(tt_dtype.element_ty, pointer):
+                return original(tt_dtype)
+            tt_dtype = tt_dtype.element_ty
+        if isinstance(tt_dtype, pointer):
+            return original(tt_dtype)
+        try:
+            return table[tt_dtype]
+        except KeyError:
+            table[tt_dtype] = found = original(tt_dtype)
+            return found
+
+    get_np_dtype._vision_table = True
+    interpreter._get_np_dtype = get_np_dtype

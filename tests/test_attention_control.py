@@ -69,6 +69,7 @@ def test_token_alignment(pipe):
         ac.token_alignment(tok, "a cat", "a dog", mode="swap")
 
 
+@pytest.mark.slow  # sampling with a tiny pipeline: over 5 s on 2 cores
 def test_word_swap_gives_the_target_the_source_maps(pipe):
     plain = _recorded(pipe)
     swap = _recorded(pipe, cross_replace_steps=1.0)
@@ -91,6 +92,7 @@ def test_refinement_aligns_tokens_and_keeps_new_words(pipe):
     assert not torch.allclose(seen[0][2][..., 2], seen[0][0][..., 2], atol=1e-4)  # "red" keeps its own map
 
 
+@pytest.mark.slow  # sampling with a tiny pipeline: over 5 s on 2 cores
 def test_equalizer_scales_the_chosen_word(pipe):
     plain = _recorded(pipe)
     eq = _recorded(pipe, equalizer={"dog": 3.0})
@@ -124,6 +126,7 @@ def test_self_attention_replacement_uses_source_probabilities():
         assert torch.allclose(proc(attn, x), attn.processor(attn, x), atol=1e-5)
 
 
+@pytest.mark.slow  # sampling with a tiny pipeline: over 5 s on 2 cores
 def test_local_blend_keeps_the_source_outside_the_words(pipe, monkeypatch):
     masks = []
     orig = ac.AttentionControl.blend_mask

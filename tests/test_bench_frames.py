@@ -24,6 +24,7 @@ def _psnr(x, y):  # tonemap of the issue: clamp to [0, 1], gamma 1/2.2
     return 10 * np.log10(1 / np.mean((t(x) - t(y)) ** 2))
 
 
+@pytest.mark.slow  # every denoiser over two real frames: over 5 s on 2 cores
 def test_manifest_rows_score_the_files_as_the_renderer_wrote_them(tmp_path, capsys):
     out = tmp_path / "b.json"
     rc = main(["bench", "denoise", "--frames", str(DATA / "manifest.json"), "--no-oidn", "--repeat", "1",

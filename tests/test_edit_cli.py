@@ -63,6 +63,7 @@ def test_edit_local_folder_odd_size_rgba(tmp_path, tiny_model, capsys):
     assert out.shape[:2] == (37, 45) and np.isfinite(out).all()
 
 
+@pytest.mark.slow  # edits with a tiny model: over 5 s on 2 cores
 def test_working_size_edits_small_and_post_processes_full(tmp_path, tiny_model):
     from diffusers import StableDiffusionImg2ImgPipeline
 
@@ -105,6 +106,7 @@ def test_bench_edit_help(capsys):
     assert "vision bench edit" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # edits with a tiny model: over 5 s on 2 cores
 def test_edit_with_mask_words(tmp_path, tiny_model):
     write_image(tmp_path / "in.png", tiny.source_image(32)[0].permute(1, 2, 0).numpy())
     rc = main(["edit", str(tmp_path / "in.png"), "--prompt", "a red cat", "--model", str(tiny_model),
@@ -116,6 +118,7 @@ def test_edit_with_mask_words(tmp_path, tiny_model):
     assert rc == 2  # attention control options need --source-prompt
 
 
+@pytest.mark.slow  # edits with a tiny model: over 5 s on 2 cores
 def test_edit_with_source_prompt_drives_the_edit_pipeline(tmp_path, tiny_model, capsys, monkeypatch):
     """--source-prompt: StructurePreservingEditPipeline from the saved img2img folder (its scheduler
     replaced by LCM), odd RGBA input, mask words of the source prompt, LocalBlend words of both."""

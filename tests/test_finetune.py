@@ -427,9 +427,29 @@ class _SignalAt(Crop):
         return super().__getitem__(i)
 
 
+@pytest.fixture(scope="module")
+def never_stopped(tmp_path_factory):
+    """The weights of a 2-epoch run never stopped (read only by the tests that compare with it)."""
+    from safetensors.torch import load_file
+
+    from vision.pipelines.training.dense_model import WEIGHTS
+    from vision.pipelines.training.finetune import train
+
+    data = Crop("depth")
+    run = tmp_path_factory.mktemp("whole") / "whole"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the tests' own one_thread, which a module fixture runs before
+    try:
+        train(tiny_cfg(epochs=2), run, train_set=data, val_set=data, progress=False, log=lambda *a: None)
+    finally:
+        torch.set_num_threads(threads)
+    return load_file(run / WEIGHTS)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [15, 2])
-def test_a_signal_mid_epoch_stops_after_the_step_and_resume_equals_the_run_never_stopped(tmp_path, signum):
+def test_a_signal_mid_epoch_stops_after_the_step_and_resume_equals_the_run_never_stopped(tmp_path, signum,
+                                                                                         never_stopped):
     import signal
 
     from safetensors.torch import load_file
@@ -438,7 +458,6 @@ def test_a_signal_mid_epoch_stops_after_the_step_and_resume_equals_the_run_never
 
     data = Crop("depth")
     quiet = dict(val_set=data, progress=False, log=lambda *a: None)
-    train(tiny_cfg(epochs=2), tmp_path / "whole", train_set=data, **quiet)
     handler = signal.getsignal(signal.SIGTERM)
     # reads: the mean-prediction baseline's pass, epoch 1, then the second batch of epoch 2
     stopping = _SignalAt("depth", at=2 * len(data) + 3, signum=signum)
@@ -452,7 +471,7 @@ def test_a_signal_mid_epoch_stops_after_the_step_and_resume_equals_the_run_never
     assert [h["epoch"] for h in history] == [1, 2]
     from vision.pipelines.training.dense_model import WEIGHTS
 
-    whole, cut = load_file(tmp_path / "whole" / WEIGHTS), load_file(tmp_path / "cut" / WEIGHTS)
+    whole, cut = never_stopped, load_file(tmp_path / "cut" / WEIGHTS)
     assert whole.keys() == cut.keys()
     for name in whole:  # the run that was stopped and resumed is the run that was not, bit for bit
         torch.testing.assert_close(cut[name], whole[name], rtol=0, atol=0)

@@ -400,7 +400,7 @@ ENTRIES = [
     Entry('weights="flnr.safetensors"', _check_flnr, given=_buffers, files=_files_flnr_mine),
     Entry("coeffs = local_linear_fit(g, noisy, radius=8, eps=1e-2, scale=4)", _check_local_linear),
     Entry('StableDiffusionImg2ImgPipeline.from_pretrained("./sd15"', _check_sd_img2img,
-          given=lambda: dict(photo2=_pil(seed=11)), files=_files_sd15,
+          given=lambda: dict(photo2=_pil(seed=11)), files=_files_sd15, slow=True,
           replace=[('.to("cuda")', '.to("cpu")'),                       # no GPU on a test machine,
                    ("dtype=torch.float16", "dtype=torch.float32")]),      # and diffusers runs no float16 on CPU
     Entry("cb = SPLGuidanceCallback(", _check_callback, given=_given_structure_config),

@@ -2,7 +2,8 @@
 weights of an uninterrupted run (bit for bit), or at most a one-line refusal that names the damaged file; never a
 traceback, never a silent divergence.
 
-Each trial starts the real command in a subprocess on a fresh run folder, kills it (SIGKILL: no handler runs) at
+Each trial starts the real command in a process of its own (forked from a server that has imported torch, see
+tests/hostile/forkserver.py) on a fresh run folder, kills it (SIGKILL: no handler runs) at
 a seeded random moment of its training (from the moment RUN/previews appears, just before the first step, to
 where an uninterrupted run ended), resumes it to the end and compares every saved tensor. 5 trials by default; VISION_SIGKILL_TRIALS=20 for
 the issue's 20 (about 20 s a trial, two at a time on 2 cores)."""
@@ -10,11 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import random
 import re
 import signal
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,13 +37,35 @@ def _data(root: Path) -> Path:
 
 
 def _command(data: Path, run: Path, *extra) -> list[str]:
-    return [sys.executable, "-m", "vision.pipelines.cli", "finetune", "--task", "depth", "--data", str(data),
+    """The arguments of `vision` (after ``python -m vision.pipelines.cli``)."""
+    return ["finetune", "--task", "depth", "--data", str(data),
             "-o", str(run), "--epochs", "6", "--batch-size", "2", "--img-size", "32", "--lora-rank", "0",
             "--ema", "0.9", "--mixed-precision", "no", "--cpu", "--threads", "1", "--seed", "3", "--quiet",
             "--backbone-kwargs", json.dumps(TINY), *extra]
 
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
+def _servers(n: int) -> list:
+    """``n`` start-up servers (tests/hostile/forkserver.py): each run is a process forked from one that imported
+    torch, timm and peft once, as ``python -m vision.pipelines.cli`` would be after its imports, which saves their
+    start-up (seconds) in each of the eleven runs; the kills and exits stay those of real processes."""
+    from hostile.forkserver import Server
+
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(lambda _: Server(ENV, preload=("timm", "peft")), range(n)))
+
+
+def _start(server, args: list, log: Path):
+    """Start `vision ARGS` in a process of its own; its stderr goes to ``log``."""
+    return server.start(args, log.parent, ENV, os.devnull, log, timeout=600)
+
+
+def _run(server, args: list, log: Path) -> tuple[int, str]:
+    """Run `vision ARGS` to its end: (exit code, stderr)."""
+    rc, _, _ = _start(server, args, log).wait()
+    return rc, log.read_text()
 
 
 def _weights(run: Path) -> dict:
@@ -75,46 +97,48 @@ def _left(run: Path) -> str:
         else "no checkpoint" + "".join(f", {e}" for e in extra)
 
 
-def _trial(data: Path, run: Path, delay: float, reference: dict) -> dict:
+def _trial(server, data: Path, run: Path, delay: float, reference: dict) -> dict:
     """Start, SIGKILL ``delay`` s after RUN/previews appears, --resume to the end, compare."""
-    proc = subprocess.Popen(_command(data, run), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+    log = run.with_name(run.name + ".first.err")
+    proc = _start(server, _command(data, run), log)
     end = time.monotonic() + 300
     while not (run / "previews").exists() and proc.poll() is None and time.monotonic() < end:
         time.sleep(0.01)
     time.sleep(delay)
     finished = proc.poll() is not None
     proc.send_signal(signal.SIGKILL)
-    _, err = proc.communicate()
-    killed = proc.returncode == -signal.SIGKILL
+    rc, _, _ = proc.wait()
+    err = log.read_text()
+    killed = rc == -signal.SIGKILL
     at_kill = _left(run)
-    if not killed and proc.returncode != 0:
+    if not killed and rc != 0:
         return dict(delay=delay, outcome="first run failed", detail=err.strip()[-400:])
-    res = subprocess.run(_command(data, run, "--resume"), env=ENV, capture_output=True, text=True, timeout=600)
+    rc, err = _run(server, _command(data, run, "--resume"), run.with_name(run.name + ".resume.err"))
     base = dict(delay=round(delay, 2), killed=killed and not finished, left=at_kill)
-    if res.returncode != 0:
-        refused = _one_line_refusal(res.stderr)
+    if rc != 0:
+        refused = _one_line_refusal(err)
         return dict(base, outcome="refused in one line" if refused else "traceback or garbled error",
-                    detail=res.stderr.strip()[-400:])
+                    detail=err.strip()[-400:])
     differ = _differs(_weights(run), reference)
     return dict(base, outcome="same weights" if not differ else "DIVERGED", detail=differ[:5])
 
 
-@pytest.mark.slow  # real subprocesses: about 20 s per trial, two at a time
+@pytest.mark.slow  # real processes: about 10-20 s per trial, two at a time
 def test_sigkill_at_random_moments_then_resume_gives_the_uninterrupted_weights(tmp_path):
     data = _data(tmp_path / "data")
     whole = tmp_path / "whole"
+    servers = _servers(2)
     t0 = time.monotonic()
-    proc = subprocess.Popen(_command(data, whole), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+    log = tmp_path / "whole.err"
+    proc = _start(servers[0], _command(data, whole), log)
     while not (whole / "previews").exists() and proc.poll() is None:
         time.sleep(0.01)
     appeared, seen = time.monotonic(), {}
     while proc.poll() is None:  # when each epoch's checkpoint is published
         seen.setdefault(_left(whole), time.monotonic() - appeared)
         time.sleep(0.01)
-    _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err
+    rc, _, _ = proc.wait(timeout=600)
+    assert rc == 0, log.read_text()
     ended = time.monotonic() - appeared
     uninterrupted = time.monotonic() - t0
     reference = _weights(whole)
@@ -123,8 +147,23 @@ def test_sigkill_at_random_moments_then_resume_gives_the_uninterrupted_weights(t
     epoch = (marks[-1] - marks[0]) / (len(marks) - 1)
     rng = random.Random(SEED)
     delays = [rng.uniform(0.0, ended) for _ in range(TRIALS)]  # from the first step to the end
-    with ThreadPoolExecutor(2) as pool:  # (two at a time: the moments are random anyway)
-        results = list(pool.map(lambda i: _trial(data, tmp_path / f"run{i}", delays[i], reference), range(TRIALS)))
+    free = queue.Queue()
+    for server in servers:
+        free.put(server)
+
+    def trial(i):
+        server = free.get()
+        try:
+            return _trial(server, data, tmp_path / f"run{i}", delays[i], reference)
+        finally:
+            free.put(server)
+
+    try:
+        with ThreadPoolExecutor(2) as pool:  # (two at a time: the moments are random anyway)
+            results = list(pool.map(trial, range(TRIALS)))
+    finally:
+        for server in servers:
+            server.close()
     outcomes, left = {}, {}
     for r in results:
         outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1

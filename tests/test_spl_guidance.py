@@ -280,6 +280,7 @@ def test_structure_preserving_edit_pipeline():
     assert pil.size == (32, 32)
 
 
+@pytest.mark.slow  # over 5 s on 2 cores
 def test_structure_preserving_edit_loading(tmp_path):
     from diffusers import DiffusionPipeline
 

@@ -5,7 +5,10 @@ subcommand, each run as a real subprocess, counted by outcome.
     python tests/hostile/corpus.py -k denoise # only the cases whose name holds "denoise"
 
 Each case runs in its own folder (the command's working directory) holding the files it needs, made by the
-case's ``setup``; the shared inputs (an image, frames, crafted headers, a pickle, crafted weights) sit in one
+case's ``setup``; each case's process is forked from a server that has imported torch once (tests/hostile/forkserver.py:
+the same process state as ``python -m vision.pipelines.cli``, without paying the interpreter's start-up ~60 times;
+``--no-fork`` starts a fresh interpreter per case), and cases with environment variables of their own always get a
+fresh interpreter; the shared inputs (an image, frames, crafted headers, a pickle, crafted weights) sit in one
 folder that no case may change. Outcomes: ``exit 0``; ``terminated`` (a SIGTERM case that stopped on the signal:
 exit 143 from the command's handler, or the signal itself when it came during start-up); ``one-line error`` (exit != 0, one line of stderr says
 "error", the last, and no traceback; progress lines before it are allowed); ``other error`` (exit != 0 with no
@@ -27,6 +30,7 @@ import hashlib
 import json
 import os
 import pickle
+import queue
 import shutil
 import signal
 import struct
@@ -436,7 +440,16 @@ def _nonfinite(out: Path) -> list[str]:
     return bad
 
 
-def run_case(index: int, case: Case, root: Path, inputs: Path, timeout: float = TIMEOUT) -> dict:
+def _base_env() -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", PYTHONWARNINGS="ignore")
+    env.pop("TRITON_INTERPRET", None)
+    return env
+
+
+def run_case(index: int, case: Case, root: Path, inputs: Path, timeout: float = TIMEOUT, server=None) -> dict:
+    """Run one case and check it. With ``server`` (a :class:`forkserver.Server`) the case's process is forked from
+    one that has imported torch already; a case with an ``env`` of its own, which may be read at import time, is
+    always a fresh interpreter."""
     folder = root / f"case{index:02d}"
     folder.mkdir(parents=True)
     if case.setup:
@@ -445,21 +458,15 @@ def run_case(index: int, case: Case, root: Path, inputs: Path, timeout: float = 
     argv = [fill(a) for a in case.argv]
     out = Path(fill(case.out))
     before = _digests(folder)
-    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", PYTHONWARNINGS="ignore", **case.env)
-    env.pop("TRITON_INTERPRET", None)
+    env = dict(_base_env(), **case.env)
     logs = root / "logs"
     logs.mkdir(exist_ok=True)
     t0 = time.monotonic()
-    with open(logs / f"{index:02d}.out", "w") as so, open(logs / f"{index:02d}.err", "w") as se:
-        proc = subprocess.Popen([sys.executable, "-m", "vision.pipelines.cli", *argv], cwd=folder, env=env,
-                                stdout=so, stderr=se, stdin=subprocess.DEVNULL, start_new_session=True)
-        timer = None
-        if case.sigterm_after is not None:
-            timer = threading.Timer(case.sigterm_after, _terminate, (proc,))
-            timer.start()
-        rc, peak, timed_out = _wait(proc, timeout)
-        if timer is not None:
-            timer.cancel()
+    if server is not None and not case.env:
+        rc, peak, timed_out = server.run(argv, folder, env, logs / f"{index:02d}.out", logs / f"{index:02d}.err",
+                                         timeout, case.sigterm_after)
+    else:
+        rc, peak, timed_out = _run_fresh(argv, folder, env, logs, index, timeout, case.sigterm_after)
     seconds = time.monotonic() - t0
     stderr = (logs / f"{index:02d}.err").read_text(errors="replace")
     stdout = (logs / f"{index:02d}.out").read_text(errors="replace")
@@ -484,15 +491,53 @@ def run_case(index: int, case: Case, root: Path, inputs: Path, timeout: float = 
                 terminated=outcome == "terminated")
 
 
-def run_corpus(root: Path, cases=None, workers: int = 2, timeout: float = TIMEOUT) -> dict:
+def _run_fresh(argv, folder: Path, env: dict, logs: Path, index: int, timeout: float, sigterm_after):
+    """(exit code, peak resident bytes, timed out) of ``python -m vision.pipelines.cli ARGV`` in a new interpreter."""
+    with open(logs / f"{index:02d}.out", "w") as so, open(logs / f"{index:02d}.err", "w") as se:
+        proc = subprocess.Popen([sys.executable, "-m", "vision.pipelines.cli", *argv], cwd=folder, env=env,
+                                stdout=so, stderr=se, stdin=subprocess.DEVNULL, start_new_session=True)
+        timer = None
+        if sigterm_after is not None:
+            timer = threading.Timer(sigterm_after, _terminate, (proc,))
+            timer.start()
+        rc, peak, timed_out = _wait(proc, timeout)
+        if timer is not None:
+            timer.cancel()
+    return rc, peak, timed_out
+
+
+def run_corpus(root: Path, cases=None, workers: int = 2, timeout: float = TIMEOUT, fork: bool = True) -> dict:
     """Run ``cases`` (all by default) under ``root`` with ``workers`` at a time; return the results, the counts
     by outcome and the counts of the other checks."""
     cases = list(CASES if cases is None else cases)
     inputs = make_inputs(root / "inputs")
     shared = _digests(inputs)
     t0 = time.monotonic()
-    with ThreadPoolExecutor(workers) as pool:
-        results = list(pool.map(lambda ic: run_case(ic[0], ic[1], root, inputs, timeout), enumerate(cases)))
+    servers, forking = queue.Queue(), fork and hasattr(os, "fork")
+    if forking:  # one start-up server per worker (see forkserver.py)
+        try:
+            from hostile.forkserver import Server
+        except ImportError:  # run as a script
+            from forkserver import Server
+
+        with ThreadPoolExecutor(workers) as pool:
+            for server in pool.map(lambda _: Server(_base_env()), range(workers)):
+                servers.put(server)
+
+    def one(ic):
+        server = servers.get() if forking else None
+        try:
+            return run_case(ic[0], ic[1], root, inputs, timeout, server)
+        finally:
+            if server is not None:
+                servers.put(server)
+
+    try:
+        with ThreadPoolExecutor(workers) as pool:
+            results = list(pool.map(one, enumerate(cases)))
+    finally:
+        while not servers.empty():
+            servers.get().close()
     shared_changed = sorted(str(p) for p, d in _digests(inputs).items() if shared.get(p) != d)
     shared_changed += sorted(str(p) for p in set(shared) - set(_digests(inputs)))
     counts = {k: sum(r["outcome"] == k for r in results) for k in OUTCOMES}
@@ -535,11 +580,12 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--keep", type=Path, default=None, help="run in this folder and keep it (default: a temporary one)")
     p.add_argument("--json", type=Path, default=None, help="also write every result here")
+    p.add_argument("--no-fork", action="store_true", help="a fresh interpreter per case (no start-up server)")
     args = p.parse_args(argv)
     cases = [c for c in CASES if args.k in c.name]
     root = args.keep or Path(tempfile.mkdtemp(prefix="vision-hostile-"))
     try:
-        report = run_corpus(root, cases, args.workers)
+        report = run_corpus(root, cases, args.workers, fork=not args.no_fork)
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)
