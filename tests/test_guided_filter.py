@@ -288,3 +288,20 @@ def test_cpu_bands_take_inputs_that_require_grad(channels, border, monkeypatch):
     want_I, want_p = along(vI, 0 * vp), along(0 * vI, vp)
     assert abs(float((dI.double().numpy() * vI).sum()) - want_I) <= 1e-4 * max(1.0, abs(want_I))
     assert abs(float((dp.double().numpy() * vp).sum()) - want_p) <= 1e-4 * max(1.0, abs(want_p))
+
+
+def test_symmetric_3x3_inverses_match_float64(rng):
+    """Both forms of the colour guide's 3x3 inverse (allocating, and in place in the CPU bands' workspace)
+    against torch.linalg.inv in float64, on covariance-like matrices plus eps."""
+    from vision.kernels.guided.torch_path import PAIRS, inverse_sym3, inverse_sym3_into
+
+    x = torch.from_numpy(rng.standard_normal((5, 3, 7, 9)))
+    m = torch.einsum("nihw,njhw->hwij", x, x) / 5 + 1e-2 * torch.eye(3, dtype=torch.float64)
+    want = torch.linalg.inv(m)
+    entries = [m[..., i, j].float().contiguous() for i, j in PAIRS]
+    got = torch.stack(inverse_sym3(entries))
+    s, cof, det = [e.clone() for e in entries], list(torch.empty(6, 7, 9)), torch.empty(7, 9)
+    inverse_sym3_into(s, cof, det)
+    for inv in (got, torch.stack(s)):
+        for k, (i, j) in enumerate(PAIRS):
+            torch.testing.assert_close(inv[k].double(), want[..., i, j], rtol=1e-4, atol=1e-4)

@@ -16,6 +16,7 @@ import torch
 
 from ..box.large_radius import needs_reduction
 from ..box.torch_path import _CV2_BORDER, inv_count
+from .torch_path import inverse_sym3_into
 
 WORKSPACE_BYTES = 16 << 20  # band height is chosen so that the workspace stays about this size: half the 32 MB L3
 # of the 2-core box, so a band's planes stay cached between the box filters (1 thread, r=8, process time against
@@ -150,16 +151,7 @@ def _color_band(I, p, ci, cp, eps, box, ws, out, keep):
         s[k].addcmul_(mI[i], mI[j], value=-1.0)
         if i == j:
             s[k].clamp_(min=0.0).add_(eps)
-    s00, s01, s02, s11, s12, s22 = s
-    torch.mul(s11, s22, out=cof[0]).addcmul_(s12, s12, value=-1.0)
-    torch.mul(s02, s12, out=cof[1]).addcmul_(s01, s22, value=-1.0)
-    torch.mul(s01, s12, out=cof[2]).addcmul_(s02, s11, value=-1.0)
-    torch.mul(s00, s22, out=cof[3]).addcmul_(s02, s02, value=-1.0)
-    torch.mul(s01, s02, out=cof[4]).addcmul_(s00, s12, value=-1.0)
-    torch.mul(s00, s11, out=cof[5]).addcmul_(s01, s01, value=-1.0)
-    torch.mul(s00, cof[0], out=t).addcmul_(s01, cof[1]).addcmul_(s02, cof[2])  # determinant
-    for k in range(6):
-        torch.div(cof[k], t, out=s[k])  # inverse, symmetric: entries in the same order
+    inverse_sym3_into(s, cof, t)  # s becomes the inverse, symmetric: entries in the same order
     inv = ((s[0], s[1], s[2]), (s[1], s[3], s[4]), (s[2], s[4], s[5]))
     for ch in range(p.shape[0]):
         torch.sub(p[ch], cp[ch], out=pb)

@@ -40,6 +40,27 @@ def inverse_sym3(s):
     return tuple(c * inv_det for c in (c00, c01, c02, c11, c12, c22))
 
 
+def inverse_sym3_into(s, cof, det) -> None:
+    """:func:`inverse_sym3` without allocating, for a reused workspace (``cpu_banded``): the cofactors go to
+    ``cof`` (6 tensors), the determinant to ``det``, then the inverse overwrites ``s`` (same entry order).
+
+    Shapes: ``s`` and ``cof`` 6 tensors each, ``det`` one, all of one shape (a band's (rows, W) planes). Example::
+
+        ws = torch.empty(13, H, W); s, cof, det = list(ws[:6]), list(ws[6:12]), ws[12]
+        ...  # fill s with the unique entries 00 01 02 11 12 22 of each pixel's matrix
+        inverse_sym3_into(s, cof, det)  # s now holds the inverse's entries, in the same order"""
+    s00, s01, s02, s11, s12, s22 = s
+    torch.mul(s11, s22, out=cof[0]).addcmul_(s12, s12, value=-1.0)
+    torch.mul(s02, s12, out=cof[1]).addcmul_(s01, s22, value=-1.0)
+    torch.mul(s01, s12, out=cof[2]).addcmul_(s02, s11, value=-1.0)
+    torch.mul(s00, s22, out=cof[3]).addcmul_(s02, s02, value=-1.0)
+    torch.mul(s01, s02, out=cof[4]).addcmul_(s00, s12, value=-1.0)
+    torch.mul(s00, s11, out=cof[5]).addcmul_(s01, s01, value=-1.0)
+    torch.mul(s00, cof[0], out=det).addcmul_(s01, cof[1]).addcmul_(s02, cof[2])
+    for k in range(6):
+        torch.div(cof[k], det, out=s[k])
+
+
 def sym_matvec(m, v):
     """(symmetric 3x3 as 6 entries) @ (3-vector as a tensor with the vector on dim 2)."""
     m00, m01, m02, m11, m12, m22 = m

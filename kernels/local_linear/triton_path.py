@@ -387,27 +387,3 @@ def apply_forward(f, coeffs, sh: float, sw: float):
 def apply_backward(f, coeffs, g, sh: float, sw: float, need_f: bool, need_coeffs: bool):
     return torch_path.apply_backward(f, coeffs, g, sh, sw, need_f, need_coeffs)
 
-
-def compile_for_cuda(arch: int = 90, K: int = 3, C: int = 2, S: int = 2) -> dict:
-    """Compile every kernel of this module to PTX for ``sm_<arch>`` without a GPU; returns {name: PTX}.
-
-    The interpreter executes the kernels' Python, not Triton's compiler, so constructs that only the
-    compiler rejects would pass CI unnoticed; the tests call this in a process without TRITON_INTERPRET.
-    """
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    tile = dict(BH=4, BW=32)
-    solve = dict(KP=padded(K), CP=padded(C), BLOCK=128)
-    jobs = [(_taps_rows_kernel, tile), (_taps_cols_kernel, tile), (_cell_moments_kernel, solve),
-            (_solve_kernel, solve), (_moment_rows_kernel, solve), (_coeff_cols_kernel, dict(K=K, C=C, **tile)),
-            (_apply_kernel, tile), (_fit_bwd_kernel, solve),
-            (_cell_adjoint_kernel, solve)]
-    out = {}
-    for fn, const in jobs:
-        sig = {n: "constexpr" if n in const else "*fp32" if n.endswith("_ptr") else
-               "fp32" if n in ("inv_sh", "inv_sw") else "i32" for n in fn.arg_names}
-        compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const),
-                                  target=GPUTarget("cuda", arch, 32), options={"num_warps": 4})
-        out[fn.__name__] = compiled.asm["ptx"]
-    return out

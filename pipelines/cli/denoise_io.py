@@ -168,11 +168,6 @@ def read_frame_file(frame: Path, patterns: dict[str, str | None]):
     return read_render_file(frame, buffer_files(frame, patterns))
 
 
-def read_buffers(frame: Path, patterns: dict[str, str | None]) -> dict[str, np.ndarray]:
-    """Colour and guide buffers of one frame (its first view layer) as float32 (H, W, C) arrays."""
-    return read_frame_file(frame, patterns).layers[0].buffers
-
-
 # --------------------------------------------------------------------------- writing and resuming
 
 SETTINGS_KEY = "vision.denoise.settings"

@@ -25,11 +25,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import cv2
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from vision.io import check_image_header, check_npy_header, read_image
+
 from .dataset import SPLITS, list_scenes, scene_split
+from .exr import LAYERS, read_exr, read_frame
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
 TARGET_EXTENSIONS = (".npy", ".exr", ".png", ".tif", ".tiff")
@@ -41,20 +45,14 @@ def _tonemap(x: np.ndarray) -> np.ndarray:
 
 
 def _read_target(path: Path, labels: bool) -> np.ndarray:
-    from vision.io import check_image_header, check_npy_header
-
     if path.suffix == ".npy":
         check_npy_header(path)  # a header claiming more pixels than the limit, or than the file holds: one line
         arr = np.load(path, allow_pickle=False)
     elif path.suffix == ".exr":
-        from .exr import read_exr
-
         layers = read_exr(path)
         names = sorted(layers)
         arr = np.stack([np.asarray(layers[n]) for n in names], axis=-1)
     else:
-        import cv2
-
         check_image_header(path)
         arr = cv2.imdecode(np.fromfile(path, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
         if arr is None:
@@ -135,8 +133,6 @@ class DenseSamples(Dataset):
         return self.split == "all" or scene_split(name, fractions) == self.split
 
     def _rendered(self, fractions, labels, limit):
-        from .exr import LAYERS, read_frame
-
         if self.target not in LAYERS:
             raise ValueError(f"unknown target layer {self.target!r}; rendered scenes have {', '.join(LAYERS)}")
         out = []
@@ -154,8 +150,6 @@ class DenseSamples(Dataset):
         return out
 
     def _plain(self, fractions, labels, limit):
-        from vision.io import read_image
-
         images = sorted(p for p in (self.root / "images").iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)
         out = []
         for path in images:

@@ -27,7 +27,11 @@ field                   channels                                      type      
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import io
 import os
+import sys
+import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -56,7 +60,7 @@ _DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.uint32))
 
 
 def _openexr():
-    import OpenEXR
+    import OpenEXR  # lazy: the optional denoise / dense extra
 
     return OpenEXR
 
@@ -209,10 +213,6 @@ class _openexr_errors:
         self.path = path
 
     def __enter__(self):
-        import io
-        import sys
-        import tempfile
-
         # the bindings print through Python's sys.stdout, the core library through the descriptors
         self._streams = (sys.stdout, sys.stderr)
         self._python = io.StringIO()
@@ -230,8 +230,6 @@ class _openexr_errors:
         return self
 
     def _restore(self) -> str:
-        import sys
-
         sys.stdout, sys.stderr = self._streams
         return self._python.getvalue() + self._restore_fds()
 
@@ -239,8 +237,6 @@ class _openexr_errors:
         if not self._saved:
             return ""
         try:  # C stdio buffers when not writing to a terminal: flush it into the log first
-            import ctypes
-
             ctypes.CDLL(None).fflush(None)
         except (OSError, AttributeError):
             pass
@@ -257,8 +253,6 @@ class _openexr_errors:
         said = self._restore()
         if err is None:
             if said:  # a successful read that still complained: let the user see it
-                import sys
-
                 sys.stderr.write(said)
             return False
         if isinstance(err, (_Missing, FileNotFoundError)) or not isinstance(err, Exception):

@@ -48,7 +48,7 @@ def choose_variant(variant: str = "auto", note=print) -> str:
     """
     if variant not in ("auto", FAST, SLOW):
         raise ValueError(f"unknown variant {variant!r}; choose auto, {FAST} or {SLOW}")
-    import mitsuba as mi
+    import mitsuba as mi  # lazy: the optional render extra
 
     if variant == "auto":
         if "auto" not in _variant_cache:

@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
+from .exr import LAYERS, write_frame
 from .mitsuba_variant import choose_variant
 from .scenes import CLASSES, SceneObject, SceneSpec, noise_texture, object_mesh, rect_normal, sky_image
 
@@ -137,7 +139,7 @@ def _shapes(mi, obj: SceneObject) -> dict:
 
 def scene_dict(spec: SceneSpec, width: int, height: int) -> dict:
     """The Mitsuba ``load_dict`` description of ``spec`` rendered at ``width`` x ``height``."""
-    import mitsuba as mi
+    import mitsuba as mi  # lazy: the optional render extra
 
     cam = spec.camera
     d = {
@@ -163,7 +165,7 @@ def scene_dict(spec: SceneSpec, width: int, height: int) -> dict:
 
 
 def load_scene(spec: SceneSpec, width: int, height: int):
-    import mitsuba as mi
+    import mitsuba as mi  # lazy: the optional render extra
 
     # optimize=False: Mitsuba would otherwise merge meshes that share a BSDF into one shape, losing instances
     return mi.load_dict(scene_dict(spec, width, height), optimize=False)
@@ -173,14 +175,14 @@ def load_scene(spec: SceneSpec, width: int, height: int):
 # Passes
 
 def _is_scalar() -> bool:
-    import mitsuba as mi
+    import mitsuba as mi  # lazy: the optional render extra
 
     return mi.variant().startswith("scalar")
 
 
 def render_radiance(scene, spp: int, seed: int, max_depth: int = MAX_DEPTH, rr_depth: int = RR_DEPTH) -> np.ndarray:
     """Mean path-traced radiance over ``spp`` samples per pixel: (H, W, 3) float32."""
-    import mitsuba as mi
+    import mitsuba as mi  # lazy: the optional render extra
 
     integrator = mi.load_dict({"type": "path", "max_depth": int(max_depth), "rr_depth": int(rr_depth)})
     img = mi.render(scene, integrator=integrator, spp=int(spp), seed=int(seed))
@@ -189,8 +191,8 @@ def render_radiance(scene, spp: int, seed: int, max_depth: int = MAX_DEPTH, rr_d
 
 def _centre_hits(scene, width: int, height: int) -> dict:
     """First hit of one ray through each pixel centre (NumPy arrays, pixels in row-major order)."""
-    import drjit as dr
-    import mitsuba as mi
+    import drjit as dr  # lazy: comes with mitsuba, the optional render extra
+    import mitsuba as mi  # lazy: the optional render extra
 
     sensor = scene.sensors()[0]
     jj, ii = np.mgrid[0:height, 0:width]
@@ -241,7 +243,7 @@ def _orthonormal(n: np.ndarray):
 
 def _occluded(scene, origins: np.ndarray, dirs: np.ndarray, maxt: float) -> np.ndarray:
     """Whether each ray (origin, unit direction) hits anything within ``maxt``: (M,) bool."""
-    import mitsuba as mi
+    import mitsuba as mi  # lazy: the optional render extra
 
     if len(origins) == 0:
         return np.zeros(0, bool)
@@ -346,7 +348,7 @@ def render_scene(spec: SceneSpec, width: int, height: int | None = None, spp_ref
     """Render every pass of ``spec``; see the module docstring for what each one is."""
     height = width if height is None else height
     variant = choose_variant(variant)
-    import mitsuba as mi
+    import mitsuba as mi  # lazy: the optional render extra
 
     chunks = [REF_CHUNK] * (spp_ref // REF_CHUNK) + ([spp_ref % REF_CHUNK] if spp_ref % REF_CHUNK else [])
     seeds = scene_seeds(spec.seed, noisy_seeds, len(chunks))
@@ -374,7 +376,7 @@ def render_scene(spec: SceneSpec, width: int, height: int | None = None, spp_ref
     buffers["reference"] = acc.astype(np.float32)
     secs["reference"] = time.perf_counter() - t
 
-    import drjit as dr
+    import drjit as dr  # lazy: comes with mitsuba, the optional render extra
 
     settings = {
         "renderer": f"mitsuba {mi.__version__}", "drjit": dr.__version__, "variant": variant,
@@ -419,10 +421,6 @@ def preview(render: SceneRender) -> np.ndarray:
 
 def write_scene(render: SceneRender, folder, name: str, extra: dict | None = None) -> Path:
     """Write ``frame_XX.exr`` (one per noisy seed), ``preview.png`` and, last, ``manifest.json``."""
-    from PIL import Image
-
-    from .exr import LAYERS, write_frame
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     frames = []

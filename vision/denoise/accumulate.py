@@ -24,6 +24,9 @@ from dataclasses import dataclass
 
 import torch
 
+from vision import kernels  # the ops are looked up on the package when called: it loads them on first use
+
+from .flr import area_down
 from .reproject import Tolerances, reproject
 
 CELL = 4  # the change test works on the means of 4 x 4 pixel cells
@@ -52,9 +55,7 @@ def luminance(x: torch.Tensor) -> torch.Tensor:
 
 
 def _box(x: torch.Tensor, r: int) -> torch.Tensor:
-    from vision.kernels import box_filter
-
-    return box_filter(x.contiguous(), r)
+    return kernels.box_filter(x.contiguous(), r)
 
 
 def finite(x: torch.Tensor) -> torch.Tensor:
@@ -81,8 +82,6 @@ def changed(signal: torch.Tensor, previous: torch.Tensor, valid: torch.Tensor, c
     bool. Windows are ``(2 r + 1)^2`` cells of ``cell x cell`` pixels around each pixel's cell, for each ``r`` in
     ``radii`` (a change at any of them counts). The standard error is the frame's own spread of samples in the
     window over their count (which counts edges as noise: conservative), plus the history's over its length."""
-    from .flr import area_down
-
     v = valid.to(signal.dtype)
     lum, old = luminance(signal), luminance(previous)
     cells = finite(area_down(torch.cat([v, lum * v, old * v, lum.square() * v, count * v], 1), cell))

@@ -73,7 +73,7 @@ def edge_history(out: torch.Tensor, history: torch.Tensor | None, offset: torch.
 
 
 def _edge_history_numba(out, history, offset, prev_keys, cur_keys, tol, cap, gamma):
-    from . import reproject_cpu
+    from . import reproject_cpu  # lazy: numba (about 200 modules) loads when this path first runs
 
     return reproject_cpu.edge_history(out, history, offset, prev_keys, cur_keys, tol, cap, gamma, NO_HISTORY)
 

@@ -26,7 +26,7 @@ def _log_depth_torch(depth: torch.Tensor) -> torch.Tensor:
 
 
 def _log_depth_numba(depth: torch.Tensor) -> torch.Tensor:
-    from . import log_cpu
+    from . import log_cpu  # lazy: numba (about 200 modules) loads when this path first runs
 
     return log_cpu.log_depth(depth)
 

@@ -26,6 +26,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from vision import kernels  # the ops are looked up on the package when called: it loads them on first use
 from vision.kernels.runtime import decide, register_path
 
 from . import buffers as B
@@ -47,7 +48,7 @@ def area_down(x: torch.Tensor | None, u: int) -> torch.Tensor | None:
 def _area_down_opencv(x, u):
     """OpenCV's area resize by an integer factor is this block mean, 2-3x faster than avg_pool2d, and it reads HWC
     buffers (channels-last tensors) as they lie."""
-    import cv2
+    import cv2  # here only: OpenCV is this registry path's engine, never a call site's choice
 
     h, w = x.shape[-2:]
     size = (w // u, h // u)
@@ -124,15 +125,13 @@ def fit_radius(radius: int, u: int) -> int:
 
 
 def _solve(feat_lo, target, feat_full, radius, eps, scale, u):
-    from vision.kernels import local_linear_apply, local_linear_fit
-
-    coeffs = local_linear_fit(feat_lo, target, radius, eps, scale=scale)
+    coeffs = kernels.local_linear_fit(feat_lo, target, radius, eps, scale=scale)
     # coefficient (i, j) belongs at the centre of its cell of (scale * u) full-resolution pixels
     cell = scale * u
     h, w = feat_full.shape[-2:]
     if -(-h // cell) == coeffs.shape[-2] and -(-w // cell) == coeffs.shape[-1]:
-        return local_linear_apply(feat_full, coeffs, scale=cell)
-    return local_linear_apply(feat_full, coeffs)
+        return kernels.local_linear_apply(feat_full, coeffs, scale=cell)
+    return kernels.local_linear_apply(feat_full, coeffs)
 
 
 def flr(color: torch.Tensor, guides: dict[str, torch.Tensor | None], radius: int = DEFAULT_RADIUS,

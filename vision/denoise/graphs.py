@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from vision.kernels.runtime import cuda_graphs_enabled
+
 MAX_GRAPHS = 8  # graphs kept (each holds its own memory pool: the frame's intermediates)
 _graphs: OrderedDict = OrderedDict()
 _failed: set = set()
@@ -37,8 +39,6 @@ def enabled() -> bool:
     ``VISION_CUDA_GRAPHS``; default on)."""
     if _forced:
         return _forced[-1]
-    from vision.kernels.runtime import cuda_graphs_enabled
-
     return cuda_graphs_enabled()
 
 

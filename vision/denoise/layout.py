@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from vision.data.fields import CHANNELS
+from vision.kernels import runtime  # looked up when called: a backend forced on the package reaches here
 
 
 def to_bchw(x, name: str, channels: int | None = None) -> torch.Tensor:
@@ -63,22 +64,17 @@ def host_reads(t: torch.Tensor) -> bool:
     """Whether the denoiser may read ``t``'s values on the host: :func:`vision.kernels.runtime.data_checks` for
     the backend its ops run with (by default yes for CPU tensors on the PyTorch path; no on CUDA or the Triton
     path, where every read stalls the GPU and breaks CUDA graph capture; ``VISION_CHECKS=on`` allows it)."""
-    from vision.kernels.runtime import backend_for
-    from vision.kernels.runtime import data_checks
-
     if t.is_meta:  # no values to read: refused by name where the buffer is taken in (to_bchw)
         return False
     # a data_checks question (may values be read on the host), not an engine choice: engines are registry paths
-    return data_checks(backend_for(t))
+    return runtime.data_checks(runtime.backend_for(t))
 
 
 def cpu_path(t: torch.Tensor) -> bool:
     """Whether ``t`` takes the denoiser's CPU-specialised code (OpenCV, numba loops, bands of rows): a CPU tensor on
     the PyTorch backend. On the Triton path, interpreted on CPU, the code is the one CUDA runs. The stages' engine
     choices ask it inside their registry paths' ``supports`` (:mod:`.engines`), not at their call sites."""
-    from vision.kernels.runtime import backend_for
-
-    return t.device.type == "cpu" and backend_for(t) == "torch"
+    return t.device.type == "cpu" and runtime.backend_for(t) == "torch"
 
 
 def dense(t: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,7 @@ Inputs are linear HDR ``(H, W, C)`` NumPy arrays (or anything ``np.asarray`` tak
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 GAMMA = 2.2
 RELMSE_EPS = 1e-2
@@ -41,8 +42,7 @@ def tonemap(x) -> np.ndarray:
 def psnr(test, reference) -> float:
     """PSNR in dB on tonemapped images (see the module docstring; kornia's ``metrics.psnr`` with data range 1, in
     float64); inf for identical images."""
-    import torch
-    from kornia.metrics import psnr as kpsnr
+    from kornia.metrics import psnr as kpsnr  # lazy: kornia (about 400 modules) loads for the first metric
 
     x, y = _pair(test, reference)
     return float(kpsnr(torch.from_numpy(tonemap(x)), torch.from_numpy(tonemap(y)), 1.0))
@@ -56,8 +56,7 @@ def relmse(test, reference, eps: float = RELMSE_EPS) -> float:
 
 def ssim(test, reference) -> float:
     """SSIM on tonemapped images, 11x11 Gaussian window (sigma 1.5), data range 1, valid windows only."""
-    import torch
-    from kornia.metrics import ssim as kssim
+    from kornia.metrics import ssim as kssim  # lazy: kornia (about 400 modules) loads for the first metric
 
     x, y = _pair(test, reference)
     if x.ndim == 2:
@@ -71,7 +70,7 @@ def ssim(test, reference) -> float:
 
 def hdr_flip(test, reference) -> float:
     """Mean HDR-FLIP error (``flip_evaluator``; raises ImportError when it is not installed)."""
-    import flip_evaluator as flip
+    import flip_evaluator as flip  # the optional bench extra
 
     x, y = _pair(test, reference)
     _, mean, _ = flip.evaluate(np.ascontiguousarray(np.maximum(y, 0), dtype=np.float32),

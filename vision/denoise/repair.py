@@ -39,7 +39,7 @@ def repair_nonfinite(x: torch.Tensor, name: str, warn: bool = True) -> tuple[tor
 
 
 def _repair_triton(x: torch.Tensor, reads: bool):
-    from .fill_triton import fill
+    from .fill_triton import fill  # lazy: Triton kernels read TRITON_INTERPRET as they load
 
     return fill(x)
 
@@ -74,9 +74,9 @@ def fill_from_neighbours(x: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
 
 
 def _fill_triton(x: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
-    from .fill_triton import fill  # per-pixel flags: one pass (x is finite here)
+    from .fill_triton import fill  # lazy: Triton kernels read TRITON_INTERPRET as they load
 
-    return fill(x, bad)[0]
+    return fill(x, bad)[0]  # per-pixel flags: one pass (x is finite here)
 
 
 def _fill_torch(x: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:

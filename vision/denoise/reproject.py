@@ -107,7 +107,7 @@ def reproject(history: torch.Tensor, offset: torch.Tensor, prev_keys: dict, cur_
 
 
 def _reproject_numba(history, offset, prev_keys, cur_keys, tol):
-    from . import reproject_cpu
+    from . import reproject_cpu  # lazy: numba (about 200 modules) loads when this path first runs
 
     return reproject_cpu.reproject(history, offset, prev_keys, cur_keys, tol, NO_HISTORY)
 

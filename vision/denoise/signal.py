@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from vision import kernels  # the ops are looked up on the package when called: it loads them on first use
+
 from .layout import host_reads
 
 # demodulation divides by max(albedo, ALBEDO_FLOOR) per channel: dividing by ~0 would blow up the noise. The
@@ -58,13 +60,11 @@ def fill_emitters(target: torch.Tensor, factor: torch.Tensor, albedo: torch.Tens
     """:func:`demodulate`'s last step: at the pixels of ``mask`` (1 = sees an emitter) the target becomes the mean
     target of the emitter-free pixels within ``fill_radius``, and the factor 0 where the albedo is below
     ``floor`` (or missing)."""
-    from vision.kernels import box_filter
-
     keep = 1 - mask
     # the mean over emitter-free pixels is box(target keep) / box(keep): the window counts cancel, and the
     # box filter costs O(1) per pixel (a 17 x 17 avg_pool2d cost 289 taps)
-    num = box_filter(target * keep, fill_radius)
-    den = box_filter(keep.expand(-1, 1, -1, -1).contiguous(), fill_radius)
+    num = kernels.box_filter(target * keep, fill_radius)
+    den = kernels.box_filter(keep.expand(-1, 1, -1, -1).contiguous(), fill_radius)
     if num.requires_grad:
         fill = (num / den.clamp_min(1e-12)).masked_fill(den <= 0, 0.0)
     else:

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import torch
 
+from vision import kernels  # the ops are looked up on the package when called: it loads them on first use
+from vision.kernels.box.torch_path import box_mean
 from vision.kernels.runtime import decide, register_path
+from vision.kernels.runtime.threads import own_threads, parallel_for
 
 from .. import buffers as B
 from ..engines import BANDS, NUMBA, OPENCV, TORCH, numba_takes, opencv_takes
@@ -54,8 +57,6 @@ def _finish_rows(fitted, factor, add, blend, albedo, edge_gain, blend_max, out):
     means stay in cache between these ten or so per-pixel steps instead of each one streaming full frames
     through memory (on 2 cores these stages were memory bound); bands go to the workers of
     :func:`vision.kernels.runtime.threads.own_threads`."""
-    from vision.kernels.runtime.threads import own_threads, parallel_for
-
     h, w = fitted.shape[-2:]
     rows = max(1, FINISH_BAND_PIXELS // max(w, 1))
 
@@ -121,8 +122,9 @@ def local_contrast(x: torch.Tensor) -> torch.Tensor:
 
 
 def _contrast_opencv(x):
-    import cv2  # per plane in OpenCV: the mean, |difference| and channel sum without torch's per-op passes
+    import cv2  # here only: OpenCV is this registry path's engine, never a call site's choice
 
+    # per plane in OpenCV: the mean, |difference| and channel sum without torch's per-op passes
     out = x.new_empty(x.shape[0], 1, *x.shape[2:])
     diff = _mean3_opencv(x).detach().numpy()
     for i in range(x.shape[0]):
@@ -157,15 +159,11 @@ def mean3(x: torch.Tensor) -> torch.Tensor:
 
 
 def _mean3_opencv(x):
-    from vision.kernels.box.torch_path import box_mean
-
     return box_mean(x, 1, "valid", "opencv")
 
 
 def _mean3_torch(x):
-    from vision.kernels import box_filter
-
-    return box_filter(x, 1)
+    return kernels.box_filter(x, 1)
 
 
 register_path("denoise.flnr.contrast", OPENCV, "torch", 5, supports=_opencv_planes, run=_contrast_opencv)

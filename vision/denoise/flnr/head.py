@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from vision.kernels.runtime import decide, register_path
+from vision.kernels.runtime.threads import own_threads, parallel_for
 
 from .. import buffers as B
 from ..engines import BANDS, NUMBA, TORCH, numba_takes
@@ -105,8 +106,8 @@ def _head_bands(code: torch.Tensor, buffers: list, weight: torch.Tensor, bias: t
     (channels x pixels) product (one pass over the hidden layer instead of one per buffer, and BLAS runs
     these about 1.2x faster than the same products with the pixels as rows).
     """
+    # lazy: the local linear package (a dozen modules) loads when the first frame runs, not at import
     from vision.kernels.local_linear.torch_path import cells_band, cells_horizontal
-    from vision.kernels.runtime.threads import own_threads, parallel_for
 
     h, w = size
     b, width, gh, gw = code.shape

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import safetensors.torch
 from huggingface_hub import PyTorchModelHubMixin
 
 from .config import check_config, check_weights_file
@@ -49,6 +50,4 @@ class FLNRHubMixin(PyTorchModelHubMixin):
             raise ValueError(f"{folder / CONFIG_FILE}: not a JSON object")
         check_config(config, str(folder / CONFIG_FILE))
         check_weights_file(folder / WEIGHTS_FILE)
-        from safetensors.torch import load_file
-
-        return cls.from_state_dict(load_file(str(folder / WEIGHTS_FILE)), config)
+        return cls.from_state_dict(safetensors.torch.load_file(str(folder / WEIGHTS_FILE)), config)

@@ -9,6 +9,9 @@ from functools import lru_cache
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
+
+from vision.bundled import asset_path
 
 from .hub import is_pretrained_folder
 from .model import FLNR
@@ -20,8 +23,6 @@ BUNDLED_UPSAMPLE = {2: ("weights", "flnr_up2.safetensors"), 4: ("weights", "flnr
 
 def read_metadata(path) -> dict[str, str]:
     """The safetensors header metadata of a weights file (configuration, training command, val PSNR)."""
-    from safetensors import safe_open
-
     with safe_open(str(path), "pt") as f:
         return dict(f.metadata() or {})
 
@@ -53,8 +54,6 @@ def load_flnr(weights=None, upsample: int = 1, device=None, dtype=None) -> FLNR:
     if isinstance(weights, dict):
         return FLNR.from_state_dict(weights).to(device=device, dtype=dtype)
     if weights is None:
-        from vision.bundled import asset_path
-
         weights = asset_path(*BUNDLED)
         if int(upsample) in BUNDLED_UPSAMPLE:
             try:

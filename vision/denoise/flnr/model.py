@@ -9,9 +9,13 @@ import json
 import math
 from pathlib import Path
 
+import safetensors.torch  # its save_file and load_file looked up when called (tests stand in for them)
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
 from torch import nn
+
+from vision import kernels  # the ops are looked up on the package when called: it loads them on first use
 
 from .. import buffers as B
 from ..flr import area_down, check_phase, fit_radius, full_size, sample_down, upsample_factor
@@ -165,8 +169,6 @@ class FLNR(nn.Module, FLNRHubMixin):
 
     def forward(self, color: torch.Tensor, guides: dict, radius: int | None = None, eps=None,
                 scale: int | None = None, stats=None, phase=None) -> torch.Tensor:
-        from vision.kernels import local_linear_apply, local_linear_fit
-
         scale = self.scale if scale is None else int(scale)
         h, w = color.shape[-2:]
         hf, wf = full_size(color, guides)
@@ -202,17 +204,17 @@ class FLNR(nn.Module, FLNRHubMixin):
         r_lo = [fit_radius(r, u * fd) for r in radii]
         s_lo = scale // fd
         if len(r_lo) == 1:
-            coeffs = local_linear_fit(g_lo, t_lo, r_lo[0], eps_t, scale=s_lo)
+            coeffs = kernels.local_linear_fit(g_lo, t_lo, r_lo[0], eps_t, scale=s_lo)
         else:
             grid = (-(-t_lo.shape[-2] // s_lo), -(-t_lo.shape[-1] // s_lo))
             if tuple(logits.shape[-2:]) != grid:
                 logits = F.interpolate(logits, size=grid, mode="bilinear", align_corners=False)
-            coeffs = local_linear_fit(g_lo, t_lo, r_lo, eps_t, scale=s_lo, weights=torch.softmax(logits, 1))
+            coeffs = kernels.local_linear_fit(g_lo, t_lo, r_lo, eps_t, scale=s_lo, weights=torch.softmax(logits, 1))
         cell = scale * u
         if -(-hf // cell) == coeffs.shape[-2] and -(-wf // cell) == coeffs.shape[-1]:
-            fitted = local_linear_apply(g, coeffs, scale=cell)
+            fitted = kernels.local_linear_apply(g, coeffs, scale=cell)
         else:
-            fitted = local_linear_apply(g, coeffs)
+            fitted = kernels.local_linear_apply(g, coeffs)
         if u > 1:
             _, factor, add = B.demodulate(torch.zeros(color.shape[0], color.shape[1], hf, wf, dtype=color.dtype,
                                                       device=color.device), albedo, emission, 0)
@@ -265,12 +267,10 @@ class FLNR(nn.Module, FLNRHubMixin):
 
     def save(self, path, **metadata) -> Path:
         """Write the weights as safetensors, with the configuration (and ``metadata``) in the header."""
-        from safetensors.torch import save_file
-
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
-        save_file(state, str(path), metadata=self.metadata(**metadata))
+        safetensors.torch.save_file(state, str(path), metadata=self.metadata(**metadata))
         return path
 
     @classmethod
@@ -294,9 +294,6 @@ class FLNR(nn.Module, FLNRHubMixin):
 
     @classmethod
     def from_file(cls, path) -> "FLNR":
-        from safetensors import safe_open
-        from safetensors.torch import load_file
-
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no FLNR weights file at {path}")
@@ -308,7 +305,7 @@ class FLNR(nn.Module, FLNRHubMixin):
         except (json.JSONDecodeError, RecursionError):
             raise ValueError(f"{path}: its FLNR configuration is not JSON") from None
         check_config({} if config is None else config, f"{path}")  # before any network is built: the file named
-        return cls.from_state_dict(load_file(str(path)), config)
+        return cls.from_state_dict(safetensors.torch.load_file(str(path)), config)
 
 
 def parameter_count(model: nn.Module) -> int:

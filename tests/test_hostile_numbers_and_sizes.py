@@ -1,5 +1,7 @@
-"""Hostile and careless inputs, part two: numeric flags that are NaN, inf or out of range, loss
-inputs beyond float32, and malformed options are one line with exit 2, before any work and with nothing written."""
+"""Hostile and careless numbers and sizes: numeric flags that are NaN, inf or out of range, loss inputs beyond
+float32, malformed options, output paths checked before the work, and files whose headers claim huge sizes are one
+line with exit 2, before any work and with nothing written (``test_hostile_inputs.py`` covers data files and
+output paths)."""
 from __future__ import annotations
 
 import numpy as np
@@ -27,7 +29,7 @@ def _refused(capsys, argv, *needles, out=None):
     return line
 
 
-# --------------------------------------------------------------------------- numeric flags (item 5)
+# --------------------------------------------------------------------------- numeric flags
 
 @pytest.mark.parametrize("flag,value", [("--lr", "nan"), ("--lr", "inf"), ("--lr", "0"), ("--lr", "-1"),
                                         ("--quality", "500"), ("--quality", "-1"), ("--eps", "nan"),
@@ -87,7 +89,7 @@ def test_structure_loss_beyond_float32_is_an_error_not_nan():
     assert torch.isfinite(got) and abs(float(got) / float(ref) - 1) < 1e-3
 
 
-# --------------------------------------------------------------------------- tracebacks -> one line (item 6)
+# --------------------------------------------------------------------------- tracebacks -> one line
 
 def _pickle(path):
     import pickle
@@ -125,7 +127,7 @@ def test_train_denoiser_output_is_checked_before_training(tmp_path, capsys):
              out=locked / "w.safetensors")
 
 
-# --------------------------------------------------------------------------- work lost at the end (item 4)
+# --------------------------------------------------------------------------- work lost at the end
 
 @pytest.mark.parametrize("bench", ["guided-filter", "spl"])
 def test_bench_json_is_checked_before_the_bench_runs(tmp_path, capsys, bench):
@@ -138,7 +140,7 @@ def test_bench_json_is_checked_before_the_bench_runs(tmp_path, capsys, bench):
     _refused(capsys, ["bench", bench, "--json", str(folder)], "--json", "folder")
 
 
-# --------------------------------------------------------------------------- memory bounds (item 2)
+# --------------------------------------------------------------------------- memory bounds
 
 def _png_header(path, w, h):
     """A PNG whose IHDR claims w x h (8-bit gray) with a tiny IDAT: a few bytes that claim any size."""
