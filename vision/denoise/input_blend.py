@@ -227,18 +227,21 @@ register_path("denoise.lone_peaks", NUMBA, "torch", 5, supports=lambda tensors: 
 register_path("denoise.lone_peaks", TORCH, "torch", 0, run=_lone_peaks_torch)
 
 
-def _capped(raw: torch.Tensor, radius: int, cap: float | None) -> torch.Tensor:
-    """The window means of ``raw`` (B, 5, H, W: per pixel ``r r``, noise, ``r d``, ``d d``, ``out out``), the noise's
-    capped at ``cap`` times :func:`regional_noise` plus the window's strongest pixel's share (unchanged when ``cap``
-    is None): a firefly is noise however far it stands above its region, so only energy spread over the window is
-    capped. One sample's 3 x 3 second difference puts 16/36 of its energy on its own pixel, so that pixel's value
-    times 36/16 over the window's pixel count is the sample's share of the window mean."""
+def _capped(raw: torch.Tensor, radius: int, cap: float | None, out: torch.Tensor) -> torch.Tensor:
+    """The window means of ``raw`` (B, K, H, W: per pixel ``r r``, the noise, then the sharp step's sums), the
+    noise's capped at ``cap`` times :func:`regional_noise` plus the window's strongest lone pixel's share (unchanged
+    when ``cap`` is None). The region's level is relative to the window means of ``out``'s squares (the fit,
+    (B, 3, H, W)), read only here. A firefly is noise however far it stands above its region, so only energy spread
+    over the window is capped: one sample's 3 x 3 second difference puts 16/36 of its energy on its own pixel, so that
+    pixel's value times 36/16 over the window's pixel count is the sample's share of the window mean."""
     sums = box_filter(raw, radius)
     if cap is not None:
         v = sums[:, 1:2]
         n = 2 * radius + 1
         peak = lone_peaks(raw[:, 1:2], radius) * (36 / 16 / (n * n))
-        torch.minimum(v, cap * regional_noise(v, sums[:, 4:5]) + peak, out=v)
+        o = out.detach()  # squares past the float range: BIG, as the other sums
+        energy = box_filter(torch.nan_to_num_(_dot(o, o), nan=BIG, posinf=BIG).clamp_(max=BIG)[:, None], radius)
+        torch.minimum(v, cap * regional_noise(v, energy) + peak, out=v)
     return sums
 
 
@@ -308,11 +311,12 @@ def _towards_input_torch(out, color, factor, sharp, radius, emitters=None, cap=N
     with torch.no_grad():  # the factors are estimates from the data: no gradient flows through them
         r = residual.detach()
         rough = (r if step is None else color - sharp).detach() / factor
-        st = r if step is None else step.detach()
-        o = out.detach()
-        sums = torch.stack([_dot(r, r), noise_energy(rough, factor).sum(1), _dot(r, st), _dot(st, st), _dot(o, o)], 1)
-        # squares past the float range: BIG, so that window sums stay finite
-        sums = _capped(torch.nan_to_num_(sums, nan=BIG, posinf=BIG, neginf=-BIG).clamp_(-BIG, BIG), radius, cap)
+        sums = [_dot(r, r), noise_energy(rough, factor).sum(1)]
+        if step is not None:
+            st = step.detach()
+            sums += [_dot(r, st), _dot(st, st)]
+        sums = torch.stack(sums, 1)  # squares past the float range: BIG, so that window sums stay finite
+        sums = _capped(torch.nan_to_num_(sums, nan=BIG, posinf=BIG, neginf=-BIG).clamp_(-BIG, BIG), radius, cap, out)
         e, v = sums[:, :1], sums[:, 1:2]
         trust = frame_share(e, v, emitters).sqrt()
         s = _unit(1 - v / (e * trust))
@@ -329,7 +333,7 @@ def _towards_input_numba(out, color, factor, sharp, radius, emitters=None, cap=N
     share."""
     from . import input_blend_cpu as cpu
 
-    sums = _capped(cpu.blend_sums(out, color, sharp, factor), radius, cap)
+    sums = _capped(cpu.blend_sums(out, color, sharp, factor), radius, cap, out)
     trust = frame_share(sums[:, :1], sums[:, 1:2], emitters).sqrt()
     return cpu.blend_apply(out, color, sharp, sums, trust, SHARP_LEVERAGE)
 

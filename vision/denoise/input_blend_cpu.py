@@ -18,8 +18,7 @@ _ANY4 = "float32[:, :, :, :]"
 
 @kernel(f"void({_ANY4}, {_ANY4}, {_ANY4}, {_ANY4}, float32[:, :, :, ::1])")
 def blend_sums_planes(out, color, sharp, factor, sums):
-    """``sums`` (B, 5, H, W) = per pixel, summed over the 3 channels: ``r r``, the noise energy, ``r d``, ``d d`` and
-    ``out out``,
+    """``sums`` (B, 4, H, W) = per pixel, summed over the 3 channels: ``r r``, the noise energy, ``r d`` and ``d d``,
     with ``r = color - out`` and ``d = sharp - out``; the noise energy is that of
     :func:`~vision.denoise.input_blend.noise_energy` on ``(color - sharp) / factor`` scaled by ``factor``
     (interior pixels, copied outwards at the border; zeros for frames under 3 x 3). Each sum is clamped into
@@ -31,7 +30,7 @@ def blend_sums_planes(out, color, sharp, factor, sums):
     for n in prange(B * H):
         b, y = n // H, n % H
         row = sums[b, :, y]
-        for k in range(5):
+        for k in range(4):
             for x in range(W):
                 row[k, x] = np.float32(0.0)
         for c in range(C):
@@ -42,7 +41,6 @@ def blend_sums_planes(out, color, sharp, factor, sums):
                 row[0, x] += r * r
                 row[2, x] += r * d
                 row[3, x] += d * d
-                row[4, x] += o[x] * o[x]
         if not small:
             yc = min(max(y, 1), H - 2)  # the nearest interior row: the border copies it
             rough = np.empty((3, W), np.float32)
@@ -61,7 +59,7 @@ def blend_sums_planes(out, color, sharp, factor, sums):
                     xc = min(max(x, 1), W - 2)
                     v = (across[xc - 1] + across[xc + 1] - two * across[xc]) * sixth * fv[xc]
                     row[1, x] += v * v
-        for k in range(5):
+        for k in range(4):
             for x in range(W):
                 v = row[k, x]
                 row[k, x] = big if v != v else min(max(v, -big), big)
@@ -69,7 +67,7 @@ def blend_sums_planes(out, color, sharp, factor, sums):
 
 @kernel(f"void({_ANY4}, {_ANY4}, {_ANY4}, float32[:, :, :, ::1], float32[::1], float32, float32[:, :, :, ::1])")
 def blend_apply_planes(out, color, sharp, sums, trust, leverage, result):
-    """``result`` (B, 3, H, W) = ``out + s r + w (1 - s) d`` with the window sums ``sums`` (B, 5, H, W, as
+    """``result`` (B, 3, H, W) = ``out + s r + w (1 - s) d`` with the window sums ``sums`` (B, 4, H, W, as
     :func:`blend_sums_planes` writes them, box-filtered), ``trust`` (B,) the square root of each image's
     :func:`~vision.denoise.input_blend.frame_share`, ``s = unit(1 - v / (e trust))`` and ``w = unit((rd -
     leverage v) / dd) trust`` (``unit``: clamped into [0, 1], NaN and inf as 0)."""
@@ -186,9 +184,9 @@ def noise_cells(noise: torch.Tensor, energy: torch.Tensor, cell: int, n: int) ->
 
 
 def blend_sums(out: torch.Tensor, color: torch.Tensor, sharp: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
-    """:func:`blend_sums_planes` into a new (B, 5, H, W) tensor."""
+    """:func:`blend_sums_planes` into a new (B, 4, H, W) tensor."""
     b, _, h, w = out.shape
-    sums = out.new_empty(b, 5, h, w)
+    sums = out.new_empty(b, 4, h, w)
     blend_sums_planes(out, color, sharp, factor.expand(b, -1, h, w), sums)
     return sums
 
