@@ -1,5 +1,6 @@
-"""Helpers shared by the command-line tests: a tiny backbone and a run folder of it, the one-line-error checks, an
-unwritable folder."""
+"""Helpers shared by the command-line tests: a tiny backbone, a run folder of it and the finetune arguments that
+train one, depth training pairs, the one-line-error checks, random bytes over a file, an unwritable folder."""
+import json
 import os
 from pathlib import Path
 
@@ -40,6 +41,36 @@ def tiny_run(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     save_run_files(run, cfg, build_model(cfg))
     return run
+
+
+def finetune_args(data: Path) -> list[str]:
+    """`vision finetune` of :data:`TINY` for depth on ``data``, stopped after its first of two epochs, so that its
+    state/ holds a complete checkpoint (add ``-o``)."""
+    return ["finetune", "--task", "depth", "--data", str(data), "--img-size", "32", "--epochs", "2", "--stop-after",
+            "1", "--quiet", "--lora-rank", "0", "--threads", "1", "--batch-size", "4", "--backbone-kwargs",
+            json.dumps(TINY)]
+
+
+def depth_pairs(root: Path, n: int) -> Path:
+    """``root`` with images/ + targets/ holding n 32 x 32 random image / depth pairs; returns ``root``."""
+    import numpy as np
+
+    from vision.io import write_image
+
+    rng = np.random.default_rng(0)
+    (root / "images").mkdir(parents=True)
+    (root / "targets").mkdir()
+    for i in range(n):
+        write_image(root / "images" / f"a{i}.png", rng.random((32, 32, 3), dtype=np.float32))
+        np.save(root / "targets" / f"a{i}.npy", 1 + rng.random((32, 32, 1), dtype=np.float32))
+    return root
+
+
+def random_bytes(path: Path) -> None:
+    """``path`` overwritten with random bytes of its own size (so a manifest's sizes still match)."""
+    import numpy as np
+
+    path.write_bytes(np.random.default_rng(1).integers(0, 256, path.stat().st_size, dtype=np.uint8).tobytes())
 
 
 def unwritable_folder(tmp_path) -> Path:

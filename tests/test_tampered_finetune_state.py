@@ -9,13 +9,11 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from vision.io import write_image
 from vision.pipelines.cli import main
 
-from cli_checks import TINY, last_line_error  # noqa: E402
+from cli_checks import depth_pairs, finetune_args, last_line_error, random_bytes  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -23,31 +21,19 @@ def _one_thread(one_thread):
     yield
 
 
-def _args(data: Path) -> list[str]:
-    return ["finetune", "--task", "depth", "--data", str(data), "--img-size", "32", "--epochs", "2", "--stop-after",
-            "1", "--quiet", "--lora-rank", "0", "--threads", "1", "--batch-size", "4", "--backbone-kwargs",
-            json.dumps(TINY)]
-
-
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A run of the tiny backbone stopped after its first epoch: state/ holds a complete checkpoint."""
     root = tmp_path_factory.mktemp("finetune")
-    rng = np.random.default_rng(0)
-    (root / "data" / "images").mkdir(parents=True)
-    (root / "data" / "targets").mkdir()
-    for i in range(24):
-        write_image(root / "data" / "images" / f"a{i}.png", rng.random((32, 32, 3), dtype=np.float32))
-        np.save(root / "data" / "targets" / f"a{i}.npy", 1 + rng.random((32, 32, 1), dtype=np.float32))
-    assert main(_args(root / "data") + ["-o", str(root / "run")]) == 0
+    depth_pairs(root / "data", 24)
+    assert main(finetune_args(root / "data") + ["-o", str(root / "run")]) == 0
     assert (root / "run" / "state" / "optimizer.bin").is_file()
     return root
 
 
 def _random_bytes(name):
     def tamper(run: Path) -> None:
-        path = run / "state" / name
-        path.write_bytes(np.random.default_rng(1).integers(0, 256, path.stat().st_size, dtype=np.uint8).tobytes())
+        random_bytes(run / "state" / name)
     return tamper
 
 
@@ -89,6 +75,6 @@ def test_a_tampered_state_file_is_one_line_naming_it(trained, tmp_path, capsys, 
     tamper(run)
     before = _digests(tmp_path)
     capsys.readouterr()
-    assert main(_args(trained / "data") + ["-o", str(run), "--resume"]) == 2
+    assert main(finetune_args(trained / "data") + ["-o", str(run), "--resume"]) == 2
     last_line_error(capsys, str(run / name))
     assert _digests(tmp_path) == before  # nothing written, renamed or removed

@@ -17,7 +17,7 @@ from vision.bundled import asset_path
 from vision.io import write_image
 from vision.pipelines.cli import main
 
-from cli_checks import TINY, last_line_error, tiny_run  # noqa: E402
+from cli_checks import depth_pairs, finetune_args, last_line_error, random_bytes, tiny_run  # noqa: E402
 
 
 
@@ -26,26 +26,9 @@ def _one_thread(one_thread):
     yield
 
 
-def _plain_data(root: Path, n: int = 40) -> Path:
-    """images/ + targets/ with n 32 x 32 pairs (enough names for a non-empty val split)."""
-    rng = np.random.default_rng(0)
-    (root / "images").mkdir(parents=True)
-    (root / "targets").mkdir()
-    for i in range(n):
-        write_image(root / "images" / f"a{i}.png", rng.random((32, 32, 3), dtype=np.float32))
-        np.save(root / "targets" / f"a{i}.npy", 1 + rng.random((32, 32, 1), dtype=np.float32))
-    return root
-
-
 def _train_denoiser_args(data: Path) -> list[str]:
     return ["train-denoiser", "--data", str(data), "--epochs", "2", "--steps", "2", "--batch", "2", "--crop", "32",
             "--widths", "4,6,8", "--hidden", "0", "--quiet"]
-
-
-def _finetune_args(data: Path) -> list[str]:
-    return ["finetune", "--task", "depth", "--data", str(data), "--img-size", "32", "--epochs", "2", "--stop-after",
-            "1", "--quiet", "--lora-rank", "0", "--threads", "1", "--batch-size", "4", "--backbone-kwargs",
-            json.dumps(TINY)]
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +42,9 @@ def denoiser_state(tmp_path_factory):
 @pytest.fixture(scope="module")
 def finetune_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("finetune")
-    data = _plain_data(root / "data")
-    assert main(_finetune_args(data) + ["-o", str(root / "run")]) == 0
+    data = depth_pairs(root / "data", 40)
+    assert main(finetune_args(data) + ["-o", str(root / "run")]) == 0
     return root
-
-
-def _random_bytes(path: Path) -> None:
-    path.write_bytes(np.random.default_rng(1).integers(0, 256, path.stat().st_size, dtype=np.uint8).tobytes())
 
 
 def _edit_manifest(change):
@@ -77,10 +56,10 @@ def _edit_manifest(change):
 
 
 DENOISER_CASES = {
-    "random model.safetensors": (lambda f: _random_bytes(f / "model.safetensors"), "cannot be loaded"),
-    "random trainer.safetensors": (lambda f: _random_bytes(f / "trainer.safetensors"), "cannot be loaded"),
-    "random optimizer.bin": (lambda f: _random_bytes(f / "optimizer.bin"), "damaged"),
-    "random scheduler.bin": (lambda f: _random_bytes(f / "scheduler.bin"), "damaged"),
+    "random model.safetensors": (lambda f: random_bytes(f / "model.safetensors"), "cannot be loaded"),
+    "random trainer.safetensors": (lambda f: random_bytes(f / "trainer.safetensors"), "cannot be loaded"),
+    "random optimizer.bin": (lambda f: random_bytes(f / "optimizer.bin"), "damaged"),
+    "random scheduler.bin": (lambda f: random_bytes(f / "scheduler.bin"), "damaged"),
     "epoch x": (_edit_manifest(lambda m: m["state"].update(epoch="x")), "'epoch'"),
     "seconds x": (_edit_manifest(lambda m: m["state"].update(seconds="x")), "'seconds'"),
     "history 5": (_edit_manifest(lambda m: m["state"].update(history=5)), "'history'"),
@@ -129,8 +108,8 @@ def _resume_state(change):
 
 
 FINETUNE_CASES = {
-    "random optimizer.bin": (lambda r: _random_bytes(r / "state" / "optimizer.bin"), "damaged"),
-    "random model.safetensors": (lambda r: _random_bytes(r / "state" / "model.safetensors"), "damaged"),
+    "random optimizer.bin": (lambda r: random_bytes(r / "state" / "optimizer.bin"), "damaged"),
+    "random model.safetensors": (lambda r: random_bytes(r / "state" / "model.safetensors"), "damaged"),
     "history [5]": (_resume_state(lambda s: s.update(history=[5])), "'history'"),
     "history 5": (_resume_state(lambda s: s.update(history=5)), "'history'"),
     "epoch x": (_resume_state(lambda s: s.update(epoch="x")), "'epoch'"),
@@ -147,7 +126,7 @@ def test_finetune_resume_from_tampered_state_is_one_line(finetune_run, tmp_path,
     tamper(run)
     before = {p.name: p.read_bytes() for p in (run / "state").iterdir()}
     capsys.readouterr()
-    assert main(_finetune_args(finetune_run / "data") + ["-o", str(run), "--resume"]) == 2
+    assert main(finetune_args(finetune_run / "data") + ["-o", str(run), "--resume"]) == 2
     last_line_error(capsys, needle)
     assert {p.name: p.read_bytes() for p in (run / "state").iterdir()} == before
 
