@@ -202,15 +202,17 @@ def test_batch_matches_single_frames(frames):
                                    atol=1e-5)
 
 
-@pytest.mark.parametrize("path", ["torch", "numba"])
+@pytest.mark.parametrize("path", ["torch", "torch+numba", "numba"])
 def test_demodulate_fills_emitter_pixels_with_the_mean_of_their_emitter_free_neighbours(rng, path):
     """float64 loop oracle of demodulate's target: (colour - emission) / max(albedo, the floor),
     and at pixels that see an emitter the mean of that over the emitter-free pixels of the
-    (2r+1)^2 window inside the image; factor 0 where an emitter pixel has no albedo. "numba": FLNR's one-pass
+    (2r+1)^2 window inside the image; factor 0 where an emitter pixel has no albedo. "torch" and "torch+numba":
+    ``demodulate`` with numba off and on (the paths of op denoise.demodulate). "numba": FLNR's one-pass
     version on the HWC buffers as they lie (vision.denoise.flnr.prepare_numba.prepare), which also returns the emitter
     mask and the albedo and emission as planes, here for a batch of the frame and its mirror image (their own
     colour and albedo) sharing one emission buffer (batch 1)."""
     from vision.denoise.buffers import ALBEDO_FLOOR, demodulate
+    from vision.kernels import runtime
 
     h, w, r = 23, 31, 3
     color = rng.uniform(0, 2, (h, w, 3))
@@ -232,8 +234,9 @@ def test_demodulate_fills_emitter_pixels_with_the_mean_of_their_emitter_free_nei
     t = {k: torch.from_numpy(v.astype(np.float32)).permute(2, 0, 1)[None] for k, v in
          (("color", color), ("albedo", albedo), ("emission", emission))}
     assert (lit.sum(), (~lit).sum()) > (30, 0)
-    if path == "torch":
-        target, fac, add = demodulate(t["color"], t["albedo"], t["emission"], r)
+    if path != "numba":
+        with runtime.use_numba(path == "torch+numba"):
+            target, fac, add = demodulate(t["color"], t["albedo"], t["emission"], r)
         np.testing.assert_allclose(target[0].permute(1, 2, 0).numpy(), want, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(fac[0].permute(1, 2, 0).numpy(), want_factor, rtol=1e-6)
         np.testing.assert_allclose(add[0].permute(1, 2, 0).numpy(), emission, rtol=1e-6)

@@ -45,7 +45,7 @@ OPS = {"denoise.log_depth": ["torch+numba", "torch"], "denoise.reproject": ["tor
        "denoise.flnr.mean3": ["torch+opencv", "torch"], "denoise.flnr.contrast": ["torch+opencv", "torch"],
        "denoise.flnr.log1p": ["torch+opencv", "torch"], "denoise.area_down": ["torch+opencv", "torch"],
        "denoise.input_blend": ["torch+numba", "torch"], "denoise.noise_cells": ["torch+numba", "torch"],
-       "denoise.lone_peaks": ["torch+numba", "torch"]}
+       "denoise.lone_peaks": ["torch+numba", "torch"], "denoise.demodulate": ["torch+numba", "torch"]}
 
 
 @pytest.fixture
@@ -139,6 +139,19 @@ def test_lone_peaks_run_the_path_they_explain(case, spy):
     with runtime.use_numba(numba):
         IB.lone_peaks(torch.rand(1, 1, 9, 11, dtype=dtype), 3)
         _check("denoise.lone_peaks", case.split("/")[0], hits, asked)
+
+
+@pytest.mark.parametrize("case", ["torch+numba", "torch", "torch/autograd", "torch/float64", "torch/grey-albedo"])
+def test_demodulate_runs_the_path_it_explains(case, spy):
+    hits, asked = spy("denoise.demodulate")
+    numba, grad, dtype = _engine("torch+numba" if case == "torch/grey-albedo" else case)
+    color = torch.rand(1, 3, 9, 11, dtype=dtype, requires_grad=grad)
+    albedo = torch.rand(1, 1 if case == "torch/grey-albedo" else 3, 9, 11, dtype=dtype)
+    emission = torch.zeros(1, 3, 9, 11, dtype=dtype)
+    emission[..., 2:4, 3:5] = 2.0
+    with runtime.use_numba(numba):
+        FLR.B.demodulate(color, albedo, emission, 2)
+        _check("denoise.demodulate", case.split("/")[0], hits, asked)
 
 
 # ------------------------------------------------------------------------------------------------ FLNR's stages

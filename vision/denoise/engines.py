@@ -20,6 +20,7 @@ op                          paths (priority)                     where
 ``denoise.flnr.X``          torch+numba (5), torch+bands (3),    ``flnr/X.py`` (:mod:`.flnr`: one module per
                             torch+opencv (5), torch (0)          stage, named after its op)
 ``denoise.area_down``       torch+opencv (5), torch (0)          :mod:`.flr`
+``denoise.demodulate``      torch+numba (5), torch (0)           :mod:`.signal`
 ``denoise.input_blend``     torch+numba (5), torch (0)           :mod:`.input_blend`
 ==========================  ===================================  =====================================
 

@@ -155,7 +155,10 @@ def flr(color: torch.Tensor, guides: dict[str, torch.Tensor | None], radius: int
         raw = torch.zeros(b, 1, hf, wf, dtype=color.dtype, device=color.device)
         stats = None
     mean, std = stats if stats is not None else B.feature_stats(raw)
-    feat = ((raw - mean) / std).expand(b, -1, -1, -1).contiguous()
+    if raw.shape[0] == b and not raw.requires_grad:  # the stacked copy is ours: standardised in place
+        feat = raw.sub_(mean).div_(std)
+    else:
+        feat = ((raw - mean) / std).expand(b, -1, -1, -1).contiguous()
     r = fit_radius(radius, u)
     target, factor, add = B.demodulate(color, sample_down(albedo, u, phase), sample_down(emission, u, phase), r)
     # the fit itself runs at the colour's resolution: the features are taken at its samples (or averaged)

@@ -112,12 +112,14 @@ def sharp_fit_stats(guides: dict) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The mean and standard deviation of the sharp fit's guide features (:data:`SHARP_GUIDES`), (B, K, 1, 1) each,
     from a strided subsample of about :data:`~.repair.QUANTILE_SAMPLES` pixels (the whole frame's take 20 ms at
     1280 x 720; they only set the ridge's scale); None without guides."""
-    raw, _ = raw_features({k: guides.get(k) for k in GUIDE_ORDER if k in SHARP_GUIDES})
-    if raw is None:
+    shape = {k: guides.get(k) for k in GUIDE_ORDER if k in SHARP_GUIDES and guides.get(k) is not None}
+    if not shape:
         return None
-    h, w = raw.shape[-2:]
+    h, w = next(iter(shape.values())).shape[-2:]
     step = max(1, math.ceil(math.sqrt(h * w / QUANTILE_SAMPLES)))
-    return feature_stats(raw[..., ::step, ::step])
+    # the subsample taken before the guides are stacked (none of them is depth, whose log reads the whole frame)
+    raw, _ = raw_features({k: v[..., ::step, ::step] for k, v in shape.items()})
+    return feature_stats(raw)
 
 
 def frame_share(energy: torch.Tensor, noise: torch.Tensor, exclude: torch.Tensor | None = None) -> torch.Tensor:

@@ -4,7 +4,9 @@ from __future__ import annotations
 import torch
 
 from vision import kernels  # the ops are looked up on the package when called: it loads them on first use
+from vision.kernels.runtime import decide, register_path
 
+from .engines import NUMBA, TORCH, numba_takes
 from .layout import host_reads
 
 # demodulation divides by max(albedo, ALBEDO_FLOOR) per channel: dividing by ~0 would blow up the noise. The
@@ -42,7 +44,20 @@ def demodulate(color: torch.Tensor, albedo: torch.Tensor | None, emission: torch
       itself, the sky) the factor is 0, so the result there is the emission buffer exactly.
 
     ``mask``: :func:`emitter_mask` of ``emission`` when the caller has it already (it is a full pass).
+
+    The registry picks the engine (op ``denoise.demodulate``): on CPU float32 one numba pass over the buffers as
+    they lie (:mod:`.flnr.prepare_numba`, the loop FLNR's own demodulation runs), else the PyTorch formulas.
     """
+    if mask is not None:  # the caller's mask: the PyTorch formulas take it as it is
+        return _demodulate_torch(color, albedo, emission, fill_radius, floor, mask)
+    return decide("denoise.demodulate", color, tensors=(color, albedo, emission)).run(
+        color, albedo, emission, fill_radius, floor)
+
+
+def _demodulate_torch(color: torch.Tensor, albedo: torch.Tensor | None, emission: torch.Tensor | None,
+                      fill_radius: int, floor: float = ALBEDO_FLOOR, mask: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The PyTorch formulas of :func:`demodulate`."""
     add = torch.zeros_like(color) if emission is None else emission.expand_as(color)
     # few passes over the frame (on CPU these steps are memory bound): scalar fills, in-place division
     target = color.clone() if emission is None else color - add
@@ -53,6 +68,31 @@ def demodulate(color: torch.Tensor, albedo: torch.Tensor | None, emission: torch
     if mask is not None and (not host_reads(mask) or bool(mask.any())):
         target, factor = fill_emitters(target, factor, albedo, mask, fill_radius, floor)
     return target, factor, add
+
+
+def _demodulate_numba(color, albedo, emission, fill_radius, floor=ALBEDO_FLOOR):
+    """:func:`demodulate` in one numba pass, the emitter fill on the rows that have emitters only (1280 x 720 with a
+    lamp in view: 12 against 60-200 ms)."""
+    from .flnr import prepare_numba  # numba is optional: loaded when this path runs
+
+    target, factor, add, _, _, _ = prepare_numba.prepare(color, albedo, emission, fill_radius, floor)
+    return target, factor, add
+
+
+def _numba_demodulates(tensors) -> str | None:
+    """None when the numba loop takes the call: buffers of the colour's channels and size, as the loop indexes them
+    (the PyTorch formulas broadcast a one-channel albedo), then :func:`~.engines.numba_takes`."""
+    color = tensors[0]
+    if color.dim() != 4 or any(t is not None and (t.dim() != 4 or t.shape[1:] != color.shape[1:]
+                                                  or t.shape[0] not in (1, color.shape[0])) for t in tensors[1:]):
+        return "needs albedo and emission of the colour's channels and size"
+    return numba_takes(*tensors)
+
+
+register_path("denoise.demodulate", NUMBA, "torch", 5, supports=_numba_demodulates, run=_demodulate_numba)
+register_path("denoise.demodulate", TORCH, "torch", 0,
+              run=lambda color, albedo, emission, fill_radius, floor: _demodulate_torch(color, albedo, emission,
+                                                                                         fill_radius, floor))
 
 
 def fill_emitters(target: torch.Tensor, factor: torch.Tensor, albedo: torch.Tensor | None, mask: torch.Tensor,
