@@ -4,7 +4,8 @@ B; B.demodulate(...)``):
 * :mod:`.layout`: NumPy / torch and HW / HWC / BCHW in and out (``to_bchw``, ``like``), which code a tensor takes
   (``host_reads``, ``cpu_path``), size checks;
 * :mod:`.repair`: NaN/Inf repair, firefly suppression, the neighbour fill, range checks, :class:`BufferWarning`;
-* :mod:`.signal`: the signal model (``demodulate``, ``emitter_mask``, ``fill_emitters``, ``ALBEDO_FLOOR``);
+* :mod:`.signal`: the signal model (``demodulate``, ``emitter_mask``, ``fill_emitters``, ``fill_rows``,
+  ``ALBEDO_FLOOR``);
 * :mod:`.features`: the regression's guide features (``guide_list``, ``log_depth``, ``raw_features``,
   ``feature_stats``);
 * :mod:`vision.data.fields`: the buffer names, channel counts and renderer channel names (``find_fields``,
@@ -19,4 +20,4 @@ from .layout import check_sizes, cpu_path, dense, host_reads, like, to_bchw  # n
 from .repair import (ALBEDO_RANGE, BROKEN_RATIO, FIREFLY_RATIO, NORMAL_RANGE, QUANTILE_SAMPLES,  # noqa: F401
                      BufferWarning, bright_regions, check_ranges, fill_from_neighbours, light_level, repair_nonfinite,
                      suppress_fireflies)
-from .signal import ALBEDO_FLOOR, demodulate, emitter_mask, fill_emitters  # noqa: F401
+from .signal import ALBEDO_FLOOR, demodulate, emitter_mask, fill_emitters, fill_rows  # noqa: F401

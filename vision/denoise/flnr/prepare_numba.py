@@ -1,89 +1,20 @@
-"""The numba loop of FLNR's demodulation (op ``denoise.flnr.prepare``, :mod:`.prepare`) on CPU float32, colour at the
-guides' resolution: one pass over the buffers as they lie (HWC arrays are strided planes) writing the planes the
-later stages read (see :mod:`vision.kernels.runtime.jit`). Imported only where numba is available (the path's
-``run`` loads it).
+"""FLNR's demodulation on CPU float32 (op ``denoise.flnr.prepare``, :mod:`.prepare`): the denoiser's one numba pass
+(:mod:`vision.denoise.signal_numba`), which also writes the albedo and emission as the planes FLNR's later stages
+read. Imported only where numba is available (the path's ``run`` loads it).
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
-from numba import prange
-
-from vision.kernels.runtime.jit import kernel
 
 from .. import buffers as B
-from .rows_numba import NONE
-
-
-@kernel("void(float32[:, :, :, :], float32[:, :, :, :], float32[:, :, :, :], boolean, boolean, float64, "
-        "float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], "
-        "float32[:, :, :, ::1], int64[::1])")
-def demodulate(color, albedo, emission, has_albedo, has_emission, floor, target, factor, mask, albedo_out,
-               emission_out, hits):
-    """:func:`vision.denoise.buffers.demodulate` before its emitter fill, in one pass over the buffers as they lie
-    (HWC arrays are strided planes): target = (colour - emission) / factor with factor = max(albedo, ``floor``);
-    mask = 1 where any emission channel > 0; ``hits[b H + y]`` counts row y's
-    emitter pixels. Also writes the albedo and the emission as planes (``albedo_out``, ``emission_out``; FLNR's
-    later stages read them so) when there are such. color (B, 3, H, W); albedo, emission (B or 1, 3, H, W)."""
-    B, C, H, W = color.shape
-    one, zero, fl = np.float32(1.0), np.float32(0.0), np.float32(floor)
-    for n in prange(B * H):
-        b = n // H
-        y = n - b * H
-        m = mask[b, 0, y]
-        for x in range(W):
-            m[x] = zero
-        for c in range(C):
-            src, t, f = color[b, c, y], target[b, c, y], factor[b, c, y]
-            for x in range(W):
-                t[x] = src[x]
-            if has_emission:
-                e, eo = emission[min(b, emission.shape[0] - 1), c, y], emission_out[b, c, y]
-                for x in range(W):
-                    v = e[x]
-                    eo[x] = v
-                    t[x] -= v
-                    if v > zero:
-                        m[x] = one
-            if has_albedo:
-                a, ao = albedo[min(b, albedo.shape[0] - 1), c, y], albedo_out[b, c, y]
-                for x in range(W):
-                    v = a[x]
-                    ao[x] = v
-                    g = v if v >= fl else fl
-                    f[x] = g
-                    t[x] /= g
-            else:
-                for x in range(W):
-                    f[x] = one
-        count = 0
-        for x in range(W):
-            count += m[x] > zero
-        hits[n] = count
+from ..signal_numba import one_pass
 
 
 def prepare(color: torch.Tensor, albedo, emission, fill_radius: int, floor: float):
-    """FLNR's demodulation on CPU float32 (colour at the guides' resolution) by :func:`demodulate`, then
-    :func:`~vision.denoise.buffers.fill_emitters` where there are emitter pixels: (target, factor, add, mask,
+    """FLNR's demodulation on CPU float32 (colour at the guides' resolution) by one numba pass, then
+    :func:`~vision.denoise.buffers.fill_emitters` on the rows around emitter pixels: (target, factor, add, mask,
     albedo, emission) with the last two as planes (or None)."""
-    b, c, h, w = color.shape
-    target, factor = color.new_empty(b, c, h, w), color.new_empty(b, c, h, w)
-    mask = color.new_empty(b, 1, h, w)
-    albedo_p = None if albedo is None else color.new_empty(b, c, h, w)
-    emission_p = None if emission is None else color.new_empty(b, c, h, w)
-    hits = np.empty(b * h, np.int64)
-    demodulate(color, NONE if albedo is None else albedo, NONE if emission is None else emission,
-               albedo is not None, emission is not None, floor, target, factor, mask,
-               NONE if albedo_p is None else albedo_p, NONE if emission_p is None else emission_p, hits)
-    rows = np.flatnonzero(hits.reshape(b, h).any(0))
-    if rows.size:
-        # only the rows with emitter pixels change, and each fill reads fill_radius rows around its pixel: fill
-        # that band (a light or a sky often covers a few rows of the frame), with the true image border where
-        # the band reaches it, so every window is the one the whole frame would give
-        y0, y1 = max(0, int(rows[0]) - fill_radius), min(h, int(rows[-1]) + 1 + fill_radius)
-        band = (slice(None), slice(None), slice(y0, y1))
-        t_band, f_band = B.fill_emitters(target[band], factor[band], None if albedo_p is None else albedo_p[band],
-                                         mask[band], fill_radius, floor)
-        target[band], factor[band] = t_band, f_band
+    target, factor, mask, albedo_p, emission_p, hits = one_pass(color, albedo, emission, floor)
+    B.fill_rows(target, factor, albedo_p, mask, hits, fill_radius, floor)
     add = torch.zeros_like(target) if emission_p is None else emission_p  # planar, as the last steps read it
     return target, factor, add, mask, albedo_p, emission_p

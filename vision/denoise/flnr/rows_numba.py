@@ -4,10 +4,9 @@ available (by the stages' numba modules, which their registry paths load when th
 """
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
-NONE = np.zeros((1, 1, 1, 1), np.float32)  # stands in for a missing buffer (its flag is 0)
+from ..signal_numba import NONE  # noqa: F401 - stands in for a missing buffer (its flag is 0)
 
 
 @njit(cache=True, inline="always")
