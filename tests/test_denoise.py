@@ -307,8 +307,8 @@ def test_zero_albedo_and_no_guides_are_safe(rng):
                 out[i, j] = a[max(0, i - r):i + r + 1, max(0, j - r):j + r + 1].mean((0, 1))
         return out
 
-    want = box(box(color.astype(np.float64)))
-    np.testing.assert_allclose(denoise(color, model="flr"), want, rtol=1e-4, atol=1e-6)
+    want = box(box(color.astype(np.float64)))  # the fit itself (the input blend has tests of its own)
+    np.testing.assert_allclose(denoise(color, model="flr", input_blend=False), want, rtol=1e-4, atol=1e-6)
 
 
 def _one_off(value, last):

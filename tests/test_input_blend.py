@@ -321,9 +321,12 @@ def test_capped_noise_still_takes_fireflies_for_noise():
         assert float(told[0, :, y, x].max()) < 0.3 + 0.1, (y, x)
 
 
-def _blend_reference(out, color, albedo, sharp, radius=3, cap=None):
+def _blend_reference(out, color, albedo, sharp, radius=None, cap=None):
     """The blend written out in float64 from its definition (module docstring of input_blend): window sums by
     explicit shifts, the noise energy as the 3 x 3 second difference k k^T / 6 at interior pixels, copied outwards."""
+    from vision.denoise.input_blend import DEFAULT_RADIUS
+
+    radius = DEFAULT_RADIUS if radius is None else radius
     o, y, f = out.double(), color.double(), albedo.double().clamp_min(0.1)
     sh = sharp.double()
     r, d = y - o, sh - o
@@ -380,3 +383,33 @@ def test_fused_cpu_blend_matches_the_float64_definition(size):
         got = towards_input(out, color, albedo, sharp, cap=cap)
         want = _blend_reference(out, color, albedo, sharp, cap=cap)
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("spp, radius", [(None, 3), (1.5, 3), (4, 3), (16, 2), (256, 2)])
+def test_the_window_shrinks_once_the_noise_is_known_to_be_light(spp, radius, monkeypatch):
+    """From 16 spp up the blend's windows are 5 x 5 (the bias it corrects is local); below, and with an unknown
+    sample count, 7 x 7."""
+    import vision.denoise.input_blend as IB
+
+    seen = []
+    real = IB.towards_input
+    monkeypatch.setattr(IB, "towards_input", lambda *a, **k: seen.append(k["radius"]) or real(*a, **k))
+    clean, albedo, normal = _scene(32)
+    denoise(clean, albedo=albedo, normal=normal, model="flr", spp=spp)
+    assert seen == [radius]
+
+
+def test_emitter_pixels_without_albedo_stay_the_emission_buffer_at_any_sample_count():
+    """Where a pixel sees an emitter and has no albedo, the fit's result is the emission buffer, the pixel's exact
+    mean: the blend leaves it, however far the noisy colour stands from it (here a lamp whose colour carries an
+    extra 0.5 over its emission, as a glossy coat's reflection would)."""
+    g = np.random.default_rng(4)
+    clean, albedo, normal = _scene(48)
+    emission = np.zeros_like(clean)
+    emission[10:20, 12:30] = 5.0
+    albedo[10:20, 12:30] = 0.0
+    noisy = (clean * (emission == 0) + emission + 0.5 * (emission > 0)
+             + 0.01 * g.standard_normal(clean.shape)).astype(np.float32)
+    for spp in (None, 16, 256):
+        out = denoise(noisy, albedo=albedo, normal=normal, emission=emission, model="flr", spp=spp)
+        np.testing.assert_array_equal(out[10:20, 12:30], emission[10:20, 12:30])

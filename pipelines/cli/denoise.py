@@ -43,10 +43,10 @@ normal (the regression then only blurs), --static-camera takes --temporal frames
 still shot. Warnings are said once per run (the last lines count the frames that gave them again); -q hides them.
 
 Any sample count: the regression has a bias that does not fall with the noise, so by default its result is
-moved back towards the noisy input, per 7 x 7 window, as far as the input's own noise allows (a James-Stein
-factor; the noise is estimated from the frame itself, on the residual of a sharp fit in small windows). At 1
-spp the result is the regression's; at 64-256 spp it keeps the detail the input has and converges to the input as
-the noise falls. The samples per pixel are read from each file's header (Cycles writes cycles.<ViewLayer>.samples)
+moved back towards the noisy input, per 7 x 7 window (5 x 5 from 16 spp up), as far as the input's own noise
+allows (a James-Stein factor; the noise is estimated from the frame itself, on the residual of a sharp fit in small
+windows). At 1 spp the result is the regression's; at 64-256 spp it keeps the detail the input has and converges to
+the input as the noise falls. The samples per pixel are read from each file's header (Cycles writes cycles.<ViewLayer>.samples)
 and told to FLNR; one line per run says where they came from. With --temporal the denoised history is blended
 towards each frame's own colour: where the history lags or was rejected, the frame wins (1-spp frames skip it,
 as single frames do).

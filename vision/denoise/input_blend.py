@@ -58,6 +58,11 @@ from .repair import QUANTILE_SAMPLES
 from .signal import ALBEDO_FLOOR
 
 DEFAULT_RADIUS = 3  # 7 x 7 pixels x 3 channels per window
+# From NOISE_CAP_SPP samples per pixel up, 5 x 5: the fit's bias is local (a shadow between two books, a
+# silhouette), and a smaller window gives each pixel the factor of its own neighbourhood, while 75 samples of light
+# noise still steady the factor. On the two tuning scenes 2 was 0.1-0.3 dB above 3 at 16-256 spp and level at 4 spp;
+# at 1 spp, and with an unknown sample count (the noise may be heavy-tailed), the 7 x 7 window keeps the fit better.
+LOW_NOISE_RADIUS = 2
 # The noise is measured on the residual of FLR on the normal and the albedo (emission taken out) in small windows
 # (2 pixels' radius on 2 x 2 cells, ridge 0.1 in units of each standardised guide's variance): it follows the
 # edges those guides explain (silhouettes, creases, texture borders), so they do not count as noise, and it is too
@@ -153,6 +158,17 @@ def noise_cap(spp: float | None) -> float | None:
     return None if spp is None else NOISE_CAP * max(1.0, NOISE_CAP_SPP / float(spp))
 
 
+def blend_radius(spp: float | None) -> int:
+    """The blend's window radius for a frame of ``spp`` samples per pixel (None: unknown): :data:`LOW_NOISE_RADIUS`
+    from :data:`NOISE_CAP_SPP` samples up, else :data:`DEFAULT_RADIUS`.
+
+    Example:
+        >>> blend_radius(64), blend_radius(4), blend_radius(None)
+        (2, 3, 3)
+    """
+    return DEFAULT_RADIUS if spp is None or spp < NOISE_CAP_SPP else LOW_NOISE_RADIUS
+
+
 def regional_noise(noise: torch.Tensor, energy: torch.Tensor) -> torch.Tensor:
     """The noise level of each window's region, (B, 1, H, W): ``energy`` times the exponential of the median, over
     :data:`CAP_CELLS` x :data:`CAP_CELLS` cells of :data:`CAP_CELL` x :data:`CAP_CELL` pixels around it, of the
@@ -217,7 +233,7 @@ def _lone_peaks_torch(ne: torch.Tensor, radius: int) -> torch.Tensor:
 
 
 def _lone_peaks_numba(ne: torch.Tensor, radius: int) -> torch.Tensor:
-    """The same in one numba pass (:mod:`.input_blend_cpu`): PyTorch's 8 shifted copies and 7 x 7 max pool take
+    """The same in one numba pass (:mod:`.input_blend_cpu`): PyTorch's 8 shifted copies and window max pool take
     300 ms on a 1280 x 720 frame."""
     from . import input_blend_cpu as cpu
 
@@ -258,14 +274,26 @@ def blend_towards_input(out: torch.Tensor, color: torch.Tensor, guides: dict, ti
                         spp: float | None = None) -> torch.Tensor:
     """:func:`towards_input` with its sharp fit: FLR of ``color`` on :data:`SHARP_GUIDES` of ``guides`` (a dict of
     (B, C, H, W) buffers, any missing), over tiles of about ``tile`` pixels when given, the noise estimate capped
-    for ``spp`` samples per pixel (:func:`noise_cap`). What :func:`~vision.denoise.denoise` and
-    :class:`~vision.denoise.TemporalDenoiser` run after their fit."""
+    and the window sized for ``spp`` samples per pixel (:func:`noise_cap`, :func:`blend_radius`). What
+    :func:`~vision.denoise.denoise` and :class:`~vision.denoise.TemporalDenoiser` run after their fit."""
     shape = {k: guides.get(k) for k in SHARP_GUIDES}
     stats = sharp_fit_stats(shape)
     sharp = (flr(color, shape, SHARP_RADIUS, SHARP_EPS, SHARP_SCALE, stats=stats) if tile is None else
              flr_tiled(color, shape, SHARP_RADIUS, SHARP_EPS, SHARP_SCALE, tile, stats=stats))
-    return towards_input(out, color, guides.get("albedo"), sharp, emitters=_emitter_windows(guides.get("emission")),
-                         cap=noise_cap(spp))
+    emitters = _emitter_windows(guides.get("emission"))
+    blended = towards_input(out, color, guides.get("albedo"), sharp, radius=blend_radius(spp), emitters=emitters,
+                            cap=noise_cap(spp))
+    exact = _emission_only(emitters, guides.get("albedo"))
+    return blended if exact is None else torch.where(exact, out, blended)
+
+
+def _emission_only(emitters: torch.Tensor | None, albedo: torch.Tensor | None) -> torch.Tensor | None:
+    """(B, C or 1, H, W) bool: where the fit's result is the emission buffer itself (a pixel that sees an emitter,
+    in a channel whose albedo is below :data:`~.signal.ALBEDO_FLOOR` or with no albedo: the demodulation's factor 0
+    there). The emission buffer is that pixel's exact mean, so the blend leaves it; None without emitters."""
+    if emitters is None:
+        return None
+    return emitters if albedo is None else emitters & (albedo < ALBEDO_FLOOR)
 
 
 def _emitter_windows(emission: torch.Tensor | None) -> torch.Tensor | None:
@@ -288,7 +316,8 @@ def towards_input(out: torch.Tensor, color: torch.Tensor, albedo: torch.Tensor |
     fit of ``color`` in small windows on the guides (:data:`SHARP_GUIDES`), whose residual the noise is estimated
     on, and a third candidate between ``out`` and ``color``; None: ``out``'s residual, no third candidate. Every
     pixel takes part, those that see an emitter too: at a few samples their noise keeps the fit, at many the input
-    wins. ``emitters`` (B, 1, H, W) bool or None: windows left out of the frame's share (:func:`frame_share`).
+    wins (:func:`blend_towards_input` then puts back the emitter pixels whose result is the emission buffer).
+    ``emitters`` (B, 1, H, W) bool or None: windows left out of the frame's share (:func:`frame_share`).
     ``cap``: a window's noise estimate is at most ``cap`` times its region's (:func:`regional_noise`); None: no cap.
     Tensor operations only: no host synchronisation, differentiable in ``out``.
 
