@@ -21,6 +21,9 @@ ALLOWED = {
         "SHARP_GUIDES: the sharp fit's guides, a subset chosen on tuning scenes (depth and AO changed nothing there)",
     ("vision/denoise/reproject.py", ("depth", "normal", "index")):
         "SURFACE_KEYS: the buffers that tell surfaces apart, in the order the numba loops take them",
+    ("vision/denoise/reproject_cpu.py", ("depth", "normal", "index")):
+        "the numba loops' key arguments in their order, the set of reproject.SURFACE_KEYS (importing that module "
+        "from here would make a cycle: it imports this one lazily)",
     ("pipelines/cli/denoise_report.py", ("albedo", "normal")):
         "NEEDED: what the command refuses to run without, a policy of the command",
     ("vision/data/dataset.py", ("color", "reference")):

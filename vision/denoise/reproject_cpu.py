@@ -11,8 +11,6 @@ from numba import njit, prange
 
 from vision.kernels.runtime.jit import kernel
 
-from .reproject import SURFACE_KEYS
-
 F4 = "float32[:, :, :, :]"
 
 
@@ -110,7 +108,7 @@ def reproject(history: torch.Tensor, offset: torch.Tensor, prev_keys: dict, cur_
     """:func:`reproject_planes` on float32 CPU tensors; returns (values, weight)."""
     b, c, h, w = history.shape
     dummy = history.new_zeros(1, 3, 1, 1)
-    use = np.array([cur_keys.get(k) is not None for k in SURFACE_KEYS], np.int64)
+    use = np.array([cur_keys.get(k) is not None for k in ("depth", "normal", "index")], np.int64)
     pick = lambda keys, k: dummy if keys.get(k) is None else keys[k]  # noqa: E731
     out = history.new_empty(b, c, h, w)
     weight = history.new_empty(b, 1, h, w)
@@ -219,12 +217,12 @@ def edge_history(out, history, offset, prev_keys, cur_keys, tol, cap, gamma, no_
     """:func:`edge_history_planes` on float32 CPU tensors; returns (result, new history)."""
     b, _, h, w = out.shape
     dummy = out.new_zeros(1, 3, 1, 1)
-    use = np.array([cur_keys.get(k) is not None for k in SURFACE_KEYS], np.int64)
+    use = np.array([cur_keys.get(k) is not None for k in ("depth", "normal", "index")], np.int64)
     pick = lambda keys, k: dummy if keys.get(k) is None else keys[k]  # noqa: E731
     result = out.new_empty(b, 3, h, w)
     new_history = out.new_empty(b, 4, h, w)
     par = np.array([tol.depth, tol.normal, no_history, cap, gamma], np.float32)
-    cur = [pick(cur_keys, k) for k in SURFACE_KEYS]
+    cur = [pick(cur_keys, k) for k in ("depth", "normal", "index")]
     flags = np.empty((b, h, w), np.uint8)
     edge_flags(*cur, par, use, flags)
     edge_history_planes(out, history, offset, pick(prev_keys, "depth"), pick(prev_keys, "normal"),
