@@ -3,6 +3,7 @@ keywords and exr's channel map are derived from it, each list has one name, and 
 names by hand (an AST scan of the source; the few literals that are a choice of their own are listed below with
 why). The renderer-facing columns are checked against what Blender's Cycles writes."""
 import ast
+import functools
 import inspect
 import re
 from pathlib import Path
@@ -154,14 +155,12 @@ def _cycles_passes(engine: Path) -> dict[str, list[tuple[str, str]]]:
     out: dict[str, list[tuple[str, str]]] = {}
     cond = None
     for line in engine.read_text().splitlines():
-        m = re.match(r"\s*if (srl|crl)\.(\w+):", line)
-        if m:
-            cond = ("cycles." if m.group(1) == "crl" else "") + m.group(2)
+        if line.lstrip().startswith("if "):  # a pass's condition: one view-layer property, or something else
+            m = re.match(r"\s*if (srl|crl)\.(\w+):", line)
+            cond = (("cycles." if m.group(1) == "crl" else "") + m.group(2)) if m else None
         y = re.search(r'yield \("([^"]+)",\s*"([^"]+)"', line)
         if y and cond:
             out.setdefault(cond, []).append((y.group(1), y.group(2)))
-        if y and not line.lstrip().startswith("if ") and not line.startswith(" " * 8):
-            cond = None
     return out
 
 
@@ -211,10 +210,11 @@ def test_mitsuba_aov_names_are_the_tables():
 
 # --------------------------------------------------------------------------- one name per list, no literal lists
 
-def _py_files():
-    for folder in SOURCES:
-        for p in sorted((ROOT / folder).rglob("*.py")):
-            yield p, p.relative_to(ROOT)
+@functools.lru_cache(maxsize=1)
+def _trees() -> tuple:
+    """(path relative to the checkout, parsed module) of every source file, parsed once for both scans."""
+    return tuple((p.relative_to(ROOT), ast.parse(p.read_text())) for folder in SOURCES
+                 for p in sorted((ROOT / folder).rglob("*.py")))
 
 
 def _fields_import(node) -> bool:
@@ -227,8 +227,7 @@ def test_each_list_has_one_name():
     level)."""
     lists = {n for n in dir(F) if n.isupper()}
     bad = []
-    for path, rel in _py_files():
-        tree = ast.parse(path.read_text())
+    for rel, tree in _trees():
         for node in ast.walk(tree):
             if _fields_import(node):
                 bad += [f"{rel}:{node.lineno}: {a.name} as {a.asname}" for a in node.names
@@ -266,10 +265,10 @@ def _names_in(node) -> tuple[str, ...] | None:
 
 def test_no_literal_list_of_buffer_names_outside_the_table():
     found, used = [], set()
-    for path, rel in _py_files():
+    for rel, tree in _trees():
         if rel == TABLE_MODULE:
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(tree):
             names = _names_in(node)
             if names is None:
                 continue
