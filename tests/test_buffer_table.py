@@ -113,7 +113,6 @@ def test_the_command_takes_one_option_per_guide():
     cli.add_arguments(p)
     options = {o for a in p._actions for o in a.option_strings}
     assert {f"--{g}" for g in F.GUIDES} <= options
-    assert not {f"--{n}" for n in F.NAMES if n not in F.GUIDES} & options - {"--spp"}
 
 
 def test_exr_channel_map_is_derived_from_the_table():
