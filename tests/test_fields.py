@@ -18,11 +18,14 @@ BLENDER = ["ViewLayer.Combined.R", "ViewLayer.Combined.G", "ViewLayer.Combined.B
 
 def test_channel_counts():
     assert F.CHANNELS == {"color": 3, "albedo": 3, "normal": 3, "depth": 1, "ao": 1, "emission": 3, "position": 3,
-                          "reference": 3, "motion": 4, "index": 1}
+                          "reference": 3, "motion": 4, "index": 1, "history": 1, "spp": 1, "camnormal": 3,
+                          "segment": 1, "semantic": 1, "glossy": 1}
     assert F.NAMES == tuple(F.CHANNELS) and len(set(F.NAMES)) == len(F.TABLE)
+    assert set(F.ALIASES) == {"color", "albedo", "normal", "depth", "ao", "emission", "position", "reference",
+                              "motion", "index"}  # the buffers read from a renderer's layers
     for f in F.TABLE:
         assert all(len(c) == f.channels for c in f.components), f.name
-        assert f.meaning and f.aliases and all(a == a.lower() and "." not in a for a in f.aliases), f.name
+        assert f.meaning and all(a == a.lower() and "." not in a for a in f.aliases), f.name
     assert F.BY_NAME["motion"].components[0] == ("X", "Y", "Z", "W")
     assert sum(F.CHANNELS[g] for g in F.FLNR_LAYOUT) == F.FEATURE_CHANNELS
 
@@ -45,17 +48,17 @@ def test_former_tuples_are_the_derived_names():
     from vision.pipelines.demos import denoise as demo
 
     every_guide = ("albedo", "normal", "depth", "ao", "emission", "position")
-    assert F.GUIDES == every_guide == cli.BUFFERS == bench.GUIDES == denoise_files.OPTIONAL
-    assert F.INPUTS == ("color", *every_guide) == B.FIELDS
-    assert F.REGRESSION_ORDER == ("normal", "depth", "ao", "albedo", "position") == B.GUIDE_ORDER
-    assert F.FLNR_LAYOUT == ("normal", "depth", "ao", "albedo") == cells.GUIDES == flnr.GUIDES
-    assert F.FLNR_GUIDES == ("albedo", "normal", "depth", "ao", "emission") == demo.GUIDES
-    assert R.GUIDES == ("albedo", "normal", "depth", "ao", "position")
-    assert R.CHANNEL_COUNT == {"color": 3, "albedo": 3, "normal": 3, "depth": 1, "ao": 1, "emission": 3,
-                               "position": 3, "motion": 4, "index": 1}
-    assert {k: v for k, v in B.CHANNELS.items() if k not in ("motion", "index")} == {
+    assert F.GUIDES == every_guide == cli.GUIDES == bench.GUIDES == denoise_files.GUIDES
+    assert F.INPUTS == ("color", *every_guide) == B.INPUTS
+    assert F.REGRESSION_ORDER == ("normal", "depth", "ao", "albedo", "position") == B.REGRESSION_ORDER
+    assert F.FLNR_LAYOUT == ("normal", "depth", "ao", "albedo") == cells.FLNR_LAYOUT == flnr.FLNR_LAYOUT
+    assert F.FLNR_GUIDES == ("albedo", "normal", "depth", "ao", "emission") == demo.FLNR_GUIDES
+    assert {n: F.CHANNELS[n] for n in R.RENDER_PASSES} == {"color": 3, "albedo": 3, "normal": 3, "depth": 1, "ao": 1,
+                                                           "emission": 3, "position": 3, "motion": 4, "index": 1}
+    assert {k: v for k, v in B.CHANNELS.items() if k not in ("motion", "index", "history", "spp", "camnormal",
+                                                            "segment", "semantic", "glossy")} == {
         "color": 3, "albedo": 3, "normal": 3, "depth": 1, "ao": 1, "emission": 3, "position": 3, "reference": 3}
-    assert B.find_fields is F.find_fields and cells.FEATURES == 8
+    assert B.find_fields is F.find_fields and cells.FEATURE_CHANNELS == 8
     assert B.guide_list(["position", "albedo", "depth"]) == ["depth", "albedo", "position"]
     assert B.guide_list(F.GUIDES) == list(F.FLNR_LAYOUT)
 

@@ -766,12 +766,12 @@ def test_drop_ao_crops_look_like_frames_without_ao():
     standardised as a missing buffer), and the probability is honoured."""
     import torch
 
-    from vision.denoise.flnr.cells import GUIDES, frame_stats
-    from vision.pipelines.cli.train_denoiser import AO_CHANNEL, FIELDS, sample_batch
+    from vision.denoise.flnr.cells import FLNR_LAYOUT, frame_stats
+    from vision.pipelines.cli.train_denoiser import AO_CHANNEL, FLNR_TRAINING, sample_batch
 
-    assert sum({"normal": 3, "depth": 1}[g] for g in GUIDES[:GUIDES.index("ao")]) == AO_CHANNEL
+    assert sum({"normal": 3, "depth": 1}[g] for g in FLNR_LAYOUT[:FLNR_LAYOUT.index("ao")]) == AO_CHANNEL
     g = torch.Generator().manual_seed(0)
-    frame = {k: torch.rand(1, 1 if k in ("depth", "ao") else 3, 32, 32, generator=g) + 0.1 for k in FIELDS}
+    frame = {k: torch.rand(1, 1 if k in ("depth", "ao") else 3, 32, 32, generator=g) + 0.1 for k in FLNR_TRAINING}
     guides = {k: frame[k] for k in ("albedo", "normal", "depth", "ao", "emission")}
     stats = [frame_stats(guides, frame["color"], (32, 32))]
     no_ao = frame_stats({k: v for k, v in guides.items() if k != "ao"}, frame["color"], (32, 32))

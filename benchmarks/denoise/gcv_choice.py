@@ -13,17 +13,18 @@ import math
 import sys
 import torch
 from vision.data import RenderedScenes
+from vision.data.fields import FLNR_GUIDES, FLNR_TRAINING
 from vision.denoise import denoise
 torch.manual_seed(0)
 root = sys.argv[1]; T = int(sys.argv[2]) if len(sys.argv) > 2 else 16
 SIGNIFICANT = len(sys.argv) > 3 and sys.argv[3] == "significant"
-ds = RenderedScenes(root, split="all", fields=["color", "albedo", "normal", "depth", "ao", "emission", "reference"])
+ds = RenderedScenes(root, split="all", fields=list(FLNR_TRAINING))
 def tm(x): return x.clamp(0, 1) ** (1 / 2.2)
 def psnr(a, r): return -10 * math.log10(float(((tm(a) - tm(r)) ** 2).mean()))
 def pool(x): return torch.nn.functional.avg_pool2d(x.sum(1, keepdim=True), T, ceil_mode=True) * T * T
 rows = []
 for f in ds:
-    g = {k: f[k][None] for k in ("albedo", "normal", "depth", "ao", "emission")}
+    g = {k: f[k][None] for k in FLNR_GUIDES}
     y = f["color"][None].float()
     ref = f["reference"][None]
     outs, gcv, per = {}, {}, {}

@@ -13,6 +13,7 @@ import math
 import torch
 
 from vision.data import RenderedScenes
+from vision.data.fields import FLNR_GUIDES, FLNR_TRAINING
 from vision.denoise import denoise
 from vision.denoise.flnr import load_flnr
 
@@ -22,8 +23,7 @@ p.add_argument("weights")
 p.add_argument("--bundled", default=None, help="weights to compare with (default: the bundled ones)")
 args = p.parse_args()
 torch.set_num_threads(2)
-ds = RenderedScenes(args.data, split="all", fields=["color", "albedo", "normal", "depth", "ao", "emission",
-                                                    "reference"])
+ds = RenderedScenes(args.data, split="all", fields=list(FLNR_TRAINING))
 
 
 def tm(x):
@@ -40,7 +40,7 @@ for f in ds:
 new, old = load_flnr(args.weights), load_flnr(args.bundled)
 rows = {}
 for scene, frames in by.items():
-    g = {k: frames[0][k][None] for k in ("albedo", "normal", "depth", "ao", "emission")}
+    g = {k: frames[0][k][None] for k in FLNR_GUIDES}
     ref = frames[0]["reference"][None]
     k = 1
     while k <= len(frames):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from vision.data.fields import GUIDES
+from vision.data.fields import GUIDES, SEQUENCE
 from vision.denoise import TemporalDenoiser, denoise
 from vision.pipelines.bench.denoise_sequences import methods, read_sequences, score_sequence
 
@@ -28,7 +28,7 @@ def per_frame(d, state):
 
 def temporal(d, state):
     state.setdefault("den", TemporalDenoiser())
-    extra = {k: torch.from_numpy(d[k]) for k in ("motion", "index") if k in d}
+    extra = {k: torch.from_numpy(d[k]) for k in SEQUENCE if k in d}
     return state["den"](torch.from_numpy(d["reference"]), **extra, **guides(d)).numpy()
 
 

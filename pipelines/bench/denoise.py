@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vision.data.fields import GUIDES
+from vision.data.fields import GUIDES, SCORED, SIGNAL
 
 from .denoise_targets import quality_targets, timing_targets, upsampling_targets
 from .timing import print_table
@@ -111,7 +111,7 @@ def box_denoise(d: dict, radius: int) -> np.ndarray:
 
     from vision.denoise import buffers as B
 
-    t = {k: B.to_bchw(d[k], k) for k in ("color", "albedo", "emission") if k in d}
+    t = {k: B.to_bchw(d[k], k) for k in ("color", *SIGNAL) if k in d}  # the colour and what splits it
     target, factor, add = B.demodulate(t["color"], t.get("albedo"), t.get("emission"), radius)
     k = 2 * radius + 1
     with torch.no_grad():
@@ -197,13 +197,13 @@ def load_frames(args) -> list[tuple[str, int, dict]]:
         return load_manifest_frames(args.frames, getattr(args, "spp", None))
 
     root = args.data or asset_path("scenes")
-    ds = RenderedScenes(root, split=args.split, fields=["color", "reference", *GUIDES])
+    ds = RenderedScenes(root, split=args.split, fields=list(SCORED))
     if len(ds) == 0:
         raise ValueError(f"no frames in {root} (split {args.split})")
     out = []
     for i in range(len(ds)):
         s = ds[i]
-        d = {k: np.ascontiguousarray(s[k].permute(1, 2, 0).numpy()) for k in ["color", "reference", *GUIDES]}
+        d = {k: np.ascontiguousarray(s[k].permute(1, 2, 0).numpy()) for k in SCORED}
         out.append((s["scene"], s["frame"], d))
     return out
 
@@ -266,8 +266,6 @@ def temporal_step(d: dict):
     den = TemporalDenoiser()
     h, w = d["color"].shape[:2]
     motion = np.broadcast_to(np.array([0.37, 0.21, -0.37, -0.21], np.float32), (h, w, 4)).copy()
-    from vision.data.fields import GUIDES
-
     guides = {k: torch.from_numpy(d[k]) for k in GUIDES if k in d}
     color, motion = torch.from_numpy(d["color"]), torch.from_numpy(motion)
     return lambda _: den(color, motion=motion, **guides)

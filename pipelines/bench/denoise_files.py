@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from vision.data.dataset import file_inside
-from vision.data.fields import GUIDES as OPTIONAL
+from vision.data.fields import GUIDES
 
 
 def _inside(root: Path, name, manifest: Path, key: str) -> Path:
@@ -54,7 +54,7 @@ def read_manifest(path) -> list[dict]:
         if not isinstance(e, dict) or "noisy" not in e or "reference" not in e:
             raise ValueError(f"--frames {path}: entry {i} needs 'noisy' and 'reference' files")
         f = dict(e)
-        for key in ("noisy", "reference", *OPTIONAL):
+        for key in ("noisy", "reference", *GUIDES):
             if key in e:
                 f[key] = _inside(root, e[key], path, key)
         f.setdefault("scene", Path(str(e["noisy"])).parent.name or f"frame{i}")
@@ -76,7 +76,7 @@ def load_manifest_frames(path, spp=None) -> list[tuple[str, int, dict]]:
         if not entries:
             raise ValueError(f"--spp {' '.join(map(str, spp))}: no frame of {path} has that many samples per pixel")
     for e in entries:
-        extra = {k: e[k] for k in OPTIONAL if k in e}
+        extra = {k: e[k] for k in GUIDES if k in e}
         layer = read_render_file(e["noisy"], extra).layers[0]
         ref = read_render_file(e["reference"]).layers[0].buffers["color"]
         d = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in layer.buffers.items()}

@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vision.data.fields import GUIDES, NAMES
+
 HELP = "animation denoising (temporal FLNR) against per-frame OIDN on rendered sequences"
 DESCRIPTION = ("Per-frame PSNR, frame-to-frame stability and PSNR on disoccluded pixels of vision denoise "
                "--temporal, per-frame FLNR / FLR and per-frame OIDN on Blender sequences with motion vectors.")
@@ -162,8 +164,7 @@ def flat_mask(frame_buffers: dict, radius: int = FLAT_RADIUS) -> np.ndarray:
     some channel, or whose ``index`` (IndexOB) differs at all; both pixels of such a pair are edge pixels, and
     every pixel within ``radius`` of an edge pixel (Chebyshev distance) is not flat. Absent buffers are skipped.
     From the rendered files alone (:func:`load_frame`'s dict), never from a denoiser."""
-    some = next((frame_buffers[k] for k in ("color", "reference", "normal", "depth", "albedo", "index")
-                 if k in frame_buffers), None)
+    some = next((frame_buffers[k] for k in NAMES if k in frame_buffers), None)
     if some is None:
         raise ValueError("flat_mask: no buffer to take the frame size from")
     h, w = some.shape[:2]
@@ -253,11 +254,9 @@ def methods(names, weights=None):
 
     from vision.denoise import TemporalDenoiser, denoise
 
-    from vision.data.fields import GUIDES as guides
-
     def per_frame(model):
         def run(d, state):
-            t = {k: torch.from_numpy(d[k]) for k in guides if k in d}
+            t = {k: torch.from_numpy(d[k]) for k in GUIDES if k in d}
             return denoise(torch.from_numpy(d["color"]), **t, model=model, spp=d.get("spp"),
                            weights=weights if model == "flnr" else None).numpy()
         return run
@@ -266,7 +265,7 @@ def methods(names, weights=None):
         def run(d, state):
             if "den" not in state:
                 state["den"] = TemporalDenoiser(model=model, weights=weights if model == "flnr" else None)
-            t = {k: torch.from_numpy(d[k]) for k in guides if k in d}
+            t = {k: torch.from_numpy(d[k]) for k in GUIDES if k in d}
             return state["den"](torch.from_numpy(d["color"]), motion=None if "motion" not in d else
                                 torch.from_numpy(d["motion"]), index=None if "index" not in d else
                                 torch.from_numpy(d["index"]), spp=d.get("spp"), **t).numpy()

@@ -15,7 +15,9 @@ import time
 import warnings
 from pathlib import Path
 
-from .denoise_io import (BUFFERS, SETTINGS_KEY, _load_weights, buffer_path, check_before_loading,  # noqa: F401
+from vision.data.fields import GUIDES
+
+from .denoise_io import (SETTINGS_KEY, _load_weights, buffer_path, check_before_loading,  # noqa: F401
                          expand_frames, exit_on_sigterm, format_settings, natural_key, output_path, parse_phase,
                          parse_shard, read_frame_file, remove_stale_temps, run_settings, shard, why_redo,
                          write_output, written_rgb)
@@ -108,7 +110,7 @@ def add_arguments(p) -> None:
     p.add_argument("frames", nargs="+", metavar="FRAMES", help="EXR (or PFM) files or glob patterns (quote them "
                                                               "for globs the shell should not expand)")
     p.add_argument("-o", "--out", type=Path, required=True, metavar="OUTDIR", help="output folder (created)")
-    for name in BUFFERS:
+    for name in GUIDES:
         p.add_argument(f"--{name}", metavar="PATTERN", default=None,
                        help=f"read {name} from a separate EXR or PFM per frame (placeholders {{stem}} {{frame}} {{dir}})")
     p.add_argument("--model", choices=("flr", "flnr"), default=None,
@@ -320,7 +322,7 @@ def _plan(args):
     mine = shard(frames, index, count)
     start = frames.index(mine[0]) if mine else 0
     warm = frames[max(0, start - args.warmup):start] if args.temporal else []
-    patterns = {name: getattr(args, name) for name in BUFFERS}
+    patterns = {name: getattr(args, name) for name in GUIDES}
     out = Path(args.out)
     # never overwrite an input: no output may be, or link to, a frame, a buffer file or the weights
     inputs = InputIndex([("FRAMES", f) for f in frames] + [("--weights", args.weights)]
@@ -415,7 +417,7 @@ class _RunState:
             self.report.info(spp_line)
             self.said_spp = spp_line
         t = {k: torch.from_numpy(v).to(self.device) for k, v in layer.buffers.items()}
-        guides = {k: t.get(k) for k in BUFFERS}
+        guides = {k: t.get(k) for k in GUIDES}
         try:
             if self.temporal is None:
                 res = denoise(t["color"], **guides, model=args.model, radius=args.radius, eps=args.eps,

@@ -15,7 +15,6 @@ import numpy as np
 
 from vision.data.fields import GUIDES
 
-BUFFERS = GUIDES  # the guide buffers a frame may hold, each also a --NAME option
 
 # --------------------------------------------------------------------------- frame lists
 
@@ -69,7 +68,7 @@ def check_before_loading(args) -> None:
     index, count = parse_shard(args.shard)
     start, end = index * len(frames) // count, (index + 1) * len(frames) // count
     first = max(0, start - args.warmup) if args.temporal and args.warmup > 0 else start
-    patterns = [p for p in (getattr(args, name) for name in BUFFERS) if p]
+    patterns = [p for p in (getattr(args, name) for name in GUIDES) if p]
     for frame in frames[first:end]:
         check_readable(frame)
         if args.scale is not None and args.scale > 1:
@@ -150,7 +149,7 @@ def output_path(out: Path, frame: Path, suffix: str) -> Path:
 def buffer_files(frame: Path, patterns: dict[str, str | None]) -> dict[str, Path]:
     """The separate buffer files of one frame (from the --BUFFER patterns), each checked to exist."""
     files = {}
-    for name in BUFFERS:
+    for name in GUIDES:
         if patterns.get(name):
             path = buffer_path(patterns[name], frame)
             if not path.is_file():
@@ -191,7 +190,7 @@ def run_settings(args, phase, patterns: dict[str, str | None]) -> dict[str, str]
                     only_rgb=str(bool(args.only_rgb)).lower(), half=str(bool(args.half)).lower(),
                     spp="header" if args.spp is None else f"{args.spp:g}",
                     input_blend="off" if args.no_input_blend else "on")
-    for name in BUFFERS:
+    for name in GUIDES:
         if patterns.get(name):
             settings[name] = patterns[name]
     return settings

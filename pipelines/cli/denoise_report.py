@@ -15,13 +15,9 @@ import json
 import re
 import sys
 
-# where each buffer is turned on in Blender (3.4 and later), said by the line that stops a run without it
+from vision.data.fields import IN_BLENDER  # where each pass is turned on in Blender, said by the line that stops a run
+
 SAVE_AS = "saved as OpenEXR MultiLayer (Output Properties > Output > File Format)"
-IN_BLENDER = {
-    "albedo": "View Layer Properties > Passes > Data > Denoising Data",
-    "normal": "View Layer Properties > Passes > Data > Denoising Data",
-    "motion": "View Layer Properties > Passes > Data > Vector, with Render Properties > Motion Blur off",
-}
 # what every mode needs: the regression's two main guides (Cycles' Denoising Data holds both, and depth)
 NEEDED = ("albedo", "normal")
 

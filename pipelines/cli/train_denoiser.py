@@ -28,8 +28,8 @@ import sys
 from pathlib import Path
 
 from vision.pipelines.training.denoiser_data import (  # noqa: F401 (the training data's helpers, as they were here)
-    AO_CHANNEL, FIELDS, GUIDES, load_frames, loss_fn, pick, sample_batch, scene_groups, subsample, tonemap, val_phases,
-    validate)
+    AO_CHANNEL, FLNR_GUIDES, FLNR_TRAINING, load_frames, loss_fn, pick, sample_batch, scene_groups, subsample, tonemap,
+    val_phases, validate)
 
 EPILOG = """examples:
   vision render-scenes --out data/flnr --count 300 --size 128 --spp-ref 512 --seed 11
@@ -239,7 +239,8 @@ def _build(args, widths):
                 raise ValueError(f"--hidden {args.hidden} with --init: the init's guide head has "
                                  f"{model.config['hidden']} units; a smaller width (> 0) prunes it, a larger one "
                                  "widens it")
-            model = model.pruned(args.hidden, [(f["color"], {k: f[k] for k in GUIDES}) for f in train[:PRUNE_FRAMES]],
+            model = model.pruned(args.hidden,
+                                 [(f["color"], {k: f[k] for k in FLNR_GUIDES}) for f in train[:PRUNE_FRAMES]],
                                  args.fit_down)
             say(f"pruned the init's guide head to {args.hidden} units")
         elif args.fit_down is not None:

@@ -16,7 +16,6 @@ from vision.data.fields import FLNR_GUIDES
 TITLE = "render-frame denoising: 1-spp input, FLR, FLNR, OIDN, 2048-spp reference"
 
 SCENES = ("scene_00000", "scene_00002")  # a room lit from the ceiling; one with a visible lamp
-GUIDES = FLNR_GUIDES  # albedo, normal, depth, ao, emission: what the bundled frames hold and FLNR reads
 
 
 OIDN_MISSING = ('OIDN is not installed here: pip install pyoidn (or "locallinear-vision[bench]") adds its panel '
@@ -57,10 +56,10 @@ def run(out_dir: Path, device: str) -> list[Path]:
     written, footer = [], None
     for scene in SCENES:
         d = read_frame(asset_path("scenes", scene, "frame_00.exr"))
-        t = {k: torch.from_numpy(d[k]).to(device) for k in ("color", *GUIDES)}
+        t = {k: torch.from_numpy(d[k]).to(device) for k in ("color", *FLNR_GUIDES)}
         with torch.no_grad():
-            flr = denoise(t["color"], **{k: t[k] for k in GUIDES}, model="flr").cpu().numpy()
-            flnr = denoise(t["color"], **{k: t[k] for k in GUIDES}, model="flnr").cpu().numpy()
+            flr = denoise(t["color"], **{k: t[k] for k in FLNR_GUIDES}, model="flr").cpu().numpy()
+            flnr = denoise(t["color"], **{k: t[k] for k in FLNR_GUIDES}, model="flnr").cpu().numpy()
         panels = [("1 spp", d["color"]), ("FLR", flr), ("FLNR", flnr)]
         peer = oidn(d)
         if peer is not None:

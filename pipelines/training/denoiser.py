@@ -35,7 +35,7 @@ import torch
 
 from . import checkpoint as C
 from .signals import StopOnSignal as _StopOnSignal, agree as _agree
-from .denoiser_data import GUIDES, loss_fn, sample_batch, scene_groups, subsample, validate
+from .denoiser_data import FLNR_GUIDES, loss_fn, sample_batch, scene_groups, subsample, validate
 
 FORMAT = "vision-train-denoiser/1"
 EXTRA = "trainer.safetensors"  # EMA, best weights, crop generators; the rest of the state is the manifest's JSON
@@ -287,7 +287,7 @@ def _prepare_frames(cfg: DenoiserTraining, acc, train_frames: list, val_frames: 
         say("(no val scenes in this folder: validating on the training frames)")
         val_frames = train_frames[: max(1, min(8, len(train_frames)))]
     train_frames, val_frames = move(train_frames), move(val_frames)
-    stats = [frame_stats({k: f[k] for k in GUIDES}, f["color"], f["color"].shape[-2:]) for f in train_frames]
+    stats = [frame_stats({k: f[k] for k in FLNR_GUIDES}, f["color"], f["color"].shape[-2:]) for f in train_frames]
     groups = scene_groups(train_frames) if cfg.history > 1 else None
     steps = cfg.steps or max(1, math.ceil(len(train_frames) / cfg.batch))
     return train_frames, val_frames, stats, groups, steps
@@ -424,7 +424,7 @@ def _micro_step(cfg: DenoiserTraining, acc, model, opt, gen, loss, train_frames,
     if cfg.upsample_prob > 0 and float(torch.rand(1, generator=gen)) < cfg.upsample_prob:
         b["color"], phase = subsample(b["color"], gen, cfg.upsample_factor)
     with acc.accumulate(model):
-        guides = {k: b[k] for k in (*GUIDES, "history") if k in b}
+        guides = {k: b[k] for k in (*FLNR_GUIDES, "history") if k in b}
         pred = model(b["color"], guides, stats=st, phase=phase)
         value = loss(pred.float(), b["reference"], cfg.smape, cfg.tonemapped)
         acc.backward(value)

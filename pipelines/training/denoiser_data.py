@@ -5,20 +5,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vision.data.fields import FLNR_GUIDES as GUIDES  # the guides FLNR reads, from the one table of buffers
-
-FIELDS = ("color", "reference", *GUIDES)
+from vision.data.fields import CHANNELS, FLNR_GUIDES, FLNR_LAYOUT, FLNR_TRAINING, RADIANCE
 
 
 def load_frames(root: Path, split: str) -> list[dict]:
     """Every frame of ``split`` as a dict of (1, C, H, W) float32 tensors plus ``scene``."""
     from vision.data import RenderedScenes
 
-    ds = RenderedScenes(root, split=split, fields=list(FIELDS))
+    ds = RenderedScenes(root, split=split, fields=list(FLNR_TRAINING))
     out = []
     for i in range(len(ds)):
         s = ds[i]
-        out.append({**{k: s[k][None] for k in FIELDS}, "scene": s["scene"]})
+        out.append({**{k: s[k][None] for k in FLNR_TRAINING}, "scene": s["scene"]})
     return out
 
 
@@ -33,7 +31,8 @@ def loss_fn(out, ref, smape: float, tonemapped: str = "l1"):
     return base + smape * rel
 
 
-AO_CHANNEL = 4  # of the network's guide layout (normal 3, log-depth 1, AO 1, albedo 3: flnr.cells.GUIDES)
+# AO's channel in the network's guide layout (normal 3, log-depth 1, AO 1, albedo 3: fields.FLNR_LAYOUT): 4
+AO_CHANNEL = sum(CHANNELS[n] for n in FLNR_LAYOUT[:FLNR_LAYOUT.index("ao")])
 
 
 def scene_groups(frames) -> list[list[int]]:
@@ -89,7 +88,7 @@ def sample_batch(frames, stats, batch: int, crop: int, gen, drop_ao: float = 0.0
     import torch
 
     picks = torch.randint(len(frames), (batch,), generator=gen).tolist()
-    out = {k: [] for k in FIELDS}
+    out = {k: [] for k in FLNR_TRAINING}
     if history > 1:
         out["history"] = []
     means, stds = [], []
@@ -113,7 +112,7 @@ def sample_batch(frames, stats, batch: int, crop: int, gen, drop_ao: float = 0.0
             v = crop_of[k] if k in crop_of else f[k][..., y:y + c, x:x + c]
             if flips:
                 v = v.flip(flips)
-            if k in ("color", "reference", "emission"):
+            if k in RADIANCE:  # the colour, its reference and the emission scale with the exposure
                 v = v * exposure
             out[k].append(v)
         mean, std = stats[i]
@@ -166,7 +165,7 @@ def validate(model, frames, upsample_prob: float = 0.0, factor: int = 2,
     from vision.denoise.metrics import psnr
 
     def score(color, f, phase=None, n=None):
-        guides = {k: f[k] for k in GUIDES}
+        guides = {k: f[k] for k in FLNR_GUIDES}
         if n is not None:
             guides["history"] = torch.full_like(color[:, :1], float(n))
         out = model(color, guides, phase=phase)

@@ -19,9 +19,9 @@ import torch
 from torch.utils.data import Dataset
 
 from .exr import LAYERS, read_frame
+from .fields import ID_LAYERS
 
 SPLITS = ("train", "val", "test", "all")
-_ID_FIELDS = ("segment", "semantic")
 
 
 def scene_split(name: str, fractions=(0.8, 0.1, 0.1)) -> str:
@@ -119,7 +119,7 @@ class RenderedScenes(Dataset):
         arrays = read_frame(folder / fname, self.fields)
         sample = {}
         for name, arr in arrays.items():
-            if name in _ID_FIELDS:
+            if name in ID_LAYERS:  # integer ids
                 t = torch.from_numpy(arr.astype(np.int64))
             else:
                 t = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32))

@@ -34,10 +34,10 @@ from vision.io import check_image_header, check_npy_header, read_image
 
 from .dataset import SPLITS, list_scenes, scene_split
 from .exr import LAYERS, read_exr, read_frame
+from .fields import ID_LAYERS
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
 TARGET_EXTENSIONS = (".npy", ".exr", ".png", ".tif", ".tiff")
-LABEL_TARGETS = ("semantic", "segment")
 
 
 def _tonemap(x: np.ndarray) -> np.ndarray:
@@ -102,7 +102,7 @@ class DenseSamples(Dataset):
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
         self.split = split
-        labels = target in LABEL_TARGETS
+        labels = target in ID_LAYERS
         if (self.root / "images").is_dir():
             if self.extras:
                 raise ValueError(f"extra layers {self.extras} need a `vision render-scenes` folder")
@@ -145,7 +145,7 @@ class DenseSamples(Dataset):
             image = _to_chw(_tonemap(np.asarray(arrays["reference"], dtype=np.float32)), False)
             sample = {"image": image, "target": _to_chw(arrays[self.target], labels), "name": folder.name}
             if self.extras:
-                sample["extras"] = {k: _to_chw(arrays[k], k in LABEL_TARGETS) for k in self.extras}
+                sample["extras"] = {k: _to_chw(arrays[k], k in ID_LAYERS) for k in self.extras}
             out.append(sample)
         return out
 

@@ -5,24 +5,14 @@ Float channels are stored as 32-bit float and ids as 32-bit unsigned int, so rea
 the very bits that were written (NaN payloads, signed zeros and denormals included).
 
 Channel names follow the EXR layer convention ``layer.channel``; a *field* is one layer read as an
-``(H, W, C)`` array. The table :data:`LAYERS` is the documentation of record (docs/render-scenes.md repeats it):
+``(H, W, C)`` array. :data:`LAYERS` (field -> channel names, type, meaning) is derived from the one table of render
+buffers, :data:`vision.data.fields.TABLE` (its ``exr``, ``dtype`` and ``meaning`` columns); docs/render-scenes.md
+lists it for users. Float channels are ``float32``; the instance and class ids ``segment.id`` and ``segment.class``
+are ``uint32``.
 
-======================  ============================================  ========  ==============================================
-field                   channels                                      type      meaning
-======================  ============================================  ========  ==============================================
-``color``               ``R G B``                                     float32   noisy 1-spp path-traced radiance of this frame
-``reference``           ``reference.R reference.G reference.B``      float32   high-spp radiance (same integrator and filter)
-``albedo``              ``albedo.R albedo.G albedo.B``                float32   diffuse reflectance at the first hit, in [0, 1]
-``normal``              ``normal.X normal.Y normal.Z``                float32   world-space shading normal, unit, facing the camera
-``depth``               ``depth.Z``                                   float32   camera z-depth in metres (0 = no surface)
-``position``            ``position.X position.Y position.Z``          float32   world-space first-hit position in metres
-``ao``                  ``ao.Y``                                      float32   ambient occlusion, 1 = open, 0 = fully occluded
-``emission``            ``emission.R emission.G emission.B``          float32   directly visible emitted radiance (pixel mean)
-``camnormal``           ``camnormal.X camnormal.Y camnormal.Z``       float32   camera-space normal: x right, y up, z to the viewer
-``segment``             ``segment.id``                                uint32    instance id (0 = background), see manifest
-``semantic``            ``segment.class``                             uint32    semantic class id, index into ``CLASSES``
-``glossy``              ``glossy.Y``                                  float32   1 where the first hit is a glossy material
-======================  ============================================  ========  ==============================================
+Example:
+    >>> LAYERS["albedo"]
+    (('albedo.R', 'albedo.G', 'albedo.B'), 'float32', 'diffuse reflectance at the first (non-specular) hit')
 """
 from __future__ import annotations
 
@@ -37,24 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-# field -> (channel names, dtype, meaning)
-LAYERS: dict[str, tuple[tuple[str, ...], str, str]] = {
-    "color": (("R", "G", "B"), "float32", "noisy 1-spp path-traced radiance of this frame (linear HDR)"),
-    "reference": (("reference.R", "reference.G", "reference.B"), "float32",
-                  "high-spp radiance, same integrator and box pixel filter"),
-    "albedo": (("albedo.R", "albedo.G", "albedo.B"), "float32", "diffuse reflectance at the first hit, in [0, 1]"),
-    "normal": (("normal.X", "normal.Y", "normal.Z"), "float32", "world-space shading normal, unit length, facing the camera"),
-    "depth": (("depth.Z",), "float32", "camera z-depth (along the optical axis) in metres; 0 where no surface"),
-    "position": (("position.X", "position.Y", "position.Z"), "float32", "world-space first-hit position in metres"),
-    "ao": (("ao.Y",), "float32", "ambient occlusion: fraction of cosine-weighted rays unoccluded within the AO radius"),
-    "emission": (("emission.R", "emission.G", "emission.B"), "float32",
-                 "directly visible emitted radiance (lights, sky), mean over the pixel"),
-    "camnormal": (("camnormal.X", "camnormal.Y", "camnormal.Z"), "float32",
-                  "camera-space shading normal: x right, y up, z towards the viewer (OpenGL)"),
-    "segment": (("segment.id",), "uint32", "instance id, 0 = background; objects listed in manifest.json"),
-    "semantic": (("segment.class",), "uint32", "semantic class id: index into vision.data.scenes.CLASSES"),
-    "glossy": (("glossy.Y",), "float32", "1 where the first hit has a glossy material, else 0"),
-}
+from .fields import TABLE
+
+# field -> (channel names, dtype, meaning): the fields the table gives channels of a vision render-scenes frame
+LAYERS: dict[str, tuple[tuple[str, ...], str, str]] = {f.name: (f.exr, f.dtype, f.meaning) for f in TABLE if f.exr}
 
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.uint32))
 

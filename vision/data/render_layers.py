@@ -40,7 +40,7 @@ import numpy as np
 from vision.io import check_exr_header
 
 from .exr import EXR_MAGIC, copyable_header, describe_bad_file, read_exr_header, read_exr_parts
-from .fields import CHANNELS, GUIDES as _DENOISER_GUIDES, INPUTS, REGRESSION_ORDER, find_fields
+from .fields import CHANNELS, REGRESSION_ORDER, RENDER_PASSES, SAMPLE_COUNT_KEYS, SEQUENCE, find_fields
 from .pfm import PFM_MAGIC, read_pfm
 
 # depths at or beyond this are "no surface": renderers write 1e10 (Cycles) or FLT_MAX for the sky
@@ -51,9 +51,6 @@ GLOSSY_ALBEDO = 1.05
 # clearcoat and sheen; the default Principled BSDF reaches 1.74): clamped without a note. Above it, an emitter.
 SURFACE_ALBEDO = 2.5
 HALF_MAX = float(np.finfo(np.float16).max)
-# the buffers a layer is read with: colour, the denoiser's guides, and motion (float32 (H, W, 4)) and the object
-# index (float32 (H, W, 1)) when the file has them
-CHANNEL_COUNT = {name: CHANNELS[name] for name in (*INPUTS, "motion", "index")}
 
 
 @dataclass
@@ -193,10 +190,12 @@ def samples_per_pixel(header: Mapping, layer: str = "") -> tuple[float | None, s
         >>> samples_per_pixel({"cycles.ViewLayer.samples": "64"}, "ViewLayer")
         (64.0, 'EXR header cycles.ViewLayer.samples')
     """
-    keys = [f"cycles.{layer}.samples"] if layer else []
+    cycles, *others = SAMPLE_COUNT_KEYS  # the table's header attributes of the sample count, Cycles' first
+    keys = [cycles.format(layer=layer)] if layer else []
     if not layer:  # a file without view layers: the one Cycles layer it names, if only one
-        keys += [k for k in header if k.startswith("cycles.") and k.endswith(".samples")][:1]
-    for key in [*keys, "vision.spp"]:
+        head, tail = cycles.split("{layer}")
+        keys += [k for k in header if k.startswith(head) and k.endswith(tail)][:1]
+    for key in [*keys, *others]:
         if key in header:
             try:
                 value = float(str(header[key]).strip())
@@ -284,12 +283,12 @@ def read_buffer_file(path: Path, name: str) -> tuple[np.ndarray, str]:
     names = found.get(name) or found.get("color")
     if names is None and len(other) == 1:
         names = list(other)
-    if names is None and CHANNEL_COUNT[name] == 1:
-        names = next(([v[0]] for k, v in found.items() if k not in ("motion", "index")), None)  # another field's first channel
+    if names is None and CHANNELS[name] == 1:
+        names = next(([v[0]] for k, v in found.items() if k not in SEQUENCE), None)  # another field's first channel
     if names is None:
         raise ValueError(f"{path}: no {name} channels found; channels: {', '.join(sorted(other))}")
     arr = _stack(other, names)
-    if CHANNEL_COUNT[name] == 1:
+    if CHANNELS[name] == 1:
         arr, names = arr[..., :1], names[:1]
     return arr, f"{path}:{compact(names)}"
 
@@ -312,7 +311,7 @@ def read_render_file(path, extra: Mapping[str, Path] | None = None) -> RenderFil
             continue
         bufs = {"color": _stack(stored, fields["color"])}
         sources = {"color": compact(fields["color"])}
-        for name in CHANNEL_COUNT:
+        for name in RENDER_PASSES:  # colour, the guides, motion and the object index, when the file has them
             if name == "color":
                 continue
             if name in separate:
@@ -352,16 +351,14 @@ def describe(rf: RenderFile, only_rgb: bool = False) -> str:
     return " | ".join(parts) + tail
 
 
-# the guides the regression reads (emission alone splits the colour but guides nothing)
-GUIDES = tuple(g for g in _DENOISER_GUIDES if g in REGRESSION_ORDER)
-
-
 def missing_guides(rf: RenderFile) -> str | None:
     """A warning for layers denoised without any guide buffer (the regression then can only blur), else None."""
-    bare = [layer.name or "the image" for layer in rf.layers if not any(g in layer.sources for g in GUIDES)]
+    # the guides the regression reads (emission alone splits the colour but guides nothing)
+    bare = [layer.name or "the image" for layer in rf.layers
+            if not any(g in layer.sources for g in REGRESSION_ORDER)]
     if not bare:
         return None
-    return (f"no guide buffers ({', '.join(GUIDES)}) for {', '.join(bare)}: the regression can only "
+    return (f"no guide buffers ({', '.join(REGRESSION_ORDER)}) for {', '.join(bare)}: the regression can only "
             "blur; render the Denoising Data passes (Blender) or albedo/normal/depth AOVs, or give them with "
             "--albedo/--normal/--depth")
 

@@ -1,4 +1,5 @@
-"""Guide features of the regression: which guides it reads (:data:`GUIDE_ORDER`), log-depth, standardisation."""
+"""Guide features of the regression: which guides it reads (:data:`~vision.data.fields.REGRESSION_ORDER`), log-depth,
+standardisation."""
 from __future__ import annotations
 
 import torch
@@ -7,9 +8,6 @@ from vision.data.fields import REGRESSION_ORDER, guide_list  # noqa: F401 (re-ex
 from vision.kernels.runtime import decide, register_path
 
 from .engines import NUMBA, TORCH, numba_takes
-
-# Guides in the order they are taken until the regression's 8 feature channels are full.
-GUIDE_ORDER = REGRESSION_ORDER
 
 
 def log_depth(depth: torch.Tensor) -> torch.Tensor:

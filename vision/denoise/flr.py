@@ -148,7 +148,7 @@ def flr(color: torch.Tensor, guides: dict[str, torch.Tensor | None], radius: int
     u = upsample_factor((h, w), (hf, wf))
     phase = check_phase(phase, u)
     albedo, emission = guides.get("albedo"), guides.get("emission")
-    raw, _ = B.raw_features({k: guides.get(k) for k in B.GUIDE_ORDER})
+    raw, _ = B.raw_features({k: guides.get(k) for k in B.REGRESSION_ORDER})
     b = color.shape[0]
     if raw is None:
         # no guides: the local linear model degenerates to the window mean (a box filter)
@@ -197,7 +197,7 @@ def flr_tiled(color: torch.Tensor, guides: dict, radius: int, eps: float, scale:
     h, w = color.shape[-2:]
     hf, wf = full_size(color, guides)
     u = upsample_factor((h, w), (hf, wf))
-    raw, _ = B.raw_features({k: guides.get(k) for k in B.GUIDE_ORDER})
+    raw, _ = B.raw_features({k: guides.get(k) for k in B.REGRESSION_ORDER})
     if raw is None or (hf <= tile and wf <= tile):
         return flr(color, guides, radius, eps, scale, stats=stats, phase=phase)
     stats = B.feature_stats(raw) if stats is None else stats

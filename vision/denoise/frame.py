@@ -7,7 +7,7 @@ import math
 import numpy as np
 import torch
 
-from vision.data.fields import GUIDES
+from vision.data.fields import GUIDES, UNIT_INTERVAL
 from vision.kernels.runtime import forced_backend
 
 from . import buffers, graphs
@@ -93,12 +93,12 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
     On CUDA (and on the Triton path) the call reads no tensor value on the host: the repairs run branch-free on
     the device and do not warn.
     """
+    named = dict(locals())  # the guide keywords: the table's GUIDES, in its order (a test checks the signature)
     radius, eps, scale, tile, spp, hdr = _check_settings(model, radius, eps, scale, tile, spp, repair, hdr,
                                                          input_blend)
     _check_color(color)
     c = buffers.to_bchw(color, "color", 3)
-    guides = _take_guides(dict(albedo=albedo, normal=normal, depth=depth, ao=ao, emission=emission,
-                               position=position), history, c.device)
+    guides = _take_guides({k: named[k] for k in GUIDES}, history, c.device)
     work = torch.float64 if c.dtype == torch.float64 else torch.float32
     c = c.to(work)
     guides = {k: (None if v is None else v.to(work)) for k, v in guides.items()}
@@ -162,7 +162,7 @@ def _take_guides(named: dict, history, device) -> dict:
     for k, v in named.items():
         if v is not None and _integer_dtype(v):
             raise ValueError(f"{k} is {_dtype_name(v)}: pass a float buffer in the renderer's units"
-                             + (" (x/255 for 8-bit values in [0, 1])" if k in ("albedo", "ao") else ""))
+                             + (" (x/255 for 8-bit values in [0, 1])" if k in UNIT_INTERVAL else ""))
     guides = {k: (None if v is None else buffers.to_bchw(v, k, buffers.CHANNELS[k]).to(device))
               for k, v in named.items()}
     if history is not None:  # a count per pixel: integer arrays are welcome

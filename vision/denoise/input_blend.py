@@ -52,7 +52,7 @@ from vision.kernels.runtime import decide, register_path
 
 from .accumulate import BIG
 from .engines import NUMBA, TORCH, numba_takes
-from .features import GUIDE_ORDER, feature_stats, raw_features
+from .features import REGRESSION_ORDER, feature_stats, raw_features
 from .flr import flr, flr_tiled
 from .repair import QUANTILE_SAMPLES
 from .signal import ALBEDO_FLOOR
@@ -117,7 +117,7 @@ def sharp_fit_stats(guides: dict) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The mean and standard deviation of the sharp fit's guide features (:data:`SHARP_GUIDES`), (B, K, 1, 1) each,
     from a strided subsample of about :data:`~.repair.QUANTILE_SAMPLES` pixels (the whole frame's take 20 ms at
     1280 x 720; they only set the ridge's scale); None without guides."""
-    shape = {k: guides.get(k) for k in GUIDE_ORDER if k in SHARP_GUIDES and guides.get(k) is not None}
+    shape = {k: guides.get(k) for k in REGRESSION_ORDER if k in SHARP_GUIDES and guides.get(k) is not None}
     if not shape:
         return None
     h, w = next(iter(shape.values())).shape[-2:]

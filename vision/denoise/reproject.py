@@ -28,6 +28,9 @@ from vision.kernels.runtime import decide, register_path
 from .engines import NUMBA, TORCH, numba_takes
 
 CONVENTIONS = ("cycles", "offset")
+# the buffers that tell surfaces apart (the history is demodulated light, continuous across albedo edges), in the
+# order the numba loops take them
+SURFACE_KEYS = ("depth", "normal", "index")
 NO_HISTORY = 1e-4  # a pixel whose valid taps weigh less than this in total has no history
 
 
@@ -96,7 +99,7 @@ def reproject(history: torch.Tensor, offset: torch.Tensor, prev_keys: dict, cur_
         >>> vals, w = reproject(prev_history, previous_offset(vector), prev_guides, guides)
         >>> has_history = w > 0
     """
-    unknown = (set(cur_keys) | set(prev_keys)) - {"depth", "normal", "index"}
+    unknown = (set(cur_keys) | set(prev_keys)) - set(SURFACE_KEYS)
     if unknown:
         raise ValueError(f"unknown key buffer(s) {', '.join(sorted(unknown))}: depth, normal and index tell surfaces apart")
     keys = [k for k, v in cur_keys.items() if v is not None]

@@ -17,7 +17,7 @@ from .frame import _check_color, _check_spp, _positive_int, denoise
 from .input_blend import blend_towards_input, blends
 from .flr import DEFAULT_EPS, DEFAULT_RADIUS
 from .edge_history import CAP as EDGE_CAP, edge_history
-from .reproject import CONVENTIONS, Tolerances, previous_offset
+from .reproject import CONVENTIONS, SURFACE_KEYS, Tolerances, previous_offset
 
 __all__ = ["TemporalFLR", "TemporalDenoiser"]
 
@@ -40,8 +40,6 @@ class TemporalFLR:
         >>> outs = [tf(f["color"], albedo=f["albedo"], normal=f["normal"], depth=f["depth"]) for f in frames]
     """
 
-    GUIDES = fields.GUIDES
-    _ABSOLUTE = ("albedo", "normal", "ao")
 
     def __init__(self, radius: int = DEFAULT_RADIUS, eps: float = DEFAULT_EPS, scale: int = 1, alpha: float = 0.1,
                  threshold: float = 0.05, tile: int | None = None):
@@ -67,7 +65,7 @@ class TemporalFLR:
         c = B.to_bchw(color, "color", 3)
         c, _ = B.repair_nonfinite(c.float(), "color")
         g = {k: (None if guides.get(k) is None else B.to_bchw(guides[k], k, B.CHANNELS[k]).float().to(c.device))
-             for k in self.GUIDES}
+             for k in fields.GUIDES}
         g = {k: (None if v is None else B.repair_nonfinite(v, k)[0]) for k, v in g.items()}
         if self.history is None or self.history.shape != c.shape or not self._same_buffers(g):
             self.history, self.count = c.clone(), torch.ones_like(c[:, :1])
@@ -81,7 +79,7 @@ class TemporalFLR:
                 continue
             old = self.previous[k]
             diff = (v - old).abs()
-            if k not in self._ABSOLUTE:
+            if k not in fields.BOUNDED:  # unbounded values (depth, position, light) change relatively
                 diff = diff / (1 + old.abs())
             moved = (diff > self.threshold).any(1, keepdim=True)
             if moved.shape[-2:] != c.shape[-2:]:  # full-resolution guides, low-resolution colour
@@ -109,7 +107,7 @@ class TemporalFLR:
         mixes samples from several pixels of its block, so the fit averages the guides over the block
         (``phase=None``) until the history restarts."""
         acc = self.accumulate(color, phase=phase, **guides)
-        out = denoise(acc, **{k: guides.get(k) for k in self.GUIDES if guides.get(k) is not None}, model="flr",
+        out = denoise(acc, **{k: guides.get(k) for k in fields.GUIDES if guides.get(k) is not None}, model="flr",
                       radius=self.radius, eps=self.eps, scale=self.scale, tile=self.tile,
                       phase=None if self._mixed else self.phase, input_blend=False)
         return B.like(out, color)
@@ -161,9 +159,6 @@ class TemporalDenoiser:
         >>> for f in frames:    # dicts of (H, W, C) arrays, e.g. vision.data.render_layers.read_render_file
         ...     out = den(f["color"], motion=f["motion"], albedo=f["albedo"], normal=f["normal"], depth=f["depth"])
     """
-
-    # the history is demodulated light, continuous across albedo edges: surfaces are told apart by these
-    KEYS = ("depth", "normal", "index")
 
     def __init__(self, model: str = "flnr", weights=None, radius: int | None = None, eps: float | None = None,
                  scale: int | None = None, tile: int | None = None, max_history: int = 32,
@@ -315,7 +310,7 @@ class TemporalDenoiser:
         c = B.suppress_fireflies(c, g.get("emission"))
         floor = torch.ones_like(c) if "albedo" not in g else g["albedo"].clamp_min(B.ALBEDO_FLOOR).expand_as(c)
         add = torch.zeros_like(c) if "emission" not in g else g["emission"].expand_as(c)
-        keys = {k: (extra["index"] if k == "index" else g.get(k)) for k in self.KEYS}
+        keys = {k: (extra["index"] if k == "index" else g.get(k)) for k in SURFACE_KEYS}
         return (c - add) / floor, floor, add, extra["motion"], keys, g
 
 

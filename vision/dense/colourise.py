@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from vision.data.fields import ID_LAYERS
+
 
 def _hwc(x) -> np.ndarray:
     a = x.detach().float().cpu().numpy() if hasattr(x, "detach") else np.asarray(x, dtype=np.float32)
@@ -47,7 +49,7 @@ def colourise(task: str, value) -> np.ndarray:
         return out
     if task == "normals":
         return np.clip((a[:, :, :3] + 1) / 2, 0, 1).astype(np.float32)
-    if task in ("semantic", "segment"):
+    if task in ID_LAYERS:  # class and instance ids
         ids = a[:, :, 0].astype(np.int64) if a.shape[2] == 1 else np.argmax(a, axis=2)
         return _palette(np.clip(ids, 0, None))
     if a.shape[2] == 1:

@@ -8,7 +8,7 @@ window fits 9 coefficients per channel from noisy samples, so the noise left gro
 guides. FLNR keeps the regression and lets a network write *few, better* guides:
 
 1. the signal model is FLR's: emission subtracted, albedo divided out (see :func:`.buffers.demodulate`);
-2. the buffers are laid out as :data:`GUIDES` (normal, log-depth, AO, albedo: 8 channels; a missing
+2. the buffers are laid out as :data:`FLNR_LAYOUT` (normal, log-depth, AO, albedo: 8 channels; a missing
    buffer is a zero channel) and standardised per frame;
 3. :class:`FLNRNet` sees cell statistics (4 x 4 pixel means of those guides, of ``log1p`` of the noisy
    demodulated colour and of the emitter mask, and the cell's spread of log-luminance), runs a small
@@ -72,7 +72,7 @@ ARCHITECTURE.md, "Adding a denoiser stage", is the recipe for a new one.
 """
 from __future__ import annotations
 
-from .cells import GUIDES, cell_inputs, frame_stats
+from .cells import FLNR_LAYOUT, cell_inputs, frame_stats
 from .detail import detail_blend
 from .finish import antialias, local_contrast
 from .functional import flnr, flnr_tiled
@@ -81,4 +81,4 @@ from .model import DEFAULT_CONFIG, FLNR, parameter_count
 from .network import FLNRNet
 
 __all__ = ["FLNR", "FLNRNet", "flnr", "flnr_tiled", "load_flnr", "placed", "read_metadata", "parameter_count",
-           "DEFAULT_CONFIG", "GUIDES", "cell_inputs", "frame_stats", "antialias", "local_contrast", "detail_blend"]
+           "DEFAULT_CONFIG", "FLNR_LAYOUT", "cell_inputs", "frame_stats", "antialias", "local_contrast", "detail_blend"]

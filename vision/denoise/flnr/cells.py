@@ -1,7 +1,8 @@
 """FLNR's cell statistics, the network's input (op ``denoise.flnr.cells``), and the guide layout they read.
 
-Per 4 x 4 cell of full-resolution pixels: the means of the 8 guide channels in the :data:`GUIDES` layout, of
-``log1p`` of the demodulated noisy colour and of the emitter mask, and the spread of the log-luminance
+Per 4 x 4 cell of full-resolution pixels: the means of the 8 guide channels in the
+:data:`~vision.data.fields.FLNR_LAYOUT` layout (normal, depth, ao, albedo: 3 + 1 + 1 + 3 channels), of ``log1p`` of
+the demodulated noisy colour and of the emitter mask, and the spread of the log-luminance
 (:func:`cell_guides`, :func:`cell_inputs`); with the history input, the cell mean of ``log(min(n, HISTORY_CAP))``
 (:func:`history_input`). The registry picks the engine per call: one numba pass over the pixels
 (:mod:`.cells_numba`) on CPU float32 without autograd, else the PyTorch formulas here. The log runs through its own
@@ -18,10 +19,9 @@ from .. import buffers as B
 from ..engines import NUMBA, OPENCV, TORCH, numba_takes, opencv_takes
 from ..flr import area_down
 
-GUIDES = FLNR_LAYOUT  # fixed layout of the buffers: normal, depth, ao, albedo, 3 + 1 + 1 + 3 = 8 channels
-FEATURES = FEATURE_CHANNELS
 CELL = 4  # the network's cells, in full-resolution pixels
-NET_IN = FEATURES + 3 + 1 + 1  # cell means of the guides, log1p(colour), emitter mask; spread of log-luminance
+# cell means of the guides, log1p(colour), emitter mask; spread of log-luminance
+NET_IN = FEATURE_CHANNELS + 3 + 1 + 1
 HISTORY_CAP = 16  # frames: the history input saturates here (the bundled weights were trained on 1 to 16)
 
 
@@ -30,10 +30,10 @@ def _pool(x: torch.Tensor) -> torch.Tensor:
 
 
 def guide_buffers(guides: dict, like: torch.Tensor) -> list[torch.Tensor | None]:
-    """The guide buffers of :data:`GUIDES` (None where missing), depth as log-depth: pixels with no surface
+    """The guide buffers of :data:`FLNR_LAYOUT` (None where missing), depth as log-depth: pixels with no surface
     (depth <= 0) take the largest depth."""
     out = []
-    for name in GUIDES:
+    for name in FLNR_LAYOUT:
         v = guides.get(name)
         if v is not None:
             v = v.to(like.dtype)
@@ -68,12 +68,12 @@ register_path("denoise.flnr.cells", TORCH, "torch", 0, run=_cells_torch)
 
 
 def cell_guides(buffers: list, like: torch.Tensor, size) -> torch.Tensor:
-    """4 x 4 cell means of the guide buffers in the :data:`GUIDES` layout, (B, 8, ceil(H/4), ceil(W/4));
+    """4 x 4 cell means of the guide buffers in the :data:`FLNR_LAYOUT` layout, (B, 8, ceil(H/4), ceil(W/4));
     missing buffers are 0."""
     b = like.shape[0]
     grid = (-(-size[0] // CELL), -(-size[1] // CELL))
     parts = [like.new_zeros(b, B.CHANNELS[n], *grid) if v is None else _pool(v).expand(b, -1, -1, -1)
-             for n, v in zip(GUIDES, buffers)]
+             for n, v in zip(FLNR_LAYOUT, buffers)]
     return torch.cat(parts, 1)
 
 

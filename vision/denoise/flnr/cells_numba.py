@@ -18,7 +18,7 @@ from .rows_numba import NONE, add_guides
         "float32[:, :, :, :], float32[:, :, :, :], boolean[::1], int64, float32[:, :, :, ::1])")
 def cell_stats(target, mask, normal, depth, ao, albedo, present, s, out):
     """out (B, 13, gh, gw), per s x s cell (the last partial cells over their real pixels): the means of the 8
-    guide channels in the :data:`~.cells.GUIDES` layout (0 for a missing buffer: ``present``
+    guide channels in the :data:`~vision.data.fields.FLNR_LAYOUT` layout (0 for a missing buffer: ``present``
     (4,) flags, a dummy array in its place; depth as given, log-depth for FLNR), of ``log1p(max(target, 0))``
     per channel and of the mask, and the standard deviation of the log-luminance (the channel mean of those
     logs): what :func:`~.cells.cell_guides` and :func:`~.cells.cell_inputs`

@@ -18,7 +18,7 @@ from vision.kernels.runtime.threads import own_threads, parallel_for
 
 from .. import buffers as B
 from ..engines import BANDS, NUMBA, TORCH, numba_takes
-from .cells import CELL, GUIDES
+from .cells import CELL, FLNR_LAYOUT
 
 
 def _nhwc(t: torch.Tensor) -> torch.Tensor:
@@ -31,8 +31,8 @@ def head(out: torch.Tensor, buffers: list, weight: torch.Tensor, bias: torch.Ten
     """The guide head on the network's output ``out`` (B, width + R, h, w) (the code, then the radius logits):
     ``(learned guides and logits (B, Q', H, W), radius logits (B, R, h, w))``.
 
-    ``buffers``: the :data:`~.cells.GUIDES` buffers (None where missing); ``weight`` (B or 1, 8, width) and ``bias``
-    (B or 1, 1, width): the input layer with the standardisation folded in; ``layer``: the output layer (an
+    ``buffers``: the :data:`~.cells.FLNR_LAYOUT` buffers (None where missing); ``weight`` (B or 1, 8, width) and
+    ``bias`` (B or 1, 1, width): the input layer with the standardisation folded in; ``layer``: the output layer (an
     ``nn.Linear``), None for a linear head; ``target`` (B, 3, H, W) the demodulated colour (its size and dtype);
     ``whole_frame``: why the head must run PyTorch on the whole frame (None: numba or bands may take it). The
     registry picks the engine (op ``denoise.flnr.head``: numba, PyTorch band by band, or PyTorch on the whole
@@ -64,7 +64,7 @@ def _head_frame(out, buffers, weight, bias, layer, target):
     acc = _nhwc(up[..., :h, :w]).view(b, h * w, width)
     acc += bias
     at = 0
-    for name, v in zip(GUIDES, buffers):
+    for name, v in zip(FLNR_LAYOUT, buffers):
         n = B.CHANNELS[name]
         if v is not None:
             rows = _nhwc(v.to(dt)).view(v.shape[0], h * w, n)
@@ -113,9 +113,9 @@ def _head_bands(code: torch.Tensor, buffers: list, weight: torch.Tensor, bias: t
     b, width, gh, gw = code.shape
     q = layer.out_features if layer is not None else width
     rows = max(1, HEAD_BAND_PIXELS // (CELL * max(w, 1)))
-    offsets = [sum(B.CHANNELS[n] for n in GUIDES[:i]) for i in range(len(GUIDES))]
+    offsets = [sum(B.CHANNELS[n] for n in FLNR_LAYOUT[:i]) for i in range(len(FLNR_LAYOUT))]
     present = [v for v in buffers if v is not None]
-    cols = [at + k for n, v, at in zip(GUIDES, buffers, offsets) if v is not None for k in range(B.CHANNELS[n])]
+    cols = [at + k for n, v, at in zip(FLNR_LAYOUT, buffers, offsets) if v is not None for k in range(B.CHANNELS[n])]
     wT = weight.transpose(1, 2)[:, :, cols].contiguous()  # (B or 1, width, channels present)
     g = code.new_empty(b, q, h, w)
     with own_threads(code.device):

@@ -20,7 +20,7 @@ def guide_head(code, s, wT, normal, depth, ao, albedo, present, w2, b2, g):
     """g (B, Q, H, W) = ``W2 leaky(up(code) + W f) + b2``, or ``up(code) + W f`` when w2 has no rows.
 
     code (B, width, gh, gw): the network's code plus the head's bias, on s x s cells; wT (B or 1, width, 8):
-    the input layer on the :data:`~.cells.GUIDES` channels (normal 3, log-depth 1, AO 1,
+    the input layer on the :data:`~vision.data.fields.FLNR_LAYOUT` channels (normal 3, log-depth 1, AO 1,
     albedo 3); the four buffers (B or 1, c, H, W), any strides, and ``present`` (4,) flags (a missing
     buffer is a dummy array with flag 0, its rows zero); w2 (Q, width), b2 (Q,)."""
     B, width, gh, gw = code.shape

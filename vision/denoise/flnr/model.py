@@ -19,7 +19,8 @@ from vision import kernels  # the ops are looked up on the package when called: 
 
 from .. import buffers as B
 from ..flr import area_down, check_phase, fit_radius, full_size, sample_down, upsample_factor
-from .cells import FEATURES, NET_IN, cells as cell_stats, guide_buffers, guide_stats, history_input
+from .cells import (FEATURE_CHANNELS, NET_IN, cells as cell_stats, guide_buffers, guide_stats,
+                    history_input)
 from .config import check_config, check_weights_file
 from .detail import detail_blend
 from .finish import finish
@@ -114,7 +115,7 @@ class FLNR(nn.Module, FLNRHubMixin):
         outputs = rows["total"]  # the learned guides, then the blends' logits
         width = int(hidden) or outputs  # what the network's code adds to, per pixel
         self.net = FLNRNet(widths, width, len(radii), in_channels=NET_IN + int(bool(history)))
-        self.head_in = nn.Linear(FEATURES, width)
+        self.head_in = nn.Linear(FEATURE_CHANNELS, width)
         self.head_out = nn.Linear(int(hidden), outputs) if hidden else None
         self.log_eps = nn.Parameter(torch.full((int(guides),), math.log(eps)))
         last = self.head_out if self.head_out is not None else self.head_in
@@ -149,8 +150,8 @@ class FLNR(nn.Module, FLNRHubMixin):
         if self.config["history"]:
             x = torch.cat([x, history_input(history, x)], 1)
         out = self.net(x.to(dt).contiguous(memory_format=torch.channels_last))
-        weight = self.head_in.weight.t()[None] / std.reshape(-1, FEATURES, 1).to(dt)  # (B or 1, 8, width)
-        bias = self.head_in.bias - (mean.reshape(-1, 1, FEATURES).to(dt) @ weight)  # (B or 1, 1, width)
+        weight = self.head_in.weight.t()[None] / std.reshape(-1, FEATURE_CHANNELS, 1).to(dt)  # (B or 1, 8, width)
+        bias = self.head_in.bias - (mean.reshape(-1, 1, FEATURE_CHANNELS).to(dt) @ weight)  # (B or 1, 1, width)
         return head(out, buffers, weight, bias, self.head_out, target_full, whole_frame)
 
     def _whole_frame(self, target: torch.Tensor) -> str | None:

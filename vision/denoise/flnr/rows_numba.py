@@ -1,6 +1,6 @@
 """What the numba loops of FLNR's stages share (see :mod:`vision.kernels.runtime.jit`): a stand-in array for a missing
-buffer, and reading the guide buffers row by row in the :data:`~.cells.GUIDES` layout. Imported only where numba is
-available (by the stages' numba modules, which their registry paths load when they run).
+buffer, and reading the guide buffers row by row in the :data:`~vision.data.fields.FLNR_LAYOUT` layout. Imported
+only where numba is available (by the stages' numba modules, which their registry paths load when they run).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def add_rows(sums, at, v, b, y, W):
 
 @njit(cache=True, inline="always")
 def add_guides(sums, normal, depth, ao, albedo, present, b, y, W):
-    """sums[0:8] += row y of the guide buffers in the GUIDES layout (normal 3, depth 1, AO 1, albedo 3) for image b;
+    """sums[0:8] += row y of the guide buffers in the FLNR_LAYOUT layout (normal 3, depth 1, AO 1, albedo 3) for image b;
     a buffer whose ``present`` flag is 0 adds nothing."""
     if present[0]:
         add_rows(sums, 0, normal, b, y, W)
