@@ -406,6 +406,26 @@ def test_every_part_of_a_multi_part_exr_and_every_buffer_file_is_held_to_the_pix
         read_render_file(tmp_path / "mp.exr")
 
 
+@pytest.mark.parametrize("option, value, needs", [
+    ("--radius", "0", "an integer >= 1"), ("--radius", "-2", "an integer >= 1"), ("--radius", "2.5", "an integer"),
+    ("--scale", "0", "an integer >= 1"), ("--tile", "-1", "an integer >= 0"), ("--max-history", "0", "an integer >= 1"),
+    ("--warmup", "-1", "an integer >= 0"), ("--spp", "0.5", "a number >= 1"), ("--spp", "nan", "a finite number"),
+    ("--eps", "0", "a number > 0"), ("--eps", "inf", "a finite number"),
+])
+def test_numbers_out_of_range_are_refused_while_the_command_line_is_parsed(seq, tmp_path, capsys, option, value,
+                                                                            needs):
+    """One line naming the option, exit 2, before any frame is read (a missing frame is not what is reported) and
+    with no output folder made; the ranges are the library's (denoise() takes radius, scale and tile >= 1, tile 0
+    here meaning no tiles)."""
+    for frame in (seq / "frame_00.exr", tmp_path / "missing.exr"):
+        with pytest.raises(SystemExit) as stop:
+            cli_main(["denoise", str(frame), "-o", str(tmp_path / "o"), "-q", "--model", "flr", option, value])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert stop.value.code == 2 and len(err) == 1, err
+        assert f"argument {option}: must be {needs}, got {value}" in err[0], err
+        assert not (tmp_path / "o").exists()
+
+
 def test_an_output_name_too_long_for_its_temporary_file_is_refused_before_any_work(tmp_path, capsys):
     """A 247-character frame name: the output fits the file system's 255 bytes, its temporary name beside it would
     not. One line naming the frame, exit 2, before the frame is read or the output folder made."""
