@@ -27,7 +27,7 @@ def _memory(pid: int) -> dict[str, float] | None:
         return None
 
 
-@pytest.mark.slow  # 3,000 frames of about 13 ms each: 65-80 s on 2 shared cores (load 4-7), about 45 s idle
+@pytest.mark.slow  # 3,000 frames: 65-80 s on 2 cores at load 4-7; 12.6 ms a frame (~45 s) at load 2
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_3000_temporal_frames_grow_memory_by_less_than_50_mb_after_the_first_100(tmp_path):
     """The command users run (FLNR and the input blend, on frames with albedo, normal and a panning Vector pass,
