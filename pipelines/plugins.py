@@ -31,6 +31,27 @@ def add_plugin(sub, name: str, mod) -> argparse.ArgumentParser:
     return p
 
 
+class Parser(argparse.ArgumentParser):
+    """The parser of ``vision`` and of each command: a usage error (a missing argument, a value of the wrong kind
+    or out of its option's range) is one line naming the option, exit code 2; ``--help`` shows the usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (options: {self.prog} --help)\n")
+
+
+def _outside(value, low, high, low_open: bool, high_open: bool) -> str | None:
+    """None when ``value`` lies within the bounds (an open end with ``low_open`` / ``high_open``), else where it
+    must lie (``">= 1"``, ``"in [0, 100]"``)."""
+    if not (low is not None and (value <= low if low_open else value < low)
+            or high is not None and (value >= high if high_open else value > high)):
+        return None
+    lo = "" if low is None else f"{'(' if low_open else '['}{low:g}"
+    hi = "" if high is None else f"{high:g}{')' if high_open else ']'}"
+    return (f"in {lo}, {hi}" if low is not None and high is not None
+            else f"{'>' if low_open else '>='} {low:g}" if low is not None
+            else f"{'<' if high_open else '<='} {high:g}")
+
+
 def check_number(value, flag: str, *, low=None, high=None, low_open: bool = False, high_open: bool = False):
     """``value`` (None passes: the option's default applies) when finite and within [low, high] (an open end
     with ``low_open`` / ``high_open``); otherwise a one-line ValueError naming ``flag``."""
@@ -38,15 +59,38 @@ def check_number(value, flag: str, *, low=None, high=None, low_open: bool = Fals
         return value
     if not math.isfinite(value):
         raise ValueError(f"{flag} {value}: must be a finite number")
-    if low is not None and (value <= low if low_open else value < low) or \
-            high is not None and (value >= high if high_open else value > high):
-        lo = "" if low is None else f"{'(' if low_open else '['}{low:g}"
-        hi = "" if high is None else f"{high:g}{')' if high_open else ']'}"
-        where = (f"in {lo}, {hi}" if low is not None and high is not None
-                 else f"{'>' if low_open else '>='} {low:g}" if low is not None
-                 else f"{'<' if high_open else '<='} {high:g}")
+    where = _outside(value, low, high, low_open, high_open)
+    if where:
         raise ValueError(f"{flag} {value:g}: must be {where}")
     return value
+
+
+def number(kind=int, *, low=None, high=None, low_open: bool = False, high_open: bool = False):
+    """An argparse ``type``: the option's text as ``kind`` (int or float), finite and within the bounds (as
+    :func:`check_number`), so a value out of range is refused while the command line is parsed, in one line naming
+    the option (:class:`Parser`), before any file is read.
+
+    Example:
+        >>> p = Parser(prog="vision denoise")
+        >>> _ = p.add_argument("--radius", type=number(int, low=1))
+        >>> p.parse_args(["--radius", "0"])   # vision denoise: error: argument --radius: must be an integer >= 1, got 0
+    """
+    noun = "an integer" if kind is int else "a number"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {noun}, got {text}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        where = _outside(value, low, high, low_open, high_open)
+        if where:
+            raise argparse.ArgumentTypeError(f"must be {noun} {where}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse's own messages name the type
+    return parse
 
 
 def check_numbers(args, spec: dict) -> None:

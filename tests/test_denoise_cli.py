@@ -8,6 +8,7 @@ import pytest
 from vision.bundled import asset_path
 from vision.data import read_exr, read_frame, write_exr, write_frame
 from vision.data.exr import read_exr_header
+from vision.data.render_layers import read_render_file
 from vision.denoise import metrics as M
 from vision.pipelines.cli import main as cli_main
 from vision.pipelines.cli.denoise import expand_frames, parse_shard, shard
@@ -371,6 +372,58 @@ def test_huge_scale_and_frames_over_the_pixel_limit_are_refused_in_one_line(seq,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "frame_00.exr" in err[0] and "over the limit" in err[0]
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_every_part_of_a_multi_part_exr_and_every_buffer_file_is_held_to_the_pixel_limit(tmp_path, capsys,
+                                                                                         monkeypatch):
+    """The readers decode every part of a file: a second part over the pixel limit is refused from the headers,
+    as a first one is, and so is a buffer file; one line naming the file and its size, before anything is made."""
+    import OpenEXR
+
+    from vision.io import check_exr_header
+
+    def part(name, size, names):  # the parts of a file share one display window: the larger part's
+        return OpenEXR.Part({"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage,
+                             "displayWindow": (np.array([0, 0], np.int32), np.array([15, 15], np.int32))},
+                            {n: np.full((size, size), 0.5, np.float32) for n in names}, name=name)
+
+    guides = [f"albedo.{c}" for c in "RGB"] + [f"normal.{c}" for c in "XYZ"]
+    OpenEXR.File([part("beauty", 8, "RGB"), part("aovs", 16, guides)]).write(str(tmp_path / "mp.exr"))
+    write_exr(tmp_path / "small.exr", {c: np.full((8, 8), 0.5, np.float32) for c in "RGB"})
+    write_exr(tmp_path / "albedo.exr", {f"albedo.{c}": np.full((16, 16), 0.5, np.float32) for c in "RGB"})
+    monkeypatch.setenv("VISION_MAX_PIXELS", "100")  # 8 x 8 = 64 passes; 16 x 16 = 256 does not
+    for argv, name in (([str(tmp_path / "mp.exr")], "mp.exr"),
+                       ([str(tmp_path / "small.exr"), "--albedo", str(tmp_path / "albedo.exr"), "--allow-no-guides"],
+                        "albedo.exr")):
+        out = tmp_path / f"o_{name}"
+        assert main(["denoise", *argv, "-o", str(out), "-q"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"{name}: the image is 16x16 = 0 MP, over the limit" in err[0], err
+        assert not out.exists()
+    with pytest.raises(ValueError, match=r"mp\.exr: the image is 16x16"):
+        check_exr_header(tmp_path / "mp.exr")  # as vision restore-structure checks an EXR
+    with pytest.raises(ValueError, match=r"mp\.exr: the image is 16x16"):  # and the library's reader
+        read_render_file(tmp_path / "mp.exr")
+
+
+@pytest.mark.parametrize("option, value, needs", [
+    ("--radius", "0", "an integer >= 1"), ("--radius", "-2", "an integer >= 1"), ("--radius", "2.5", "an integer"),
+    ("--scale", "0", "an integer >= 1"), ("--tile", "-1", "an integer >= 0"), ("--max-history", "0", "an integer >= 1"),
+    ("--warmup", "-1", "an integer >= 0"), ("--spp", "0.5", "a number >= 1"), ("--spp", "nan", "a finite number"),
+    ("--eps", "0", "a number > 0"), ("--eps", "inf", "a finite number"),
+])
+def test_numbers_out_of_range_are_refused_while_the_command_line_is_parsed(seq, tmp_path, capsys, option, value,
+                                                                            needs):
+    """One line naming the option, exit 2, before any frame is read (a missing frame is not what is reported) and
+    with no output folder made; the ranges are the library's (denoise() takes radius, scale and tile >= 1, tile 0
+    here meaning no tiles)."""
+    for frame in (seq / "frame_00.exr", tmp_path / "missing.exr"):
+        with pytest.raises(SystemExit) as stop:
+            cli_main(["denoise", str(frame), "-o", str(tmp_path / "o"), "-q", "--model", "flr", option, value])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert stop.value.code == 2 and len(err) == 1, err
+        assert f"argument {option}: must be {needs}, got {value}" in err[0], err
+        assert not (tmp_path / "o").exists()
 
 
 def test_an_output_name_too_long_for_its_temporary_file_is_refused_before_any_work(tmp_path, capsys):

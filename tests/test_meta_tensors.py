@@ -83,8 +83,32 @@ def test_temporal_denoiser_refuses_a_meta_buffer_by_name_at_the_first_call(name)
     f[name] = _meta(*f[name].shape)
     den = TemporalDenoiser(model="flr")
     _refused(lambda: den(**f), name)
-    if name != "denoised":  # a buffer of the frame is refused before the history takes the frame
-        assert den.history_length is None
+    assert den.history_length is None  # refused before the history takes the frame
+
+
+@pytest.mark.parametrize("bad", ["meta", "size", "batch"])
+def test_a_refused_denoised_frame_leaves_the_history_as_it_was(bad):
+    """A ``denoised=`` that is refused (meta, another size, another batch) changes nothing: the calls after it give
+    what a fresh denoiser fed only the valid frames gives, bit for bit, and so do the history lengths."""
+    from vision.denoise import TemporalDenoiser
+
+    g = torch.Generator().manual_seed(1)
+    guides = {k: v for k, v in _frame().items() if k != "color"}
+    frames = [dict(guides, color=torch.rand(1, 3, 16, 16, generator=g), motion=torch.full((1, 4, 16, 16), 0.5))
+              for _ in range(4)]
+    wrong = {"meta": _meta(1, 3, 16, 16), "size": torch.rand(1, 3, 8, 8), "batch": torch.rand(2, 3, 16, 16)}[bad]
+    written = torch.rand(1, 3, 16, 16, generator=g)  # frame 2's result from an earlier run, read back
+    fresh, tried = TemporalDenoiser(model="flr"), TemporalDenoiser(model="flr")
+    want = [fresh(**frames[0]), fresh(**frames[1], denoised=written), fresh(**frames[2]), fresh(**frames[3])]
+    got = [tried(**frames[0])]
+    for _ in range(2):  # refused twice in a row, then the frame with its good result
+        with pytest.raises(ValueError, match="denoised") as err:
+            tried(**frames[1], denoised=wrong)
+        assert len(str(err.value).splitlines()) == 1
+    got += [tried(**frames[1], denoised=written), tried(**frames[2]), tried(**frames[3])]
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+    assert torch.equal(tried.history_length, fresh.history_length) and fresh.history_length.max() == 4
 
 
 def test_temporal_flr_refuses_a_meta_colour_by_name():

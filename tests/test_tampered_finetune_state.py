@@ -53,7 +53,21 @@ def _history(value):
     return tamper
 
 
+def _rng_states(run: Path) -> None:
+    """A weights-only torch file that loads but holds no RNG states a generator takes (Accelerate's own reading of
+    it would give up without a word), the manifest agreeing on its size."""
+    import torch
+
+    path = run / "state" / "random_states_0.pkl"
+    torch.save({"step": 0, "random_state": 5, "numpy_random_seed": 6, "torch_manual_seed": torch.zeros(3)}, path)
+    manifest = json.loads((run / "state" / "checkpoint.json").read_text())
+    manifest["files"]["random_states_0.pkl"] = path.stat().st_size
+    (run / "state" / "checkpoint.json").write_text(json.dumps(manifest))
+
+
 CASES = {
+    "random random_states_0.pkl": (_random_bytes("random_states_0.pkl"), "state/random_states_0.pkl"),
+    "RNG states of the wrong kind": (_rng_states, "state/random_states_0.pkl"),
     "random optimizer.bin": (_random_bytes("optimizer.bin"), "state/optimizer.bin"),
     "random state/model.safetensors": (_random_bytes("model.safetensors"), "state/model.safetensors"),
     "random scheduler.bin": (_random_bytes("scheduler.bin"), "state/scheduler.bin"),

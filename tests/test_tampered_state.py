@@ -60,6 +60,8 @@ DENOISER_CASES = {
     "random trainer.safetensors": (lambda f: random_bytes(f / "trainer.safetensors"), "cannot be loaded"),
     "random optimizer.bin": (lambda f: random_bytes(f / "optimizer.bin"), "damaged"),
     "random scheduler.bin": (lambda f: random_bytes(f / "scheduler.bin"), "damaged"),
+    "random random_states_0.pkl": (lambda f: random_bytes(f / "random_states_0.pkl"),
+                                   "random_states_0.pkl is damaged"),
     "epoch x": (_edit_manifest(lambda m: m["state"].update(epoch="x")), "'epoch'"),
     "seconds x": (_edit_manifest(lambda m: m["state"].update(seconds="x")), "'seconds'"),
     "history 5": (_edit_manifest(lambda m: m["state"].update(history=5)), "'history'"),
@@ -110,6 +112,8 @@ def _resume_state(change):
 FINETUNE_CASES = {
     "random optimizer.bin": (lambda r: random_bytes(r / "state" / "optimizer.bin"), "damaged"),
     "random model.safetensors": (lambda r: random_bytes(r / "state" / "model.safetensors"), "damaged"),
+    "random random_states_0.pkl": (lambda r: random_bytes(r / "state" / "random_states_0.pkl"),
+                                   "random_states_0.pkl is damaged"),
     "history [5]": (_resume_state(lambda s: s.update(history=[5])), "'history'"),
     "history 5": (_resume_state(lambda s: s.update(history=5)), "'history'"),
     "epoch x": (_resume_state(lambda s: s.update(epoch="x")), "'epoch'"),

@@ -72,16 +72,18 @@ def check_image_header(path) -> None:
     check_pixels(path, (h, w))
 
 
-def check_exr_header(path, header=None) -> None:
-    """:func:`check_pixels` on an EXR file's data window, read from its header only (``header``: the one the caller
-    has read already; an unreadable header is left to the reader, which reports it)."""
-    from vision.data.exr import read_exr_header
+def check_exr_header(path, headers=None) -> None:
+    """:func:`check_pixels` on the data window of every part of an EXR file (the readers decode every part), read
+    from its headers only (``headers``: those of :func:`vision.data.exr.read_exr_part_headers`, when the caller has
+    read them already); an unreadable header is left to the reader, which reports it."""
+    from vision.data.exr import read_exr_part_headers
 
     try:
-        lo, hi = (read_exr_header(path) if header is None else header)["dataWindow"]
+        windows = [header["dataWindow"] for header in (read_exr_part_headers(path) if headers is None else headers)]
     except Exception:  # noqa: BLE001 - the reader's own error names the file
         return
-    check_pixels(path, (int(hi[1]) - int(lo[1]) + 1, int(hi[0]) - int(lo[0]) + 1))
+    for lo, hi in windows:
+        check_pixels(path, (int(hi[1]) - int(lo[1]) + 1, int(hi[0]) - int(lo[0]) + 1))
 
 
 def check_npy_header(path) -> tuple:

@@ -17,7 +17,7 @@ import os
 import sys
 
 from vision.pipelines.extras import missing_extra
-from vision.pipelines.plugins import add_plugin
+from vision.pipelines.plugins import Parser, add_plugin
 
 # name -> module (DESCRIPTION, add_arguments, run); later commands add their line here.
 COMMANDS = {
@@ -44,7 +44,7 @@ EPILOG = """examples:
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``vision`` parser; with ``only`` (a command name) the other commands are placeholders."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="vision",
         description="locallinear-vision: local linear models as fast operators, and the tools built on them.",
         epilog=EPILOG,

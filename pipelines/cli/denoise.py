@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 
 from vision.data.fields import GUIDES
+from vision.pipelines.plugins import number  # each number's range is checked while the command line is parsed
 
 from .denoise_io import (SETTINGS_KEY, _load_weights, buffer_path, check_before_loading,  # noqa: F401
                          expand_frames, exit_on_sigterm, format_settings, natural_key, output_path, parse_phase,
@@ -120,13 +121,13 @@ def add_arguments(p) -> None:
     p.add_argument("--weights", type=Path, default=None, metavar="FILE",
                    help="--model flnr: weights from vision train-denoiser, or a folder written by FLNR.save_pretrained "
                         "(default: the bundled ones)")
-    p.add_argument("--radius", type=int, default=None, help="regression window radius in pixels (default 8; "
+    p.add_argument("--radius", type=number(int, low=1), default=None, help="regression window radius in pixels (default 8; "
                                                             "flnr: the trained per-cell blend of its radii)")
-    p.add_argument("--eps", type=float, default=None, help="ridge weight on standardised guides (default 0.01; "
+    p.add_argument("--eps", type=number(float, low=0, low_open=True), default=None, help="ridge weight on standardised guides (default 0.01; "
                                                            "flnr: the learned ones)")
-    p.add_argument("--scale", type=int, default=None, help="fit on scale x scale cells, apply at full resolution "
+    p.add_argument("--scale", type=number(int, low=1), default=None, help="fit on scale x scale cells, apply at full resolution "
                                                            "(default 1; flnr: the trained one)")
-    p.add_argument("--spp", type=float, default=None, metavar="N",
+    p.add_argument("--spp", type=number(float, low=1), default=None, metavar="N",
                    help="samples per pixel of the colour (default: read from each file's header, Cycles' "
                         "cycles.<ViewLayer>.samples or render-scenes' vision.spp; unknown: the noise is "
                         "estimated from the frame); tells FLNR the noise level, and lets the input blend "
@@ -138,14 +139,14 @@ def add_arguments(p) -> None:
     p.add_argument("--phase", default=None, metavar="DY,DX",
                    help="colour at 1/u resolution: the pixel of its u x u block each colour sample was shaded at "
                         "(default: anywhere, the guides are averaged over the block)")
-    p.add_argument("--tile", type=int, default=1024, help="process tiles of about this many pixels a side "
+    p.add_argument("--tile", type=number(int, low=0), default=1024, help="process tiles of about this many pixels a side "
                                                           "(exact overlap; bounds memory; default 1024, 0 = off)")
     p.add_argument("--temporal", action="store_true",
                    help="animation: reproject each pixel's history with the motion vectors (Cycles' Vector pass) "
                         "and denoise the accumulated signal, frames in name order, so frames do not flicker")
-    p.add_argument("--max-history", type=int, default=32, metavar="N",
+    p.add_argument("--max-history", type=number(int, low=1), default=32, metavar="N",
                    help="--temporal: the most frames a pixel's history counts (default 32)")
-    p.add_argument("--warmup", type=int, default=8, metavar="K",
+    p.add_argument("--warmup", type=number(int, low=0), default=8, metavar="K",
                    help="--temporal with --shard: frames before the shard's range read into the history first "
                         "(default 8)")
     p.add_argument("--shard", default=None, metavar="I/N", help="process only the I-th (0-based) of N blocks")
@@ -276,12 +277,11 @@ def _run(args) -> int:
 
 
 def _model_settings(args):
-    """The model's defaults filled into ``args`` (radius, eps, scale) and the settings checked, one line naming the
-    flag; returns the FLNR network (None for FLR)."""
+    """The model's defaults filled into ``args`` (radius, eps, scale; each number's range was checked while the
+    command line was parsed) and the model's own settings checked, one line naming the flag; returns the FLNR
+    network (None for FLR)."""
     if args.model is None:  # FLNR beats FLR on every evaluation family
         args.model = "flnr"
-    if args.temporal and (args.max_history < 1 or args.warmup < 0):
-        raise ValueError(f"--max-history must be >= 1 and --warmup >= 0, got {args.max_history} and {args.warmup}")
     net = None
     if args.model == "flnr":
         from vision.denoise import load_flnr
@@ -298,12 +298,6 @@ def _model_settings(args):
     args.radius = defaults[0] if args.radius is None else args.radius
     args.eps = defaults[1] if args.eps is None else args.eps
     args.scale = defaults[2] if args.scale is None else args.scale
-    from vision.pipelines.plugins import POSITIVE, check_numbers
-
-    check_numbers(args, {"eps": POSITIVE, "spp": dict(low=1)})  # NaN and inf too, named by the flag (not by the first frame)
-    if ((args.radius is not None and args.radius < 0) or args.scale < 1 or (args.eps is not None and args.eps <= 0)
-            or args.tile < 0):
-        raise ValueError("--radius must be >= 0, --scale >= 1, --eps > 0 and --tile >= 0")
     return net
 
 

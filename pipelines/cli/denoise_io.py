@@ -59,9 +59,9 @@ def _refuse_link_loop(name: str) -> None:
 def check_before_loading(args) -> None:
     """Refuse what the command line and the frames' headers alone show to be wrong, before torch and the denoiser
     load (seconds, and most of a run's memory, spent on a refusal otherwise): a frame that is missing or no frame
-    file, one over the pixel limit (its header's data window), and a ``--scale`` above the larger side of all that a
-    frame reads (the frame and its buffer files). Only the frames this shard reads are opened, headers only; the run
-    checks each frame again where it reads it."""
+    file, a frame or buffer file with any part over the pixel limit (its header's data window), and a ``--scale``
+    above the larger side of all that a frame reads (the frame and its buffer files). Only the files this shard
+    reads are opened, headers only; a buffer file that is missing is left to the reader, which names its option."""
     from vision.data.render_layers import check_readable
 
     frames = expand_frames(args.frames)
@@ -70,9 +70,11 @@ def check_before_loading(args) -> None:
     first = max(0, start - args.warmup) if args.temporal and args.warmup > 0 else start
     patterns = [p for p in (getattr(args, name) for name in GUIDES) if p]
     for frame in frames[first:end]:
-        check_readable(frame)
+        files = [frame] + [buffer_path(p, frame) for p in patterns]
+        for path in files[:1] + [f for f in files[1:] if f.is_file()]:
+            check_readable(path)
         if args.scale is not None and args.scale > 1:
-            sides = [largest_side(f) for f in [frame] + [buffer_path(p, frame) for p in patterns]]
+            sides = [largest_side(f) for f in files]
             if None not in sides and args.scale > max(sides):
                 raise ValueError(f"{frame}: scale must be at most the frame's larger side ({max(sides)} pixels), got "
                                  f"{args.scale}")

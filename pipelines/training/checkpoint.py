@@ -147,6 +147,48 @@ def damaged_file(folder) -> tuple[Path, str] | None:
     return None
 
 
+RNG_STATES = "random_states_{}.pkl"  # Accelerate's file of one process's RNG states in a save_state folder
+
+
+def restore_rng(folder, rank: int) -> tuple[Path, str] | None:
+    """Set this process's Python, NumPy and torch RNGs from the states Accelerate saved for process ``rank`` in
+    ``folder``; when that file does not load (weights only) or does not hold them, set nothing and return it and
+    the first line of why. ``Accelerator.load_state`` reads the same file but carries on without a word when it
+    cannot, and the resumed run then draws other random numbers than an uninterrupted one: called before it, this
+    stops such a resume. A folder without the file (a save without RNG states) is left to ``load_state``."""
+    import random
+
+    import numpy as np
+    import torch
+
+    path = Path(folder) / RNG_STATES.format(rank)
+    if not path.exists():
+        return None
+    try:
+        from accelerate.utils import load  # torch.load with Accelerate's allow-list (NumPy's state)
+    except ImportError:
+        load = torch.load
+    saved = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    try:
+        states = load(str(path), map_location="cpu", weights_only=True)
+        if not isinstance(states, dict):
+            raise TypeError(f"it holds {type(states).__name__}, not the RNG states")
+        missing = [k for k in ("random_state", "numpy_random_seed", "torch_manual_seed") if k not in states]
+        if missing:
+            raise KeyError(f"no {', '.join(missing)}")
+        random.setstate(states["random_state"])
+        np.random.set_state(states["numpy_random_seed"])
+        torch.set_rng_state(states["torch_manual_seed"])
+    except load_errors() as err:
+        import pickle
+
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])
+        torch.set_rng_state(saved[2])
+        return path, ("not a weights-only torch file" if isinstance(err, pickle.UnpicklingError) else first_line(err))
+    return None
+
+
 def _number(v) -> bool:
     import math
 

@@ -321,6 +321,9 @@ def _resume_from(acc, where: Path, saved: dict, run, loop, ema, gen, say) -> flo
     """Load the checkpoint at ``where`` into the model, ``ema``, ``gen``, ``run`` and ``loop``; the seconds spent."""
     from safetensors.torch import load_file
 
+    bad = C.restore_rng(where, acc.process_index)
+    if bad is not None:  # load_state would resume without its RNG states, and say nothing
+        raise ValueError(f"--resume: {bad[0]} is damaged and cannot be loaded ({bad[1]})")
     try:
         acc.load_state(str(where))  # model, optimiser, schedule, RNG of this rank
         extra = load_file(str(where / EXTRA))

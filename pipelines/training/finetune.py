@@ -237,21 +237,7 @@ def _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log,
         ema.step = 0
     start, history, steps = 0, [], 0
     if saved is not None:
-        try:
-            if where != run or (run / STATE).is_dir():
-                acc.load_state(str(where if where != run else run / STATE))  # model, optimiser, schedule, RNGs
-            else:  # a run of an earlier version: its weights and optimiser, not its RNG
-                core.load_state_dict(saved["model"], strict=False)
-                opt.optimizer.load_state_dict(saved["optimizer"])
-                sched.scheduler.load_state_dict(saved["scheduler"])
-        except _checkpoint.load_errors() as err:  # damaged files: safetensors, torch.load's refusals, a bad zip
-            folder = where if where != run else run / STATE
-            bad = _checkpoint.damaged_file(folder)  # which file, when one does not load on its own
-            if bad is not None:
-                raise ValueError(f"{bad[0]} is damaged and cannot be loaded ({bad[1]}); resume needs the checkpoint "
-                                 "as it was written: start a new run folder") from None
-            raise ValueError(f"{folder} does not fit this model and its settings, or is damaged "
-                             f"({_checkpoint.first_line(err)})") from None
+        _load_state(acc, where, run, saved, core, opt, sched)
         if ema is not None and saved["ema"] is not None:
             ema.module.load_state_dict(saved["ema"], strict=False)
             ema.step = saved["ema_step"]
@@ -277,6 +263,31 @@ def _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log,
     if cfg.log_with:
         acc.end_training()
     return history
+
+
+def _load_state(acc, where: Path, run: Path, saved: dict, core, opt, sched) -> None:
+    """The checkpoint at ``where`` into the prepared model, optimiser and schedule, and the RNGs; a damaged file is
+    one ValueError naming it."""
+    folder = where if where != run else run / STATE
+    whole = where != run or folder.is_dir()  # else a run of an earlier version: its weights and optimiser, no RNG
+    # the RNG states first: load_state goes on without them, silently, when their file does not load
+    bad = _checkpoint.restore_rng(folder, acc.process_index) if whole else None
+    if bad is None:
+        try:
+            if whole:
+                acc.load_state(str(folder))  # model, optimiser, schedule, RNGs
+            else:
+                core.load_state_dict(saved["model"], strict=False)
+                opt.optimizer.load_state_dict(saved["optimizer"])
+                sched.scheduler.load_state_dict(saved["scheduler"])
+        except _checkpoint.load_errors() as err:  # damaged files: safetensors, torch.load's refusals, a bad zip
+            bad = _checkpoint.damaged_file(folder)  # which file, when one does not load on its own
+            if bad is None:
+                raise ValueError(f"{folder} does not fit this model and its settings, or is damaged "
+                                 f"({_checkpoint.first_line(err)})") from None
+    if bad is not None:
+        raise ValueError(f"{bad[0]} is damaged and cannot be loaded ({bad[1]}); resume needs the checkpoint as it was "
+                         "written: start a new run folder")
 
 
 def _epochs(cfg, run, task, acc, model, core, ema, opt, sched, loader, order, train_set, val_set, base, start,

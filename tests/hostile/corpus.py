@@ -209,6 +209,20 @@ def _a_folder(name: str):
     return setup
 
 
+def _two_parts(case: Path, inputs: Path) -> None:
+    """``mp.exr``: an 8 x 8 first part (R G B) and a 16 x 16 second one (albedo, normal): under a pixel limit of 100
+    only the second part is over it."""
+    import OpenEXR
+
+    window = (np.array([0, 0], np.int32), np.array([15, 15], np.int32))  # the parts of a file share one display window
+    parts = [OpenEXR.Part({"compression": OpenEXR.ZIP_COMPRESSION, "type": OpenEXR.scanlineimage,
+                           "displayWindow": window}, {n: np.full((size, size), 0.5, np.float32) for n in names},
+                          name=name)
+             for name, size, names in (("beauty", 8, ["R", "G", "B"]),
+                                       ("aovs", 16, [f"albedo.{c}" for c in "RGB"] + [f"normal.{c}" for c in "XYZ"]))]
+    OpenEXR.File(parts).write(str(case / "mp.exr"))
+
+
 def _empty_checkpoint_dir(case: Path, inputs: Path) -> None:
     (case / "ckpt").mkdir()
     (case / "ckpt" / "notes.txt").write_text("not a checkpoint")
@@ -291,6 +305,10 @@ CASES = [
     Case("denoise --radius 1000000", ["denoise", "{in}/scene.exr", "-o", "{case}/out", "-q", "--model", "flr",
                                       "--radius", "1000000"], expect="ok"),
     Case("denoise --scale 1e9", DN + ["--model", "flr", "--allow-no-guides", "--scale", "1000000000"]),
+    Case("denoise --radius 0", DN + ["--model", "flr", "--allow-no-guides", "--radius", "0"]),
+    Case("denoise --tile -1", DN + ["--model", "flr", "--allow-no-guides", "--tile", "-1"]),
+    Case("denoise a second EXR part over VISION_MAX_PIXELS", ["denoise", "{case}/mp.exr", "-o", "{case}/out", "-q"],
+         setup=_two_parts, env={"VISION_MAX_PIXELS": "100"}),
     Case("denoise a frame that is a link loop", ["denoise", "{case}/a.exr", "-o", "{case}/out", "-q"],
          setup=lambda case, inp: [(case / "a.exr").symlink_to(case / "b.exr"),
                                   (case / "b.exr").symlink_to(case / "a.exr")]),

@@ -139,9 +139,22 @@ def read_exr_parts(path) -> dict[str, np.ndarray]:
 
 
 def read_exr_header(path) -> dict:
-    """The header attributes of an EXR file (the ``vision.*`` ones are written by render-scenes)."""
+    """The header attributes of an EXR file (the ``vision.*`` ones are written by render-scenes); of its first part
+    when it has several (:func:`read_exr_part_headers` gives them all)."""
     with _open(Path(path), header_only=True) as f:
         return dict(f.header())
+
+
+def read_exr_part_headers(path) -> list[dict]:
+    """The header attributes of every part of an EXR file, in file order (one for a single-part file). Reads the
+    headers only: a part's ``dataWindow`` says how many pixels reading it would decode.
+
+    Example:
+        >>> [h["dataWindow"][1].tolist() for h in read_exr_part_headers("beauty_and_aovs.exr")]
+        [[1919, 1079], [1919, 1079]]
+    """
+    with _open(Path(path), header_only=True) as f:
+        return [dict(part.header) for part in f.parts]
 
 
 # header attributes that describe the stored pixels: written afresh for every file, never copied over

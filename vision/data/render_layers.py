@@ -39,7 +39,7 @@ import numpy as np
 
 from vision.io import check_exr_header
 
-from .exr import EXR_MAGIC, copyable_header, describe_bad_file, read_exr_header, read_exr_parts
+from .exr import EXR_MAGIC, copyable_header, describe_bad_file, read_exr_part_headers, read_exr_parts
 from .fields import CHANNELS, REGRESSION_ORDER, RENDER_PASSES, SAMPLE_COUNT_KEYS, SEQUENCE, find_fields
 from .pfm import PFM_MAGIC, read_pfm
 
@@ -95,22 +95,25 @@ def file_kind(path) -> str:
 
 def check_readable(path) -> None:
     """Fail early, with one line naming the file, on what cannot be a frame (empty, not EXR/PFM, bad header, a data
-    window over :func:`vision.io.max_pixels`, refused from the header before any pixel is decoded)."""
+    window of any part over :func:`vision.io.max_pixels`, refused from the headers before any pixel is decoded)."""
     if file_kind(path) == "exr":
-        check_exr_header(path, read_exr_header(path))
+        check_exr_header(path, read_exr_part_headers(path))  # a damaged header: the reader's line naming the file
 
 
 WINDOWS = ("dataWindow", "displayWindow", "pixelAspectRatio", "screenWindowCenter", "screenWindowWidth")
 
 
 def read_channels(path, windows: dict | None = None) -> tuple[dict[str, np.ndarray], dict]:
-    """Every channel of an EXR or PFM file (a PFM gives ``R G B`` or ``Y``) and its copyable header;
-    ``windows``, when given, receives the EXR's :data:`WINDOWS` attributes."""
+    """Every channel of an EXR or PFM file (a PFM gives ``R G B`` or ``Y``) and its copyable header (the first
+    part's); ``windows``, when given, receives the EXR's :data:`WINDOWS` attributes. An EXR with any part over the
+    pixel limit is refused from its headers before any pixel is decoded."""
     if file_kind(path) == "pfm":
         img = read_pfm(path)
         names = "RGB" if img.shape[2] == 3 else "Y"
         return {c: np.ascontiguousarray(img[..., k]) for k, c in enumerate(names)}, {}
-    header = read_exr_header(path)
+    headers = read_exr_part_headers(path)
+    check_exr_header(path, headers)
+    header = headers[0]
     if windows is not None:
         windows.update({k: header[k] for k in WINDOWS if k in header})
     return read_exr_parts(path), copyable_header(header)

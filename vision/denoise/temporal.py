@@ -233,15 +233,12 @@ class TemporalDenoiser:
         ``--temporal`` by 2.8 dB PSNR and 2.6 dB stability at 16 spp a frame, and by 0.3 and 0.2 dB at 1 spp
         (CHANGELOG.md, Unreleased); as for single frames, a frame known to be 1 spp skips it, since it costs as much as the
         rest of the frame (0.31 -> 0.50 of OIDN fast's CPU time at 1280 x 720)."""
-        spp = _check_spp(spp)  # before the history takes the frame
+        spp = _check_spp(spp)  # every argument is checked before the history takes the frame
         signal, floor, add, mv, keys, g = self._prepare(color, motion, index, guides)
-        prev_keys, offset = self._step(signal, mv, keys)
         if denoised is not None:
-            out = B.to_bchw(denoised, "denoised", 3).to(device=signal.device, dtype=signal.dtype)
-            if out.shape[-2:] != signal.shape[-2:]:
-                raise ValueError(f"denoised is {out.shape[-2]}x{out.shape[-1]} (HxW) but color is "
-                                 f"{signal.shape[-2]}x{signal.shape[-1]}")
-        else:
+            out = _take_denoised(denoised, signal)
+        prev_keys, offset = self._step(signal, mv, keys)
+        if denoised is None:
             acc = self._history.mean * floor + add
             if self.net is not None:  # placed once: a copy of the shared model on the frames' device and dtype
                 from .flnr import placed
@@ -312,6 +309,19 @@ class TemporalDenoiser:
         add = torch.zeros_like(c) if "emission" not in g else g["emission"].expand_as(c)
         keys = {k: (extra["index"] if k == "index" else g.get(k)) for k in SURFACE_KEYS}
         return (c - add) / floor, floor, add, extra["motion"], keys, g
+
+
+def _take_denoised(denoised, signal: torch.Tensor) -> torch.Tensor:
+    """``denoised`` (a frame's result from an earlier run) as (B, 3, H, W) on ``signal``'s device and dtype, refused
+    in one line naming it when it is no RGB frame of values (a meta tensor too), or not of the colour's size and
+    batch."""
+    out = B.to_bchw(denoised, "denoised", 3).to(device=signal.device, dtype=signal.dtype)
+    if out.shape[-2:] != signal.shape[-2:]:
+        raise ValueError(f"denoised is {out.shape[-2]}x{out.shape[-1]} (HxW) but color is "
+                         f"{signal.shape[-2]}x{signal.shape[-1]}")
+    if out.shape[0] != signal.shape[0]:
+        raise ValueError(f"denoised has batch {out.shape[0]}, color has {signal.shape[0]}")
+    return out
 
 
 def _fit_settings(radius, eps, scale, tile) -> tuple:
