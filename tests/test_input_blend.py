@@ -398,18 +398,3 @@ def test_the_window_shrinks_once_the_noise_is_known_to_be_light(spp, radius, mon
     denoise(clean, albedo=albedo, normal=normal, model="flr", spp=spp)
     assert seen == [radius]
 
-
-def test_emitter_pixels_without_albedo_stay_the_emission_buffer_at_any_sample_count():
-    """Where a pixel sees an emitter and has no albedo, the fit's result is the emission buffer, the pixel's exact
-    mean: the blend leaves it, however far the noisy colour stands from it (here a lamp whose colour carries an
-    extra 0.5 over its emission, as a glossy coat's reflection would)."""
-    g = np.random.default_rng(4)
-    clean, albedo, normal = _scene(48)
-    emission = np.zeros_like(clean)
-    emission[10:20, 12:30] = 5.0
-    albedo[10:20, 12:30] = 0.0
-    noisy = (clean * (emission == 0) + emission + 0.5 * (emission > 0)
-             + 0.01 * g.standard_normal(clean.shape)).astype(np.float32)
-    for spp in (None, 16, 256):
-        out = denoise(noisy, albedo=albedo, normal=normal, emission=emission, model="flr", spp=spp)
-        np.testing.assert_array_equal(out[10:20, 12:30], emission[10:20, 12:30])

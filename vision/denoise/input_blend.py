@@ -280,20 +280,8 @@ def blend_towards_input(out: torch.Tensor, color: torch.Tensor, guides: dict, ti
     stats = sharp_fit_stats(shape)
     sharp = (flr(color, shape, SHARP_RADIUS, SHARP_EPS, SHARP_SCALE, stats=stats) if tile is None else
              flr_tiled(color, shape, SHARP_RADIUS, SHARP_EPS, SHARP_SCALE, tile, stats=stats))
-    emitters = _emitter_windows(guides.get("emission"))
-    blended = towards_input(out, color, guides.get("albedo"), sharp, radius=blend_radius(spp), emitters=emitters,
-                            cap=noise_cap(spp))
-    exact = _emission_only(emitters, guides.get("albedo"))
-    return blended if exact is None else torch.where(exact, out, blended)
-
-
-def _emission_only(emitters: torch.Tensor | None, albedo: torch.Tensor | None) -> torch.Tensor | None:
-    """(B, C or 1, H, W) bool: where the fit's result is the emission buffer itself (a pixel that sees an emitter,
-    in a channel whose albedo is below :data:`~.signal.ALBEDO_FLOOR` or with no albedo: the demodulation's factor 0
-    there). The emission buffer is that pixel's exact mean, so the blend leaves it; None without emitters."""
-    if emitters is None:
-        return None
-    return emitters if albedo is None else emitters & (albedo < ALBEDO_FLOOR)
+    return towards_input(out, color, guides.get("albedo"), sharp, radius=blend_radius(spp),
+                         emitters=_emitter_windows(guides.get("emission")), cap=noise_cap(spp))
 
 
 def _emitter_windows(emission: torch.Tensor | None) -> torch.Tensor | None:
@@ -316,8 +304,8 @@ def towards_input(out: torch.Tensor, color: torch.Tensor, albedo: torch.Tensor |
     fit of ``color`` in small windows on the guides (:data:`SHARP_GUIDES`), whose residual the noise is estimated
     on, and a third candidate between ``out`` and ``color``; None: ``out``'s residual, no third candidate. Every
     pixel takes part, those that see an emitter too: at a few samples their noise keeps the fit, at many the input
-    wins (:func:`blend_towards_input` then puts back the emitter pixels whose result is the emission buffer).
-    ``emitters`` (B, 1, H, W) bool or None: windows left out of the frame's share (:func:`frame_share`).
+    wins (a pixel that shows only an emitter has the emission as its colour, so it stays as it is). ``emitters``
+    (B, 1, H, W) bool or None: windows left out of the frame's share (:func:`frame_share`).
     ``cap``: a window's noise estimate is at most ``cap`` times its region's (:func:`regional_noise`); None: no cap.
     Tensor operations only: no host synchronisation, differentiable in ``out``.
 
