@@ -22,8 +22,10 @@ the test adds it from that module's constants.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import importlib
 
 from .runtime.backends import choosing_as_on_a_gpu
+from .box.triton_path import MAX_RADIUS, MODES as BOX_MODES, MODES
 
 # Per-block limits of the targets consumer and datacentre users run (CUDA C Programming Guide, "Technical
 # Specifications per Compute Capability"): dynamic shared memory a block may opt into, registers per thread
@@ -60,8 +62,6 @@ class LaunchConfig:
 
     @property
     def fn(self):
-        import importlib
-
         mod, name = self.kernel.split(":")
         return getattr(importlib.import_module(mod), name)
 
@@ -86,7 +86,6 @@ def box_configs(arch: int, radii=RADII, shapes=SHAPES) -> list[LaunchConfig]:
     """``box.sliding.launch`` as ``box.triton_path`` calls it: means in every border mode, the "valid" adjoint
     (KIND 1) and the padded adjoint (KIND 2, offset r)."""
     from .box import sliding as B
-    from .box.triton_path import MAX_RADIUS, MODES as BOX_MODES
 
     out = []
     for r in (r for r in radii if r <= MAX_RADIUS):
@@ -105,7 +104,6 @@ def guided_configs(arch: int, radii=RADII, shapes=SHAPES) -> list[LaunchConfig]:
     border mode (fit, then apply with the three APPLY / STORE_MA pairs those functions pass: q, q and mean a,
     the means) and the fused "valid" backward (``triton_backward.walk``)."""
     from .box.sliding import strip_width, walk_grid
-    from .box.triton_path import MAX_RADIUS, MODES
     from .guided import sliding as G, sliding_color as K, triton_backward as T, triton_backward_color as TC
 
     out = []

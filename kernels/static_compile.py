@@ -24,6 +24,8 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
+import importlib
+import resource
 
 
 @dataclass(frozen=True)
@@ -88,15 +90,11 @@ def compile_static(fn, constexprs: dict, signature: dict | None = None, num_warp
 
 
 def _cpu_seconds() -> float:
-    import resource
-
     return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
                                                   resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
 def _job_result(job: dict) -> dict:
-    import importlib
-
     mod, name = job["kernel"].split(":")
     fn = getattr(importlib.import_module(mod), name)
     t0, c0 = time.perf_counter(), _cpu_seconds()
@@ -118,9 +116,6 @@ def compile_many(jobs: list[dict], workers: int = 2, cache_dir: str | None = Non
 
     ``cache_dir`` (TRITON_CACHE_DIR of the workers; a fresh folder gives cold compile times) defaults to a new
     temporary folder. Jobs are dealt round-robin, so workers get similar mixes."""
-    import json
-    import sys
-
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "VISION_BACKEND")}
     with tempfile.TemporaryDirectory(prefix="vision-static-") as tmp:
         env["TRITON_CACHE_DIR"] = cache_dir or os.path.join(tmp, "cache")

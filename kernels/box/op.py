@@ -15,6 +15,7 @@ from ..runtime import backend_of, choose, implementation, register_path
 from ..runtime.calls import run_op
 from ..validate import check_finite, check_image, check_radius
 from . import large_radius, torch_path
+from .triton_path import box_mean, box_mean_adjoint, supported
 
 
 class _Triton:
@@ -22,14 +23,10 @@ class _Triton:
 
     @staticmethod
     def forward(x, radius, border):
-        from .triton_path import box_mean
-
         return box_mean(x, radius, border)
 
     @staticmethod
     def backward(g, radius, border):
-        from .triton_path import box_mean_adjoint
-
         return box_mean_adjoint(g, radius, border)
 
 
@@ -42,8 +39,6 @@ class _Torch:
 
 
 def _triton_takes(dtype: torch.dtype, radius: int, **_) -> str | None:
-    from .triton_path import supported
-
     if dtype == torch.float64:
         return "float64 runs the PyTorch path (the kernels accumulate in float32)"
     return None if supported(radius) else f"radius {radius} runs the PyTorch path"

@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
 from vision.data.fields import GUIDES, SCORED, SIGNAL
 
@@ -106,9 +108,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def box_denoise(d: dict, radius: int) -> np.ndarray:
-    import torch
-    import torch.nn.functional as F
-
     from vision.denoise import buffers as B
 
     t = {k: B.to_bchw(d[k], k) for k in ("color", *SIGNAL) if k in d}  # the colour and what splits it
@@ -210,9 +209,6 @@ def load_frames(args) -> list[tuple[str, int, dict]]:
 
 def enlarge(d: dict, size: tuple[int, int]) -> dict:
     """Every buffer of a frame enlarged to (H, W) by nearest neighbour (a stand-in 1-spp frame of that size)."""
-    import torch
-    import torch.nn.functional as F
-
     out = {}
     for k, v in d.items():
         if not isinstance(v, np.ndarray) or v.ndim != 3:  # the frame's spp and other scalars
@@ -228,8 +224,6 @@ def time_large(args, frames, ms) -> dict:
     One warm-up call each (weights, thread pools), then ``--repeat`` rounds that call every method once in
     turn: on a shared machine a change of load then falls on all methods alike instead of on whichever
     was being timed, so the ratios stay comparable."""
-    import torch
-
     w, h = frame_size(args.time_size, "--time-size")
     d = enlarge(frames[0][2], (h, w))
     ms = dict(ms)
@@ -259,8 +253,6 @@ def temporal_step(d: dict):
     """One ``vision denoise --temporal`` frame: :class:`vision.denoise.TemporalDenoiser` (FLNR) with a Cycles Vector
     pass of a sub-pixel camera pan (0.37, -0.21 px per frame), so every call reprojects, tests and accumulates a
     full history before the regression."""
-    import torch
-
     from vision.denoise import TemporalDenoiser
 
     den = TemporalDenoiser()
@@ -287,8 +279,6 @@ def time_device(args, frames, device) -> dict:
     and its buffers resident there as (1, C, H, W) tensors, one row printed per method as it is measured
     (warm-up, host syncs per frame, per-call latency, GPU kernel and throughput time, CUDA graph or not: see
     :mod:`.denoise_device`). Returns the per-call seconds per method (an exception where a method failed)."""
-    import torch
-
     from vision.denoise import denoise, load_flnr
 
     from . import denoise_device as DD
@@ -335,8 +325,6 @@ def _device_acceptance(args, res: dict) -> bool:
 
 def run(args) -> int:
     """``vision bench denoise``: measure every method on every frame, print the tables and targets; exit code."""
-    import torch
-
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.cuda_size:  # before the quality rows: fail fast
@@ -377,8 +365,6 @@ def run(args) -> int:
 
 def _check_device_first(args):
     """Refuse ``--cuda-size`` without its device; with ``--timing-only`` time it alone and return the exit code."""
-    import torch
-
     frame_size(args.cuda_size, "--cuda-size")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--cuda-size needs a CUDA device (torch.cuda.is_available() is False here; "
@@ -413,8 +399,6 @@ def _divisible(frames: list, u: int) -> bool:
 
 def _measure(frames: list, ms: dict, repeat: int, has_flip: bool) -> dict:
     """``{(scene, method): [metrics of each frame]}``: PSNR, SSIM, relMSE (HDR-FLIP) and the median time."""
-    import torch
-
     from vision.denoise import metrics as M
 
     per: dict[tuple[str, str], list[dict]] = {}

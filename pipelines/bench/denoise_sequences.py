@@ -33,10 +33,14 @@ import json
 import math
 import time
 from pathlib import Path
+import sys
 
 import numpy as np
+import torch
+from tqdm import tqdm
 
 from vision.data.fields import GUIDES, NAMES
+from .timing import print_table
 
 HELP = "animation denoising (temporal FLNR) against per-frame OIDN on rendered sequences"
 DESCRIPTION = ("Per-frame PSNR, frame-to-frame stability and PSNR on disoccluded pixels of vision denoise "
@@ -250,8 +254,6 @@ def _db(mse):
 
 
 def methods(names, weights=None):
-    import torch
-
     from vision.denoise import TemporalDenoiser, denoise
 
     def per_frame(model):
@@ -371,12 +373,6 @@ def write_figures(folder: Path, seq: str, last: dict, names: list[str]) -> list[
 
 
 def run(args) -> int:
-    import sys
-
-    from tqdm import tqdm
-
-    from .timing import print_table
-
     seqs = read_sequences(args.folder, None if args.sequences is None else args.sequences.split(","))
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     if args.weights is not None:

@@ -25,8 +25,10 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+import sys
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 DESCRIPTION = "each operator's kernel time, call latency, syncs and GB/s against the bandwidth floor (GPU method)"
 EPILOG = """examples:
@@ -231,7 +233,6 @@ def _syncs_and_launches(fn, device, n=5) -> tuple[float | None, float | None]:
         finally:
             torch.cuda.set_sync_debug_mode("default")
     syncs = sum("synchroniz" in str(w.message).lower() for w in caught) / n
-    from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(n):
@@ -305,8 +306,6 @@ def verdicts(rows: list[dict], small: bool) -> list[str]:
 
 def triton_resources() -> list[dict]:
     """Registers and spills of every Triton kernel compiled in this process, from the compiled handles."""
-    import sys
-
     try:
         from triton.runtime.jit import JITFunction
     except ImportError:

@@ -18,6 +18,7 @@ import sys
 
 from vision.pipelines.extras import missing_extra
 from vision.pipelines.plugins import Parser, add_plugin
+from vision import __version__
 
 # name -> module (DESCRIPTION, add_arguments, run); later commands add their line here.
 COMMANDS = {
@@ -50,7 +51,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from vision import __version__
 
     parser.add_argument("--version", action="version", version=f"locallinear-vision {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

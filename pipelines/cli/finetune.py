@@ -3,6 +3,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+import json
+import os
+import sys
+
+import torch
+
+from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, check_numbers
+from vision.pipelines.training.dense_model import DenseConfig
 
 EPILOG = """\
 examples:
@@ -65,8 +73,6 @@ DESCRIPTION = ("Fine-tune a token-local / local-linear / DPT head, with LoRA ada
 
 
 def add_arguments(p) -> None:
-    from vision.pipelines.training.dense_model import DenseConfig
-
     d = DenseConfig()
     p.add_argument("--task", required=True, choices=("depth", "normals", "alpha", "binary", "semantic", "albedo"))
     p.add_argument("--data", required=True, type=Path, help="render-scenes folder or images/ + targets/ folder")
@@ -133,8 +139,6 @@ def add_arguments(p) -> None:
 def lora_rank(args) -> int:
     """``--lora-rank``, or its default: LoRA (rank 16) on pretrained weights, full fine-tuning without them.
     Adapters asked for on a random backbone are refused in one line."""
-    from vision.pipelines.training.dense_model import DenseConfig
-
     if args.lora_rank is None:
         if args.resume and args.out.is_dir():  # continue a run as it was started
             from vision.outputs import in_run
@@ -157,9 +161,7 @@ def run(args) -> int:
     rank = lora_rank(args)
     if args.merge and rank == 0:
         raise ValueError("--merge needs LoRA adapters (--lora-rank > 0, with --pretrained)")
-    import torch
 
-    from vision.pipelines.training.dense_model import DenseConfig
     from vision.pipelines.training.finetune import train
 
     if args.threads:
@@ -193,9 +195,7 @@ def run(args) -> int:
         raise FileExistsError(f"{args.out} is not empty; pass --resume to continue it or choose another folder")
     if args.lora_rank is None and not args.pretrained and not args.resume:
         print("no --pretrained: training the whole backbone from random weights (LoRA needs pretrained weights)")
-    import os
 
-    import sys
 
     from vision.pipelines.training.finetune import TrainingStopped, removed_on_failure
 
@@ -223,8 +223,6 @@ def run(args) -> int:
 def _check_arguments(args) -> None:
     """Every numeric option in range (NaN and inf refused), the LoRA target pattern compiled: one line, before
     anything loads."""
-    from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, check_numbers
-
     if args.epochs < 1 or args.batch_size < 1:
         raise ValueError("--epochs and --batch-size must be >= 1")
     check_numbers(args, dict(lr=POSITIVE, backbone_lr=POSITIVE, weight_decay=NON_NEGATIVE,
@@ -280,7 +278,6 @@ def _json_object(text: str | None, option: str) -> dict:
     """The JSON object an option holds ({} when it is not given), or a ValueError that names the option."""
     if not text:
         return {}
-    import json
 
     try:
         value = json.loads(text)

@@ -5,6 +5,8 @@ import argparse
 import glob
 from pathlib import Path
 
+from vision.pipelines.cli import read_input, torch_device
+
 EPILOG = """\
 examples:
   vision predict runs/depth photos/*.png -o predictions/
@@ -119,7 +121,6 @@ def run(args) -> int:
     from vision.io import read_image, write_image
     from vision.outputs import InputIndex, atomic_path, inside, output_stems, prepare_folder
     from vision.pipelines.training import dense_model
-    from vision.pipelines.cli import read_input, torch_device
 
     device = torch_device(args.device)
     paths = _expand(args.images)

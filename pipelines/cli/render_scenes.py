@@ -18,6 +18,8 @@ import time
 import uuid
 from pathlib import Path
 
+from vision.data.scenes import KINDS, make_scene, scene_seed
+
 EPILOG = """examples:
   vision render-scenes --out data/scenes --count 100 --size 128 --spp-ref 1024
   vision render-scenes --out data/scenes --count 200 --size 128 --spp-ref 1024   # resumes: renders scenes 100..199 only
@@ -38,8 +40,6 @@ DESCRIPTION = ("Render procedural scenes with Mitsuba 3 into multi-layer EXR fra
 
 
 def add_arguments(p) -> None:
-    from vision.data.scenes import KINDS
-
     p.add_argument("--out", type=Path, required=True, help="output folder (created; finished scenes in it are skipped)")
     p.add_argument("--count", type=int, required=True, help="number of scenes")
     p.add_argument("--size", type=int, default=256, help="image width and height in pixels (default 256)")
@@ -56,8 +56,6 @@ def add_arguments(p) -> None:
 
 def check_args(args) -> list[str]:
     """Validate the arguments before anything is rendered; returns the kinds. Raises ValueError."""
-    from vision.data.scenes import KINDS
-
     for name in ("count", "size", "spp_ref", "noisy_seeds", "ao_rays", "max_depth"):
         value = getattr(args, name)
         if value < 1:
@@ -119,7 +117,6 @@ def run(args) -> int:
     from tqdm import tqdm
 
     from vision.data.render import choose_variant, render_scene, write_scene
-    from vision.data.scenes import make_scene, scene_seed
     from vision.outputs import write_text_atomic
 
     settings = {"size": args.size, "spp_ref": args.spp_ref, "noisy_seeds": args.noisy_seeds, "seed": args.seed,

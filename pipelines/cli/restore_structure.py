@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from vision.kernels.spl.defaults import SPL_DEFAULTS
+from vision.pipelines.cli import read_input, torch_device
+from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, QUALITY, check_numbers
 
 EPILOG = """examples:
   vision restore-structure --source photo.png --edited edit.png -o restored.png
@@ -104,7 +106,6 @@ def run(args) -> int:
     from vision.io import to_image, to_tensor
     from vision.kernels import structure_loss
     from vision.outputs import prepare_file, refuse_inputs
-    from vision.pipelines.cli import read_input, torch_device
     from vision.restore import restore_structure
 
     inputs = [("--source", args.source), ("--edited", args.edited)] + ([("--mask", args.mask)] if args.mask else [])
@@ -118,7 +119,6 @@ def run(args) -> int:
         raise ValueError("JPEG output is 8-bit only; drop --bits 16 or write a .png/.tif")
     if args.steps < 0:
         raise ValueError(f"--steps must be >= 0, got {args.steps}")
-    from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, QUALITY, check_numbers
 
     check_numbers(args, dict(lr=POSITIVE, spl_weight=NON_NEGATIVE, color_weight=NON_NEGATIVE, eps=POSITIVE,
                              radius=NON_NEGATIVE, quality=QUALITY))

@@ -30,6 +30,7 @@ from pathlib import Path
 from vision.pipelines.training.denoiser_data import (  # noqa: F401 (the training data's helpers, as they were here)
     AO_CHANNEL, FLNR_GUIDES, FLNR_TRAINING, load_frames, loss_fn, pick, sample_batch, scene_groups, subsample, tonemap,
     val_phases, validate)
+from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, check_numbers
 
 EPILOG = """examples:
   vision render-scenes --out data/flnr --count 300 --size 128 --spp-ref 512 --seed 11
@@ -306,7 +307,6 @@ def _check_args(args) -> list[int] | None:
                          "--history N > 1")
     if args.init and Path(args.init).resolve() == args.out.resolve():
         raise ValueError(f"-o {args.out} is the --init file: write the fine-tuned weights to another file")
-    from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, check_numbers
 
     check_numbers(args, dict(lr=POSITIVE, smape=NON_NEGATIVE, drop_ao=dict(low=0, high=1), minutes=POSITIVE,
                              threads=dict(low=1), scale=dict(low=1), hidden=NON_NEGATIVE,

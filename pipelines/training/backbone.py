@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+import json
 
 from torch import nn
 
@@ -43,7 +44,6 @@ def resolve_pretrained(spec: str) -> tuple[str | None, str]:
     the local Hugging Face / torch hub cache only. Anything else is one ValueError line."""
     if Path(spec).is_file():
         return None, spec
-    import json
 
     import timm
     from huggingface_hub import try_to_load_from_cache

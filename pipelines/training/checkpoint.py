@@ -18,6 +18,14 @@ import json
 import os
 import shutil
 from pathlib import Path
+import math
+import pickle
+import random
+import zipfile
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
 
 MANIFEST = "checkpoint.json"  # written last: a folder without it (or whose files differ from it) is incomplete
 
@@ -95,19 +103,12 @@ def read(folder, format: str) -> dict | None:
 def load_errors() -> tuple:
     """What loading a damaged state file raises: safetensors' errors, torch.load's refusals (weights_only
     unpickling), a truncated zip, and the usual I/O and lookup errors."""
-    import pickle
-    import zipfile
-
-    from safetensors import SafetensorError
-
     return (RuntimeError, ValueError, KeyError, OSError, EOFError, TypeError, IndexError, AttributeError,
             pickle.UnpicklingError, zipfile.BadZipFile, SafetensorError)
 
 
 def first_line(err: BaseException) -> str:
     """The first line of an error's message (torch.load's refusals run to a page), or its type's name."""
-    import pickle
-
     if isinstance(err, pickle.UnpicklingError):  # torch.load's refusal: a page about weights_only
         return "a state file is damaged or was not written by this program"
     text = str(err).strip()
@@ -119,8 +120,6 @@ def damaged_file(folder) -> tuple[Path, str] | None:
     whole, ``.bin`` / ``.pkl`` as Accelerate reads them: weights only), and the first line of why; None when each
     file loads (then the checkpoint does not fit the model or its settings). Reads every file, so it runs on the
     failure path only: a good checkpoint never pays for it."""
-    import pickle
-
     def order(path: Path):  # what a resume reads first: weights, optimiser, schedule, then the rest
         rank = next((k for k, stem in enumerate(("model", "optimizer", "scheduler")) if path.name.startswith(stem)), 3)
         return rank, path.name
@@ -156,11 +155,6 @@ def restore_rng(folder, rank: int) -> tuple[Path, str] | None:
     the first line of why. ``Accelerator.load_state`` reads the same file but carries on without a word when it
     cannot, and the resumed run then draws other random numbers than an uninterrupted one: called before it, this
     stops such a resume. A folder without the file (a save without RNG states) is left to ``load_state``."""
-    import random
-
-    import numpy as np
-    import torch
-
     path = Path(folder) / RNG_STATES.format(rank)
     if not path.exists():
         return None
@@ -190,8 +184,6 @@ def restore_rng(folder, rank: int) -> tuple[Path, str] | None:
 
 
 def _number(v) -> bool:
-    import math
-
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 

@@ -32,6 +32,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+import shutil
 
 import torch
 from torch import nn
@@ -216,8 +217,6 @@ MERGED = "merged"
 def save_run_files(run: Path, cfg: DenseConfig, model: nn.Module, weights: dict[str, torch.Tensor] | None = None) -> None:
     """Write config.json, base.safetensors (once), model.safetensors and, for LoRA runs, adapter/ (peft's
     ``save_pretrained`` of the same ``weights``) into ``run``, each file atomically."""
-    import shutil
-
     from safetensors.torch import save_file
 
     run.mkdir(parents=True, exist_ok=True)
