@@ -30,6 +30,7 @@ import math
 from typing import Callable
 
 import torch
+from tqdm.auto import tqdm
 
 from vision.kernels.runtime import backend_for, choose, cuda_graphs_enabled, data_checks, implementation, register_path
 from vision.kernels.spl.op import check_magnitude, check_mask, value_and_grad
@@ -256,8 +257,6 @@ class _Progress:
     def __init__(self, steps, callback, progress):
         self.steps, self.callback, self.bar = steps, callback, None
         if progress:
-            from tqdm.auto import tqdm
-
             self.bar = tqdm(total=steps, desc="restore-structure", unit="step")
 
     def wants(self, step):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..border import unpad_adjoint
+from .torch_path import box_mean as torch_box_mean, box_mean_adjoint as torch_adjoint
 
 MODES = {"valid": 0, "reflect": 1, "replicate": 2, "symmetric": 3}
 MAX_RADIUS = 16
@@ -21,8 +22,6 @@ def box_mean(x: torch.Tensor, r: int, border: str) -> torch.Tensor:
     if r == 0:
         return x.float().clone()
     if not supported(r) or x.dtype == torch.float64:
-        from .torch_path import box_mean as torch_box_mean
-
         return torch_box_mean(x, r, border)
     from . import sliding
 
@@ -33,8 +32,6 @@ def box_mean_adjoint(g: torch.Tensor, r: int, border: str) -> torch.Tensor:
     if r == 0:
         return g.float().clone()
     if not supported(r) or g.dtype == torch.float64:
-        from .torch_path import box_mean_adjoint as torch_adjoint
-
         return torch_adjoint(g, r, border)
     from . import sliding
 

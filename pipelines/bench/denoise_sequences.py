@@ -34,6 +34,7 @@ import math
 import time
 from pathlib import Path
 import sys
+import logging
 
 import numpy as np
 import torch
@@ -200,10 +201,6 @@ def _cvvdp():
     """The ColorVideoVDP metric (cached; on the CPU; ``standard_fhd`` display). ImportError without cvvdp."""
     global _jod_metric
     if _jod_metric is None:
-        import logging
-
-        import torch
-
         log = logging.getLogger("torch.utils.cpp_extension")  # pycvvdp imports torch.utils.benchmark, which
         level = log.level  # warns once about CUDA_HOME on machines without CUDA: not ours to show
         log.setLevel(logging.ERROR)

@@ -30,6 +30,8 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from .guided_filter import copy_bandwidth
+
 DESCRIPTION = "each operator's kernel time, call latency, syncs and GB/s against the bandwidth floor (GPU method)"
 EPILOG = """examples:
   vision bench gpu                          # every case on CUDA at the target sizes
@@ -345,8 +347,6 @@ def run(args) -> int:
     small = bool(args.small)
     copy_gbs = None
     if device.type == "cuda":
-        from .guided_filter import copy_bandwidth
-
         copy_gbs = copy_bandwidth(device)
         print(f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}, copy bandwidth {copy_gbs:.0f} GB/s",
               flush=True)

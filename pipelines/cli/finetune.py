@@ -6,11 +6,12 @@ from pathlib import Path
 import json
 import os
 import sys
+import re
 
 import torch
 
 from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, check_numbers
-from vision.pipelines.training.dense_model import DenseConfig
+from vision.pipelines.training.dense_model import DenseConfig, merge_run
 
 EPILOG = """\
 examples:
@@ -214,8 +215,6 @@ def run(args) -> int:
         from accelerate import PartialState
 
         if PartialState().is_main_process:
-            from vision.pipelines.training.dense_model import merge_run
-
             print(f"merged adapters into {merge_run(args.out)}")
     return 0
 
@@ -236,8 +235,6 @@ def _check_arguments(args) -> None:
                          "to train on (their sum must be below 0.95)")
     targets = _targets(args.lora_targets)
     if isinstance(targets, str):
-        import re
-
         try:
             re.compile(targets)
         except re.error as err:

@@ -31,6 +31,7 @@ from vision.pipelines.training.denoiser_data import (  # noqa: F401 (the trainin
     AO_CHANNEL, FLNR_GUIDES, FLNR_TRAINING, load_frames, loss_fn, pick, sample_batch, scene_groups, subsample, tonemap,
     val_phases, validate)
 from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, check_numbers
+from vision.pipelines.cli import read_input, torch_device
 
 EPILOG = """examples:
   vision render-scenes --out data/flnr --count 300 --size 128 --spp-ref 512 --seed 11
@@ -323,12 +324,9 @@ def _check_args(args) -> list[int] | None:
     prepare_file(args.out, "-o")  # a folder or an unwritable place fails now, not after the training
     if args.init:
         from vision.denoise.flnr import load_flnr
-        from vision.pipelines.cli import read_input
 
         read_input(load_flnr, args.init, "--init", "FLNR weights")  # a pickle or a crafted config: one line now
     if args.device:
-        from vision.pipelines.cli import torch_device
-
         torch_device(args.device)  # a malformed or absent device: one line, before any data is read
     return widths
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import json
 
 from torch import nn
+import torch.hub
 
 
 def _first_line(err: BaseException) -> str:
@@ -77,8 +78,6 @@ def resolve_pretrained(spec: str) -> tuple[str | None, str]:
             repo = pcfg.hf_hub_id
             file = cached(repo, [pcfg.hf_hub_filename] if pcfg.hf_hub_filename else weights)
         if file is None and pcfg.url:
-            import torch.hub
-
             local = os.path.join(torch.hub.get_dir(), "checkpoints", os.path.basename(pcfg.url.split("?")[0]))
             file = local if os.path.isfile(local) else None
         if file is None:

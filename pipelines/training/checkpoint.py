@@ -25,7 +25,7 @@ import zipfile
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 
 MANIFEST = "checkpoint.json"  # written last: a folder without it (or whose files differ from it) is incomplete
 
@@ -129,8 +129,6 @@ def damaged_file(folder) -> tuple[Path, str] | None:
     for path in sorted((p for p in Path(folder).iterdir() if p.is_file() and p.name != MANIFEST), key=order):
         try:
             if path.suffix == ".safetensors":
-                from safetensors import safe_open
-
                 with safe_open(str(path), framework="pt", device="cpu") as fh:
                     for key in fh.keys():
                         fh.get_tensor(key)
@@ -174,8 +172,6 @@ def restore_rng(folder, rank: int) -> tuple[Path, str] | None:
         np.random.set_state(states["numpy_random_seed"])
         torch.set_rng_state(states["torch_manual_seed"])
     except load_errors() as err:
-        import pickle
-
         random.setstate(saved[0])
         np.random.set_state(saved[1])
         torch.set_rng_state(saved[2])

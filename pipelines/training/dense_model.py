@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 import shutil
+import inspect
 
 import torch
 from torch import nn
@@ -180,7 +181,6 @@ def build_model(cfg: DenseConfig, base: dict | None = None) -> DenseModel:
     try:
         head = head_cls(**fixed, **cfg.head_kwargs)
     except TypeError as err:  # an unknown keyword: name the head's real arguments
-        import inspect
 
         allowed = [n for n in inspect.signature(head_cls).parameters if n not in fixed]
         raise ValueError(f"--head-kwargs {cfg.head_kwargs} do not fit the {cfg.head} head ({err}); "

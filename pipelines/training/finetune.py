@@ -26,6 +26,7 @@ import math
 import time
 from pathlib import Path
 from types import SimpleNamespace
+import warnings
 
 import torch
 import numpy as np
@@ -46,6 +47,7 @@ from vision.figures import side_by_side
 from vision.outputs import run_lock, in_run
 from .run_card import edge_metrics, write_card
 from .run_config import check_task_kwargs
+from vision.heads import guided_refine
 
 
 class TrainingStopped(RuntimeError):
@@ -128,8 +130,6 @@ def predict_samples(model, task, samples, tta: bool = True, refine=None, batch_s
         image = torch.stack([samples[j]["image"] for j in range(i, min(len(samples), i + batch_size))]).to(device)
         raw = predict_raw(model, task, image, tta=tta).float()
         if refine is not None:
-            from vision.heads import guided_refine
-
             raw = guided_refine(image, raw, radius=refine[0], eps=refine[1])
         preds.append(task.decode(raw).cpu())
     return torch.cat(preds)
@@ -184,8 +184,6 @@ def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bo
     run = Path(run_dir)
     task = task_of(cfg)
     if cfg.lora_rank > 0 and not cfg.pretrained:
-        import warnings
-
         warnings.warn(f"LoRA (rank {cfg.lora_rank}) on a {cfg.backbone} without pretrained weights: the adapters "
                       "adapt random features; give pretrained= or train the whole backbone (lora_rank=0)",
                       UserWarning, stacklevel=2)
