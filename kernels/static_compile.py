@@ -42,7 +42,7 @@ class StaticCompile:
 
 
 def _tool(name: str) -> str:
-    import triton
+    import triton  # lazy: Triton loads only for the GPU kernels (Linux x86_64 only)
 
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 
@@ -62,9 +62,9 @@ def compile_static(fn, constexprs: dict, signature: dict | None = None, num_warp
 
     ``aligned``: tell the compiler every pointer is 16-byte aligned, as Triton's launcher does for tensors from
     PyTorch's allocator (the binary a GPU runs for whole tensors; vectorised loads may need more registers)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    import triton  # lazy: Triton loads only for the GPU kernels (Linux x86_64 only)
+    from triton.backends.compiler import GPUTarget  # lazy: Triton loads only for the GPU kernels (Linux x86_64 only)
+    from triton.compiler import ASTSource  # lazy: Triton loads only for the GPU kernels (Linux x86_64 only)
 
     fn = getattr(fn, "fn", fn) if not hasattr(fn, "arg_names") else fn
     sig = default_signature(fn, constexprs, signature)

@@ -20,9 +20,31 @@ from project_files import ROOT, project_files
 
 FOLDERS = ("vision", "kernels", "pipelines")
 MARKER = "# lazy:"
-CEILING = 9999  # in-function imports, all folders together; lower it as imports move to the top
-# modules whose lazy imports are still being reworked on other branches; each says why in its own words for now
-UNMARKED_FOR_NOW: frozenset = frozenset()
+CEILING = 323  # in-function imports, all folders together; lower it as imports move to the top
+# the denoiser's and the editing pipeline's modules and commands, not yet given the marker: their lazy imports
+# (numba loops, the Triton fill, OpenEXR, diffusers) are being rearranged with those packages
+UNMARKED_FOR_NOW: frozenset = frozenset({
+    "pipelines/cli/denoise.py",
+    "pipelines/cli/denoise_io.py",
+    "pipelines/cli/denoise_report.py",
+    "pipelines/cli/edit.py",
+    "pipelines/editing/config.py",
+    "pipelines/editing/masks.py",
+    "pipelines/editing/pipeline.py",
+    "pipelines/editing/schedulers.py",
+    "pipelines/editing/spl_callback.py",
+    "pipelines/editing/spl_guidance.py",
+    "vision/denoise/flnr/cells.py",
+    "vision/denoise/flnr/detail.py",
+    "vision/denoise/flnr/finish.py",
+    "vision/denoise/flnr/head.py",
+    "vision/denoise/flnr/prepare.py",
+    "vision/denoise/flr.py",
+    "vision/denoise/input_blend.py",
+    "vision/denoise/metrics.py",
+    "vision/denoise/signal.py",
+    "vision/denoise/temporal.py",
+})
 
 
 def lazy_imports() -> list[tuple[str, int, str]]:

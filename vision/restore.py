@@ -43,7 +43,7 @@ DEFAULT_LR = {"sgd": 1.0, "adam": 5e-3}
 
 def chroma_jacobian(device=None) -> torch.Tensor:
     """(2, 3): d(Cb, Cr) / d(R, G, B) of kornia's (affine) ``rgb_to_ycbcr``, read off kornia itself."""
-    from kornia.color import rgb_to_ycbcr
+    from kornia.color import rgb_to_ycbcr  # lazy: kornia loads slowly; only this path needs it
 
     basis = torch.cat([torch.zeros(1, 3), torch.eye(3)]).view(4, 3, 1, 1)
     ycc = rgb_to_ycbcr(basis)[:, 1:, 0, 0]
@@ -297,7 +297,7 @@ def _restore_eager(objective, e0, steps, lr, momentum, optimizer, clamp, callbac
 
 
 def _fused(objective, e0, lr, momentum, clamp):
-    from vision.kernels.spl.restore_step import FusedSGD
+    from vision.kernels.spl.restore_step import FusedSGD  # lazy: vision.kernels.spl.restore_step loads triton
 
     o = objective
     return FusedSGD(o.S, e0, o.mask, o.color_mask, o.g_spl, o.Q_host, o.radius, o.eps,
@@ -368,7 +368,7 @@ def _graph_run(objective, e0, steps, lr, momentum, clamp):
 def _capture(objective, e0, steps, lr, momentum, clamp):
     o = objective
     static = [None if t is None else t.clone() for t in (o.S, e0, o.mask, o.color_mask)]
-    from vision.kernels.spl.restore_step import FusedSGD
+    from vision.kernels.spl.restore_step import FusedSGD  # lazy: vision.kernels.spl.restore_step loads triton
 
     fused = FusedSGD(static[0], static[1], static[2], static[3], o.g_spl.clone(),
                      o.Q_host, o.radius, o.eps, o.bidirectional, lr, momentum, clamp)

@@ -23,7 +23,7 @@ def box_mean(x: torch.Tensor, r: int, border: str) -> torch.Tensor:
         return x.float().clone()
     if not supported(r) or x.dtype == torch.float64:
         return torch_box_mean(x, r, border)
-    from . import sliding
+    from . import sliding  # lazy: vision.kernels.box.sliding loads triton
 
     return sliding.launch(x, r, MODES[border], 0, 0)
 
@@ -33,7 +33,7 @@ def box_mean_adjoint(g: torch.Tensor, r: int, border: str) -> torch.Tensor:
         return g.float().clone()
     if not supported(r) or g.dtype == torch.float64:
         return torch_adjoint(g, r, border)
-    from . import sliding
+    from . import sliding  # lazy: vision.kernels.box.sliding loads triton
 
     if border == "valid":
         return sliding.launch(g, r, 0, 1, 0)

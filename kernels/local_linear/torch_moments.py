@@ -204,7 +204,7 @@ def cell_moments(f, p, cf, cp, s: int, numba: bool = False) -> torch.Tensor:
     C = p.shape[1]
     lay = layout(K, C)
     if s > 1 and numba:  # (at s = 1 the products go straight into X: nothing to fuse)
-        from . import cpu_path
+        from . import cpu_path  # lazy: vision.kernels.local_linear.cpu_path loads llvmlite, numba, scipy
 
         X = f.new_empty(B, lay.NM, *grid_shape(H, W, s))
         cpu_path.cell_moments(f.contiguous(), p.contiguous(), cf.contiguous(), cp.contiguous(), s, X)

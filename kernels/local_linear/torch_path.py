@@ -113,7 +113,7 @@ def _fit_one(X, eps, lay, r: int, border: str, cf, cp, numba: bool = False, box:
         theta[:, :, K, i0:i1] = b.view(B, C, i1 - i0, w)
 
     if numba:
-        from . import cpu_path
+        from . import cpu_path  # lazy: vision.kernels.local_linear.cpu_path loads llvmlite, numba, scipy
 
         cpu_path.solve_rows(X.contiguous(), eps.contiguous(), K, C, theta)
     else:
@@ -340,7 +340,7 @@ def _apply_cells(f, coeffs, s_h: int, s_w: int, numba: bool = False):
     C, K1, gh, gw = coeffs.shape[1:]
     q = f.new_empty(B, C, H, W)
     if numba:
-        from . import cpu_path
+        from . import cpu_path  # lazy: vision.kernels.local_linear.cpu_path loads llvmlite, numba, scipy
 
         cpu_path.apply_cells(f.contiguous(), coeffs.contiguous(), s_h, s_w, q)
         return q

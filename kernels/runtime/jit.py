@@ -37,7 +37,7 @@ _lock = threading.Lock()  # numba's workqueue layer must not be entered by two t
 @lru_cache(maxsize=None)
 def _numba():
     try:
-        import numba
+        import numba  # lazy: numba loads its compiled loops only when a CPU loop runs
     except Exception:  # not installed, or no wheel for this Python: the PyTorch paths run
         return None
     if "NUMBA_THREADING_LAYER" not in os.environ:

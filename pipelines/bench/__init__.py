@@ -56,7 +56,7 @@ def _checked_run(run, args) -> int:
     line before the bench runs, not after."""
     check_numbers(args, dict(eps=POSITIVE, radius=NON_NEGATIVE))
     if getattr(args, "json", None):
-        from vision.outputs import prepare_file
+        from vision.outputs import prepare_file  # lazy: `vision bench --help` starts without vision.outputs
 
         prepare_file(args.json, "--json")
     return run(args)

@@ -133,9 +133,7 @@ def peak_memory(fn: Callable[[], object], device="cpu") -> int:
 # ------------------------------------------------------------------------------------------- models
 
 def _build(name: str, size: int, device, dtype):
-    import timm
-
-    import vision  # noqa: F401  registers the ViG family
+    import timm  # lazy: timm comes with the [dense] and [train-denoiser] extras
 
     model = timm.create_model(name, pretrained=False, img_size=size, num_classes=1000)
     return model.eval().to(device=device, dtype=dtype)
@@ -195,7 +193,9 @@ def _print_models(rows: list[dict], size: int, batch: int) -> None:
 # ------------------------------------------------------------------------------------------- GLA op
 
 def bench_gla(T: int, shape, args, device, dtype) -> list[dict]:
+    # lazy: `vision bench --help` starts without vision.kernels.linear_attention
     from vision.kernels.linear_attention import gla, naive_recurrent_gla
+    # lazy: `vision bench --help` starts without vision.kernels.runtime
     from vision.kernels.runtime import choose, use_backend
 
     B, H, D = shape

@@ -108,7 +108,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def box_denoise(d: dict, radius: int) -> np.ndarray:
-    from vision.denoise import buffers as B
+    from vision.denoise import buffers as B  # lazy: `vision bench --help` starts without vision.denoise
 
     t = {k: B.to_bchw(d[k], k) for k in ("color", *SIGNAL) if k in d}  # the colour and what splits it
     target, factor, add = B.demodulate(t["color"], t.get("albedo"), t.get("emission"), radius)
@@ -128,7 +128,7 @@ def half_color(d: dict, how: str, u: int = 2) -> np.ndarray:
 
 
 def methods(args, upsample: bool = False, quarter: bool = False) -> dict:
-    from vision.denoise import denoise
+    from vision.denoise import denoise  # lazy: `vision bench --help` starts without vision.denoise
 
     def full(d):
         return d["color"]
@@ -144,7 +144,7 @@ def methods(args, upsample: bool = False, quarter: bool = False) -> dict:
          "flr s=2": flr(2)}
     net = None
     if not getattr(args, "no_flnr", False):
-        from vision.denoise import load_flnr
+        from vision.denoise import load_flnr  # lazy: `vision bench --help` starts without vision.denoise
 
         net = load_flnr(getattr(args, "weights", None))
         m["flnr"] = run_on(full, model="flnr", weights=net)
@@ -168,7 +168,7 @@ def methods(args, upsample: bool = False, quarter: bool = False) -> dict:
                                               phase=(0, 0))
     if not args.no_oidn:
         try:
-            import pyoidn
+            import pyoidn  # lazy: OIDN is an optional [bench] peer
         except ImportError:
             print("(pyoidn not installed: no OIDN rows; pip install pyoidn)")
         else:
@@ -185,12 +185,13 @@ def methods(args, upsample: bool = False, quarter: bool = False) -> dict:
 
 
 def load_frames(args) -> list[tuple[str, int, dict]]:
-    from vision.bundled import asset_path
-    from vision.data import RenderedScenes
+    from vision.bundled import asset_path  # lazy: `vision bench --help` starts without vision.bundled
+    from vision.data import RenderedScenes  # lazy: `vision bench --help` starts without vision.data.dataset
 
     if getattr(args, "spp", None) and getattr(args, "frames", None) is None:
         raise ValueError("--spp picks frames of a --frames manifest by their samples per pixel; add --frames")
     if getattr(args, "frames", None) is not None:
+        # lazy: `vision bench --help` starts without vision.pipelines.bench.denoise_files
         from .denoise_files import load_manifest_frames
 
         return load_manifest_frames(args.frames, getattr(args, "spp", None))
@@ -253,7 +254,7 @@ def temporal_step(d: dict):
     """One ``vision denoise --temporal`` frame: :class:`vision.denoise.TemporalDenoiser` (FLNR) with a Cycles Vector
     pass of a sub-pixel camera pan (0.37, -0.21 px per frame), so every call reprojects, tests and accumulates a
     full history before the regression."""
-    from vision.denoise import TemporalDenoiser
+    from vision.denoise import TemporalDenoiser  # lazy: `vision bench --help` starts without vision.denoise
 
     den = TemporalDenoiser()
     h, w = d["color"].shape[:2]
@@ -279,8 +280,9 @@ def time_device(args, frames, device) -> dict:
     and its buffers resident there as (1, C, H, W) tensors, one row printed per method as it is measured
     (warm-up, host syncs per frame, per-call latency, GPU kernel and throughput time, CUDA graph or not: see
     :mod:`.denoise_device`). Returns the per-call seconds per method (an exception where a method failed)."""
-    from vision.denoise import denoise, load_flnr
+    from vision.denoise import denoise, load_flnr  # lazy: `vision bench --help` starts without vision.denoise
 
+    # lazy: `vision bench --help` starts without vision.pipelines.bench.denoise_device
     from . import denoise_device as DD
 
     device = torch.device(device)
@@ -342,6 +344,7 @@ def run(args) -> int:
     ok &= quality_targets(means, real, has_flip, (w, h))
     spp_records = None
     if real:
+        # lazy: `vision bench --help` starts without vision.pipelines.bench.denoise_files
         from .denoise_files import scene_checks, spp_tables
 
         ok &= scene_checks(per, sorted({s for s, _, _ in frames}), means)
@@ -385,7 +388,7 @@ def _check_device_first(args):
 def _has_flip() -> bool:
     """Whether ``flip-evaluator`` is installed (else say that the HDR-FLIP column is left out)."""
     try:
-        import flip_evaluator  # noqa: F401
+        import flip_evaluator  # noqa: F401  # lazy: FLIP is an optional [bench] peer
         return True
     except ImportError:
         print("(flip-evaluator not installed: no HDR-FLIP column; pip install flip-evaluator)")
@@ -399,7 +402,7 @@ def _divisible(frames: list, u: int) -> bool:
 
 def _measure(frames: list, ms: dict, repeat: int, has_flip: bool) -> dict:
     """``{(scene, method): [metrics of each frame]}``: PSNR, SSIM, relMSE (HDR-FLIP) and the median time."""
-    from vision.denoise import metrics as M
+    from vision.denoise import metrics as M  # lazy: `vision bench --help` starts without vision.denoise
 
     per: dict[tuple[str, str], list[dict]] = {}
     for scene, k, d in frames:

@@ -44,8 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from diffusers import AutoencoderKL, UNet2DConditionModel
+    from diffusers import AutoencoderKL, UNet2DConditionModel  # lazy: diffusers comes with the [edit] extra
 
+    # lazy: `vision bench --help` starts without vision.pipelines.editing.spl_guidance
     from vision.pipelines.editing.spl_guidance import LatentRestorer
 
 

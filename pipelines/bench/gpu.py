@@ -62,7 +62,7 @@ def _err(fast, slow) -> float:
 
 
 def _in_float64(fn, *tensors):
-    from vision.kernels.runtime import use_backend
+    from vision.kernels.runtime import use_backend  # lazy: `vision bench --help` starts without vision.kernels.runtime
 
     with use_backend("torch"):
         return fn(*(t.double() for t in tensors))
@@ -71,7 +71,7 @@ def _in_float64(fn, *tensors):
 # ---------------------------------------------------------------------------------------------- the cases
 
 def _box(device, small):
-    from vision.kernels import box_filter
+    from vision.kernels import box_filter  # lazy: `vision bench --help` starts without vision.kernels.box
 
     n = 128 if small else 1024
     x = _rand((1, 1, n, n), device, 0)
@@ -80,7 +80,7 @@ def _box(device, small):
 
 def _guided(channels, size):
     def build(device, small):
-        from vision.kernels import guided_filter
+        from vision.kernels import guided_filter  # lazy: `vision bench --help` starts without vision.kernels.guided
 
         h, w = (96, 128) if small else size
         g, s = _rand((1, channels, h, w), device, 1), _rand((1, channels, h, w), device, 2)
@@ -90,7 +90,7 @@ def _guided(channels, size):
 
 
 def _kornia_guided(device, small):
-    from kornia.filters import guided_blur
+    from kornia.filters import guided_blur  # lazy: kornia loads slowly; only this path needs it
 
     n = 128 if small else 1024
     g, s = _rand((1, 1, n, n), device, 1), _rand((1, 1, n, n), device, 2)
@@ -98,6 +98,7 @@ def _kornia_guided(device, small):
 
 
 def _regression(device, small):
+    # lazy: `vision bench --help` starts without vision.kernels.local_linear
     from vision.kernels import local_linear_apply, local_linear_fit
 
     h, w = (64, 96) if small else (1080, 1920)
@@ -108,13 +109,14 @@ def _regression(device, small):
 
 def _spl(size, peer=False):
     def build(device, small):
+        # lazy: `vision bench --help` starts without vision.kernels.spl.structure_loss
         from vision.kernels import structure_loss
 
         n = 64 if small else size
         src = _rand((1, 3, n, n), device, 5)
         edit = _rand((1, 3, n, n), device, 6).requires_grad_(True)
         if peer:
-            from .spl import unfused_structure_loss as loss
+            from .spl import unfused_structure_loss as loss  # lazy: binds this branch's local `loss`
         else:
             loss = structure_loss
 
@@ -124,6 +126,7 @@ def _spl(size, peer=False):
         def err():
             ours = call()
             e64 = edit.detach().double().requires_grad_(True)
+            # lazy: `vision bench --help` starts without vision.kernels.runtime
             from vision.kernels.runtime import use_backend
 
             with use_backend("torch"):
@@ -135,7 +138,7 @@ def _spl(size, peer=False):
 
 
 def _restore(device, small):
-    from vision import restore_structure
+    from vision import restore_structure  # lazy: `vision bench --help` starts without vision.restore
 
     n = 64 if small else 512
     src, edit = _rand((1, 3, n, n), device, 7), _rand((1, 3, n, n), device, 8)
@@ -182,7 +185,7 @@ def _kernel_time_us(fn, device) -> tuple[float, bool]:
             times.append(time.perf_counter() - t0)
         return statistics.median(times) * 1e6, False
     try:
-        from triton.testing import do_bench_cudagraph
+        from triton.testing import do_bench_cudagraph  # lazy: Triton loads only for the GPU kernels (Linux x86_64 only)
 
         return do_bench_cudagraph(fn, rep=50) * 1e3, True
     except Exception:  # a host sync or an allocation pattern the graph cannot capture
@@ -309,7 +312,7 @@ def verdicts(rows: list[dict], small: bool) -> list[str]:
 def triton_resources() -> list[dict]:
     """Registers and spills of every Triton kernel compiled in this process, from the compiled handles."""
     try:
-        from triton.runtime.jit import JITFunction
+        from triton.runtime.jit import JITFunction  # lazy: Triton loads only for the GPU kernels (Linux x86_64 only)
     except ImportError:
         return []
     rows = []

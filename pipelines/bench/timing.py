@@ -133,7 +133,7 @@ def set_threads(n: int | None) -> None:
         return
     torch.set_num_threads(n)
     try:
-        import cv2
+        import cv2  # lazy: `vision bench --help` starts without OpenCV
 
         cv2.setNumThreads(n)
     except ImportError:

@@ -32,6 +32,7 @@ def source() -> Path:
 
 def build_zip(out: Path) -> list[str]:
     """Write the add-on zip to ``out`` (atomically); returns the archive's names (``vision_denoise/...``)."""
+    # lazy: `vision blender-addon --help` starts without vision.outputs
     from vision.outputs import atomic_path, prepare_file
 
     folder = source()

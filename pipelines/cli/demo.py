@@ -42,7 +42,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import torch
+    import torch  # lazy: `vision demo --help` starts without torch
 
 
     device = str(torch_device(args.device)) if args.device else ("cuda" if torch.cuda.is_available() else "cpu")

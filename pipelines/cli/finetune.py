@@ -142,7 +142,7 @@ def lora_rank(args) -> int:
     Adapters asked for on a random backbone are refused in one line."""
     if args.lora_rank is None:
         if args.resume and args.out.is_dir():  # continue a run as it was started
-            from vision.outputs import in_run
+            from vision.outputs import in_run  # lazy: `vision finetune --help` starts without vision.outputs
 
             config = in_run(args.out, "config.json")  # a link there is refused, never read through
             if config.is_file() and config.stat().st_size < 1 << 20:
@@ -163,10 +163,12 @@ def run(args) -> int:
     if args.merge and rank == 0:
         raise ValueError("--merge needs LoRA adapters (--lora-rank > 0, with --pretrained)")
 
+    # lazy: `vision finetune --help` starts without vision.pipelines.training.finetune
     from vision.pipelines.training.finetune import train
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    # lazy: `vision finetune --help` starts without vision.pipelines.training.run_config
     from vision.pipelines.training.run_config import check_backbone_kwargs, check_head_kwargs, check_task_kwargs
 
     extra = check_backbone_kwargs(_json_object(args.backbone_kwargs, "--backbone-kwargs"), "--backbone-kwargs", "")
@@ -174,7 +176,7 @@ def run(args) -> int:
     task_kwargs = check_task_kwargs(_json_object(args.task_kwargs, "--task-kwargs"), "--task-kwargs", "")
     if not args.data.is_dir():
         raise FileNotFoundError(f"--data {args.data}: no such folder")
-    from vision.outputs import prepare_folder, same_file
+    from vision.outputs import prepare_folder, same_file  # lazy: `vision finetune --help` starts without vision.outputs
 
     read = [args.data, args.data / "images", args.data / "targets"]  # folders whose files are read as data
     if any(same_file(args.out, d) or d.resolve() in args.out.resolve().parents for d in read[1:]) \
@@ -198,6 +200,7 @@ def run(args) -> int:
         print("no --pretrained: training the whole backbone from random weights (LoRA needs pretrained weights)")
 
 
+    # lazy: `vision finetune --help` starts without vision.pipelines.training.finetune
     from vision.pipelines.training.finetune import TrainingStopped, removed_on_failure
 
     # a start that fails (unknown backbone, empty data) leaves no folder; under `accelerate launch` rank 0 cleans
@@ -212,7 +215,7 @@ def run(args) -> int:
         last = history[-1]
         print(f"done: {last['epoch']} epochs in {last['seconds']:.0f} s; run in {args.out}")
     if args.merge:
-        from accelerate import PartialState
+        from accelerate import PartialState  # lazy: accelerate comes with an optional extra
 
         if PartialState().is_main_process:
             print(f"merged adapters into {merge_run(args.out)}")
@@ -244,7 +247,7 @@ def _check_arguments(args) -> None:
 def _command(args) -> str:
     """The command line that reproduces this run (every option that differs from its default), for the card;
     rebuilt from the parsed options, so it is the same whether the CLI ran from a shell or from Python."""
-    import shlex
+    import shlex  # lazy: `vision finetune --help` starts without shlex
 
     words = ["vision", "finetune"]
     for action in args.finetune_parser._actions:

@@ -110,14 +110,15 @@ def run(args) -> int:
                          f"render-scenes deletes nothing it did not create: move it out of --out {out} and rerun"
                          + (f" ({len(foreign) - 1} more such)" if len(foreign) > 1 else ""))
     try:
-        import mitsuba  # noqa: F401
+        import mitsuba  # noqa: F401  # lazy: mitsuba comes with the [render] extra
     except ImportError:
         print("vision render-scenes: error: needs Mitsuba 3: pip install 'locallinear-vision[render]'", file=sys.stderr)
         return 2
-    from tqdm import tqdm
+    from tqdm import tqdm  # lazy: `vision render-scenes --help` starts without tqdm
 
+    # lazy: `vision render-scenes --help` starts without vision.data.render
     from vision.data.render import choose_variant, render_scene, write_scene
-    from vision.outputs import write_text_atomic
+    from vision.outputs import write_text_atomic  # lazy: `vision render-scenes --help` starts without vision.outputs
 
     settings = {"size": args.size, "spp_ref": args.spp_ref, "noisy_seeds": args.noisy_seeds, "seed": args.seed,
                 "kinds": kinds, "ao_rays": args.ao_rays, "max_depth": args.max_depth}

@@ -169,6 +169,7 @@ def training_command(args) -> str:
 def _checkpoint_dir(args) -> Path:
     """--checkpoint-dir, or -o's name + .state beside it; refused when it is an input or the output, or
     something other than a checkpoint that a save would replace."""
+    # lazy: `vision train-denoiser --help` starts without vision.pipelines.training.checkpoint
     from vision.pipelines.training import checkpoint, denoiser
 
     folder = Path(args.checkpoint_dir or f"{args.out}.state")
@@ -220,6 +221,7 @@ def _build(args, widths):
     flags ask) or new."""
 
     def build(train, say):
+        # lazy: `vision train-denoiser --help` starts without vision.denoise.flnr
         from vision.denoise.flnr import DEFAULT_CONFIG, FLNR, load_flnr
 
         if not args.init:
@@ -251,6 +253,7 @@ def _build(args, widths):
         model = model.with_detail() if args.detail and not model.config["detail"] else model
         model = model.with_history() if args.history > 1 and not model.config["history"] else model
         if args.history_only:
+            # lazy: `vision train-denoiser --help` starts without vision.denoise.flnr.surgery
             from vision.denoise.flnr.surgery import train_history_only
 
             train_history_only(model)
@@ -261,8 +264,9 @@ def _build(args, widths):
 
 def run(args) -> int:
     """``vision train-denoiser``: check every argument, read the scenes, train, and say what was written."""
-    import torch
+    import torch  # lazy: `vision train-denoiser --help` starts without torch
 
+    # lazy: `vision train-denoiser --help` starts without vision.pipelines.training.denoiser
     from vision.pipelines.training.denoiser import DenoiserTraining, data_identity, train as train_loop
 
     widths = _check_args(args)
@@ -312,6 +316,7 @@ def _check_args(args) -> list[int] | None:
     check_numbers(args, dict(lr=POSITIVE, smape=NON_NEGATIVE, drop_ao=dict(low=0, high=1), minutes=POSITIVE,
                              threads=dict(low=1), scale=dict(low=1), hidden=NON_NEGATIVE,
                              fit_down=dict(low=1), steps=dict(low=1), history=dict(low=1)))
+    # lazy: `vision train-denoiser --help` starts without vision.denoise.flnr.config
     from vision.denoise.flnr.config import check_config
 
     # (--guides: the network's own check, 1 to 8, says it, and with --init that guides only grow)
@@ -319,10 +324,11 @@ def _check_args(args) -> list[int] | None:
                        ("scale", args.scale), ("fit_down", args.fit_down)):
         if value is not None:  # the network's sizes within the documented bounds before anything is allocated
             check_config({key: value}, "--" + key.replace("_", "-"))
-    from vision.outputs import prepare_file
+    from vision.outputs import prepare_file  # lazy: `vision train-denoiser --help` starts without vision.outputs
 
     prepare_file(args.out, "-o")  # a folder or an unwritable place fails now, not after the training
     if args.init:
+        # lazy: `vision train-denoiser --help` starts without vision.denoise.flnr
         from vision.denoise.flnr import load_flnr
 
         read_input(load_flnr, args.init, "--init", "FLNR weights")  # a pickle or a crafted config: one line now
@@ -353,6 +359,7 @@ def _report(args, res) -> int:
         print(f"vision train-denoiser: error: {_lost_write(args, res)}", file=sys.stderr)
         return 1
     if res.signum:
+        # lazy: `vision train-denoiser --help` starts without vision.pipelines.training.signals
         from vision.pipelines.training.signals import signal_name
 
         print(f"stopped by {signal_name(res.signum)} in epoch {res.epochs + 1}: checkpoint in {res.folder}, best weights so far "

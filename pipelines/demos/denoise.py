@@ -33,7 +33,7 @@ def oidn(frame: dict):
     """Open Image Denoise on ``frame`` (pyoidn: HDR colour, albedo and normal, cleanAux, high quality), or None
     when pyoidn is not installed."""
     try:
-        import pyoidn
+        import pyoidn  # lazy: OIDN is an optional [bench] peer
     except ImportError:
         return None
     return pyoidn.denoise(frame["color"], frame["albedo"], frame["normal"], hdr=True, clean_aux=True, quality="high")
@@ -45,9 +45,9 @@ def _big(img, k: int = 2):
 
 
 def run(out_dir: Path, device: str) -> list[Path]:
-    from vision.data import read_frame
-    from vision.denoise import denoise
-    from vision.denoise.metrics import psnr, tonemap
+    from vision.data import read_frame  # lazy: vision.data.read_frame needs an optional package
+    from vision.denoise import denoise  # lazy: vision.denoise loads huggingface_hub
+    from vision.denoise.metrics import psnr, tonemap  # lazy: vision.denoise.metrics loads huggingface_hub
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

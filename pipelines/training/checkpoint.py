@@ -134,9 +134,9 @@ def damaged_file(folder) -> tuple[Path, str] | None:
                         fh.get_tensor(key)
             elif path.suffix in (".bin", ".pkl"):
                 try:
-                    from accelerate.utils import load  # torch.load with Accelerate's allow-list (RNG states)
+                    from accelerate.utils import load  # lazy: accelerate is optional; its torch.load allows RNG states
                 except ImportError:
-                    from torch import load
+                    from torch import load  # lazy: the fallback where accelerate is missing
                 load(str(path), map_location="cpu", weights_only=True)
         except load_errors() as err:
             why = ("not a weights-only torch file" if isinstance(err, pickle.UnpicklingError) else first_line(err))
@@ -157,7 +157,7 @@ def restore_rng(folder, rank: int) -> tuple[Path, str] | None:
     if not path.exists():
         return None
     try:
-        from accelerate.utils import load  # torch.load with Accelerate's allow-list (NumPy's state)
+        from accelerate.utils import load  # lazy: accelerate is optional; its torch.load allows NumPy's state
     except ImportError:
         load = torch.load
     saved = (random.getstate(), np.random.get_state(), torch.get_rng_state())

@@ -269,7 +269,7 @@ def _check_resume(cfg: DenoiserTraining, out) -> tuple:
 
 def _make_accelerator(cfg: DenoiserTraining):
     """The run's Accelerator on ``cfg.device`` (one schedule step per optimiser step, unused parameters allowed)."""
-    from accelerate import DistributedDataParallelKwargs
+    from accelerate import DistributedDataParallelKwargs  # lazy: accelerate comes with an optional extra
 
 
     if cfg.device and str(cfg.device).startswith("cuda:") and torch.cuda.is_available():
@@ -280,7 +280,7 @@ def _make_accelerator(cfg: DenoiserTraining):
 
 def _prepare_frames(cfg: DenoiserTraining, acc, train_frames: list, val_frames: list, say) -> tuple:
     """``(train_frames, val_frames, stats, groups, steps)``: frames on the device, their statistics, scene groups."""
-    from vision.denoise.flnr import frame_stats
+    from vision.denoise.flnr import frame_stats  # lazy: vision.denoise.flnr loads huggingface_hub
 
     move = (lambda fs: [{k: (v.to(acc.device) if hasattr(v, "to") else v) for k, v in f.items()} for f in fs])
     if not val_frames:
@@ -295,7 +295,7 @@ def _prepare_frames(cfg: DenoiserTraining, acc, train_frames: list, val_frames: 
 
 def _announce(cfg: DenoiserTraining, acc, model, train_frames, val_frames, steps: int, folder: Path, say) -> None:
     """Say what is about to train: parameters, frames, epochs and steps, device, precision, checkpoint folder."""
-    from vision.denoise.flnr import parameter_count
+    from vision.denoise.flnr import parameter_count  # lazy: vision.denoise.flnr loads huggingface_hub
 
     say(f"FLNR: {parameter_count(model)} parameters; {len(train_frames)} train / {len(val_frames)} val frames; "
         f"{cfg.epochs} epochs x {steps} steps, batch {cfg.batch}" + (f" x {acc.num_processes} processes"
@@ -305,7 +305,8 @@ def _announce(cfg: DenoiserTraining, acc, model, train_frames, val_frames, steps
 
 def _prepare_model(cfg: DenoiserTraining, acc, model, total: int) -> tuple:
     """``(model, opt, sched, core, ema)``: Adam on the cosine schedule, prepared by Accelerate, autocast, the EMA."""
-    from timm.utils import ModelEmaV3
+    from timm.utils import ModelEmaV3  # lazy: timm comes with the [dense] and [train-denoiser] extras
+    # lazy: transformers comes with an optional extra
     from transformers.optimization import get_cosine_schedule_with_warmup
 
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)

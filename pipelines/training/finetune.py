@@ -199,8 +199,9 @@ def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bo
 
 
 def _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log, command) -> list[dict]:
-    from accelerate.utils import set_seed
-    from timm.utils import ModelEmaV3
+    from accelerate.utils import set_seed  # lazy: accelerate comes with an optional extra
+    from timm.utils import ModelEmaV3  # lazy: timm comes with the [dense] and [train-denoiser] extras
+    # lazy: transformers comes with an optional extra
     from transformers.optimization import get_cosine_schedule_with_warmup
 
 

@@ -25,6 +25,7 @@ from safetensors.torch import save_file
 from .dense_model import ADAPTER, BASE, CONFIG, WEIGHTS
 from vision.outputs import atomic_path, in_run
 from . import checkpoint
+from .checkpoint import check_state
 
 RESUME = "resume.safetensors"  # tensors, with the rest of the training state as JSON in its header
 LEGACY_RESUME = "resume.pt"    # the pickle format of earlier versions: never loaded
@@ -77,8 +78,6 @@ def read_resume(run: Path) -> dict | None:
             meta = fh.metadata() or {}
             tensors = {k: fh.get_tensor(k) for k in fh.keys()}
         state = json.loads(meta["state"])
-        from .checkpoint import check_state
-
         check_state(state, {"epoch": "count", "history": "records", "ema": "flag", "ema_step": "count",
                             "optimizer": "object", "scheduler": "object"}, path)
         opt = state["optimizer"]
