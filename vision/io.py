@@ -21,12 +21,7 @@ import struct
 import zlib
 
 import numpy as np
-import cv2
-import torch
-from PIL import Image
 from numpy.lib import format as npf
-
-from vision.data.exr import read_exr_part_headers
 
 READ_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
 WRITE_BITS = {".png": (8, 16), ".jpg": (8,), ".jpeg": (8,), ".tif": (8, 16), ".tiff": (8, 16)}
@@ -66,6 +61,8 @@ def check_pixels(path, shape, what: str = "image") -> None:
 def check_image_header(path) -> None:
     """:func:`check_pixels` on the size an image file's header claims, read without decoding any pixel. A
     header that cannot be read is left to the decoder, which reports it."""
+    from PIL import Image  # lazy: a `vision denoise` frame starts without PIL
+
     bomb = Image.MAX_IMAGE_PIXELS
     Image.MAX_IMAGE_PIXELS = None  # our limit, not Pillow's warning (or error) about its own
     try:
@@ -82,6 +79,9 @@ def check_exr_header(path, headers=None) -> None:
     """:func:`check_pixels` on the data window of every part of an EXR file (the readers decode every part), read
     from its headers only (``headers``: those of :func:`vision.data.exr.read_exr_part_headers`, when the caller has
     read them already); an unreadable header is left to the reader, which reports it."""
+    # lazy: `vision edit` (until the model loads) starts without vision.data.exr
+    from vision.data.exr import read_exr_part_headers
+
     try:
         windows = [header["dataWindow"] for header in (read_exr_part_headers(path) if headers is None else headers)]
     except Exception:  # noqa: BLE001 - the reader's own error names the file
@@ -141,6 +141,8 @@ def read_image(path) -> np.ndarray:
     Gray images come back as ``(H, W, 1)``. Raises ``ValueError`` (``ImageNotFoundError`` when the
     file is missing) naming the path for a missing file, an unsupported extension or undecodable data.
     """
+    import cv2  # lazy: OpenCV takes a while to load; the header checks and EXR paths here do without it
+
     path = Path(path)
     _extension(path, READ_EXTENSIONS)
     if not path.is_file():
@@ -195,6 +197,8 @@ def write_image(path, array, *, bits: int = 8, quality: int = 95, text: dict | N
     Raises ``ValueError`` for an unsupported extension or bit depth, a missing folder, a bad shape,
     NaN/Inf values, or a 4-channel JPEG.
     """
+    import cv2  # lazy: OpenCV takes a while to load; the header checks and EXR paths here do without it
+
     path = Path(path)
     ext = _extension(path, tuple(WRITE_BITS))
     if bits not in WRITE_BITS[ext]:
@@ -255,6 +259,8 @@ def _png_with_text(png: bytes, text: dict) -> bytes:
 
 def to_tensor(image, *, device=None, dtype=None):
     """``(H, W, C)`` or ``(H, W)`` array -> ``(1, C, H, W)`` torch tensor (float32 unless ``dtype``)."""
+    import torch  # lazy: `vision edit` (until the model loads) starts without torch
+
     array = np.asarray(image)
     if array.ndim == 2:
         array = array[:, :, None]

@@ -15,7 +15,6 @@ from ..runtime import backend_of, choose, implementation, register_path
 from ..runtime.calls import run_op
 from ..validate import check_finite, check_image, check_radius
 from . import large_radius, torch_path
-from .triton_path import box_mean, box_mean_adjoint, supported
 
 
 class _Triton:
@@ -23,10 +22,16 @@ class _Triton:
 
     @staticmethod
     def forward(x, radius, border):
+        # lazy: a `vision denoise` frame starts without vision.kernels.box.triton_path
+        from .triton_path import box_mean
+
         return box_mean(x, radius, border)
 
     @staticmethod
     def backward(g, radius, border):
+        # lazy: a `vision denoise` frame starts without vision.kernels.box.triton_path
+        from .triton_path import box_mean_adjoint
+
         return box_mean_adjoint(g, radius, border)
 
 
@@ -39,6 +44,8 @@ class _Torch:
 
 
 def _triton_takes(dtype: torch.dtype, radius: int, **_) -> str | None:
+    from .triton_path import supported  # lazy: a `vision denoise` frame starts without vision.kernels.box.triton_path
+
     if dtype == torch.float64:
         return "float64 runs the PyTorch path (the kernels accumulate in float32)"
     return None if supported(radius) else f"radius {radius} runs the PyTorch path"

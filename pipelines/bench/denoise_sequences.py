@@ -33,8 +33,8 @@ import json
 import math
 import time
 from pathlib import Path
-import sys
 import logging
+import sys
 
 import numpy as np
 import torch

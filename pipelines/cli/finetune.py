@@ -5,8 +5,8 @@ import argparse
 from pathlib import Path
 import json
 import os
-import sys
 import re
+import sys
 
 import torch
 

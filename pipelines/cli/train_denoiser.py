@@ -30,8 +30,8 @@ from pathlib import Path
 from vision.pipelines.training.denoiser_data import (  # noqa: F401 (the training data's helpers, as they were here)
     AO_CHANNEL, FLNR_GUIDES, FLNR_TRAINING, load_frames, loss_fn, pick, sample_batch, scene_groups, subsample, tonemap,
     val_phases, validate)
-from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, check_numbers
 from vision.pipelines.cli import read_input, torch_device
+from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, check_numbers
 
 EPILOG = """examples:
   vision render-scenes --out data/flnr --count 300 --size 128 --spp-ref 512 --seed 11

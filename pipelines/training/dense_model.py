@@ -32,8 +32,8 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-import shutil
 import inspect
+import shutil
 
 import torch
 from torch import nn

@@ -44,10 +44,10 @@ from vision.data.dense import DenseSamples
 from vision.dense import get_task
 from vision.dense.colourise import colourise
 from vision.figures import side_by_side
+from vision.heads import guided_refine
 from vision.outputs import run_lock, in_run
 from .run_card import edge_metrics, write_card
 from .run_config import check_task_kwargs
-from vision.heads import guided_refine
 
 
 class TrainingStopped(RuntimeError):
