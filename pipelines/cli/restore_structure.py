@@ -12,8 +12,6 @@ from pathlib import Path
 import numpy as np
 
 from vision.kernels.spl.defaults import SPL_DEFAULTS
-from vision.pipelines.cli import read_input, torch_device
-from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, QUALITY, check_numbers
 
 EPILOG = """examples:
   vision restore-structure --source photo.png --edited edit.png -o restored.png
@@ -65,11 +63,11 @@ def read_any(path: Path) -> tuple[np.ndarray, bool]:
         raise ValueError(f"{path}: unsupported extension {path.suffix or '(none)'!r}; "
                          f"use one of {', '.join(EXTENSIONS)}")
     if ext == ".exr":
-        from vision.data.exr import read_exr  # lazy: `vision restore-structure --help` starts without vision.data.exr
+        from vision.data.exr import read_exr
 
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such image file")
-        from vision.io import check_exr_header  # lazy: `vision restore-structure --help` starts without vision.io
+        from vision.io import check_exr_header
 
         check_exr_header(path)  # a huge data window is refused before any pixel is read
         ch = read_exr(path)
@@ -77,7 +75,7 @@ def read_any(path: Path) -> tuple[np.ndarray, bool]:
             if all(n in ch for n in names):
                 return np.stack([np.asarray(ch[n], dtype=np.float32) for n in names], -1), True
         raise ValueError(f"{path}: an EXR image needs channels R, G, B (or Y); it has {', '.join(sorted(ch))}")
-    from vision.io import read_image  # lazy: `vision restore-structure --help` starts without vision.io
+    from vision.io import read_image
 
     img = read_image(path)
     hdr = bool(img.size) and (float(img.min()) < 0.0 or float(img.max()) > 1.0)  # a float TIFF
@@ -86,14 +84,14 @@ def read_any(path: Path) -> tuple[np.ndarray, bool]:
 
 def write_any(path: Path, img: np.ndarray, bits: int, quality: int) -> Path:
     if path.suffix.lower() == ".exr":
-        from vision.data.exr import write_exr  # lazy: `vision restore-structure --help` starts without vision.data.exr
-        from vision.outputs import atomic_path  # lazy: `vision restore-structure --help` starts without vision.outputs
+        from vision.data.exr import write_exr
+        from vision.outputs import atomic_path
 
         names = ("R", "G", "B", "A")[: img.shape[2]] if img.shape[2] != 1 else ("Y",)
         with atomic_path(path) as tmp:
             write_exr(tmp, {n: np.ascontiguousarray(img[:, :, i], dtype=np.float32) for i, n in enumerate(names)})
         return path
-    from vision.io import write_image  # lazy: `vision restore-structure --help` starts without vision.io
+    from vision.io import write_image
 
     if path.suffix.lower() in (".jpg", ".jpeg"):
         return write_image(path, img[:, :, :3] if img.shape[2] == 4 else img, bits=8, quality=quality)
@@ -101,14 +99,12 @@ def write_any(path: Path, img: np.ndarray, bits: int, quality: int) -> Path:
 
 
 def run(args) -> int:
-    import torch  # lazy: `vision restore-structure --help` starts without torch
+    import torch
 
-    from vision.io import to_image, to_tensor  # lazy: `vision restore-structure --help` starts without vision.io
-    # lazy: `vision restore-structure --help` starts without vision.kernels.spl.structure_loss
+    from vision.io import to_image, to_tensor
     from vision.kernels import structure_loss
-    # lazy: `vision restore-structure --help` starts without vision.outputs
     from vision.outputs import prepare_file, refuse_inputs
-    # lazy: `vision restore-structure --help` starts without vision.restore
+    from vision.pipelines.cli import read_input, torch_device
     from vision.restore import restore_structure
 
     inputs = [("--source", args.source), ("--edited", args.edited)] + ([("--mask", args.mask)] if args.mask else [])
@@ -122,6 +118,7 @@ def run(args) -> int:
         raise ValueError("JPEG output is 8-bit only; drop --bits 16 or write a .png/.tif")
     if args.steps < 0:
         raise ValueError(f"--steps must be >= 0, got {args.steps}")
+    from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, QUALITY, check_numbers
 
     check_numbers(args, dict(lr=POSITIVE, spl_weight=NON_NEGATIVE, color_weight=NON_NEGATIVE, eps=POSITIVE,
                              radius=NON_NEGATIVE, quality=QUALITY))
