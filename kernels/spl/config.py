@@ -49,8 +49,10 @@ def _number(name: str, value, low_open: bool) -> float:
 
 def _radius(name: str, value) -> int:
     integral = isinstance(value, numbers.Integral) or (isinstance(value, float) and value.is_integer())
-    if _is_flag(value) or not integral or value < 0:
+    if _is_flag(value) or not integral:
         raise ValueError(f"{name} must be an integer >= 0, got {type(value).__name__} {_shown(value)}")
+    if value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {_shown(value)}")
     return int(value)
 
 

@@ -33,9 +33,9 @@ def _count(name: str, value, optional: bool = False):
 
 def _start(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a number in [0, 1], got {type(value).__name__} {value!r}")
+        raise ValueError(f"{name} must be in [0, 1], got {type(value).__name__} {value!r}")
     if not 0.0 <= value <= 1.0:  # NaN too
-        raise ValueError(f"{name} must be a number in [0, 1], got {value}")
+        raise ValueError(f"{name} must be in [0, 1], got {value}")
     return value
 
 
