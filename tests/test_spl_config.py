@@ -115,6 +115,9 @@ def test_the_edit_config_holds_one_loss_config_that_replace_shares():
     assert StructurePreservationConfig(loss=own).loss is own
     assert StructurePreservationConfig(loss=own, radius=2).loss == own.replace(radius=2)
     assert StructurePreservationConfig.from_options(cfg, start=None) is cfg
+    from vision.pipelines.editing.config import FIELDS
+
+    assert set(SETTINGS) <= set(FIELDS)  # every loss setting is also a field name of the edit config
 
 
 @pytest.mark.parametrize("command, flag, text", [("edit", "--spl-weight", "-1"), ("edit", "--spl-weight", "nan"),
