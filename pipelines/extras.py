@@ -21,7 +21,7 @@ DISTRIBUTION = "locallinear-vision"
 
 # extra -> the top-level modules it provides (import names; pyproject.toml lists their distributions)
 EXTRAS = {
-    "denoise": ("OpenEXR", "Imath", "huggingface_hub"),
+    "denoise": ("OpenEXR", "Imath"),
     "edit": ("diffusers", "transformers", "accelerate", "huggingface_hub"),
     "dense": ("timm", "peft", "accelerate", "transformers", "OpenEXR", "Imath", "huggingface_hub"),
     "train-denoiser": ("OpenEXR", "Imath", "huggingface_hub", "timm", "transformers", "accelerate"),

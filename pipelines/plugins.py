@@ -93,6 +93,34 @@ def number(kind=int, *, low=None, high=None, low_open: bool = False, high_open: 
     return parse
 
 
+def setting(check, name: str, kind=float):
+    """An argparse ``type`` for an option that sets the config field ``name``: the option's text as ``kind``, then
+    ``check(name, value)``, the very check the config runs when it is built (e.g. ``SPLConfig.check``). A bad value
+    is refused while the command line is parsed, in one line naming the option and the field, and the rule lives
+    in one place: the config.
+
+    Example:
+        >>> from vision.kernels.spl.config import SPLConfig
+        >>> p = Parser(prog="vision edit")
+        >>> _ = p.add_argument("--spl-weight", type=setting(SPLConfig.check, "spl_weight"))
+        >>> p.parse_args(["--spl-weight", "-1"])  # vision edit: error: argument --spl-weight: spl_weight must be ...
+    """
+    noun = "an integer" if kind is int else "a number"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {noun}, got {text}") from None
+        try:
+            return check(name, value)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    parse.__name__ = kind.__name__  # argparse's own messages name the type
+    return parse
+
+
 def check_numbers(args, spec: dict) -> None:
     """``check_number`` on each ``args.<dest>`` that ``spec`` names: {dest: dict of check_number's keywords};
     the flag is ``--dest`` with dashes."""

@@ -1,5 +1,7 @@
 """The measuring tools themselves: `vision bench gpu` (run on CPU at small sizes) and `vision bench startup`."""
 import json
+import os
+import sys
 
 import pytest
 
@@ -28,19 +30,47 @@ def test_bench_gpu_refuses_cuda_without_a_gpu(capsys):
     assert "no CUDA device" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_bench_startup(tmp_path, capsys):
+# The one-frame target, 2 s beyond `import torch`, was set on a 2-core machine where that import takes 2.9 s (idle).
+# A loaded machine slows both rows alike, so the target holds there as this ratio of their times; the 2 s bound itself
+# is asserted only on an idle machine.
+DENOISE_RATIO = (2.9 + 2.0) / 2.9
+
+
+@pytest.mark.slow  # about 40 s: three rounds of fresh processes, each importing torch
+def test_bench_startup(tmp_path, capsys, monkeypatch):
+    # one thread in every timed process: on a loaded machine each parallel step of a 2-thread pool waits for a thread
+    # that is not scheduled, which times the load, not the start-up (on an idle machine one 64 x 64 frame takes the
+    # same with one thread)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "1")
     out = tmp_path / "s.json"
-    assert main(["bench", "startup", "--repeat", "1", "--json", str(out)]) == 0
+    assert main(["bench", "startup", "--repeat", "3", "--json", str(out)]) == 0
     rows = {r["command"]: r for r in json.loads(out.read_text())}
     assert set(rows) >= {"vision --help", "vision denoise --help", 'python -c "import torch"',
                          "vision edit (missing model)", "vision denoise (one 64x64 frame)"}
-    one = rows["vision denoise (one 64x64 frame)"]
-    assert one["beyond_torch_s"] == pytest.approx(one["median_s"] - rows['python -c "import torch"']["median_s"])
+    one, torch_s = rows["vision denoise (one 64x64 frame)"], rows['python -c "import torch"']["median_s"]
+    assert one["beyond_torch_s"] == pytest.approx(one["median_s"] - torch_s)
+    assert one["median_s"] <= DENOISE_RATIO * torch_s, f"one frame {one['median_s']:.2f} s, import torch {torch_s:.2f} s"
+    if os.getloadavg()[0] < 0.5:
+        assert one["beyond_torch_s"] <= 2.0
     assert all(r["median_s"] > 0 for r in rows.values())
     text = capsys.readouterr().out
     assert "beyond torch" in text and "vision edit (missing model): " in text and "target < 2.0 s" in text
     assert "vision denoise (one 64x64 frame): " in text and "(target <= 2.0 s)" in text
+
+
+def test_bench_startup_times_this_interpreters_vision(tmp_path, monkeypatch):
+    from vision.pipelines.bench import startup
+
+    for folder in ("env", "elsewhere"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "vision").write_text("#!/bin/sh\n")
+        (tmp_path / folder / "vision").chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "env" / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path / "elsewhere"))  # another install (or a shim) first on PATH
+    assert startup.commands()["vision --help"] == [str(tmp_path / "env" / "vision"), "--help"]
+    (tmp_path / "env" / "vision").unlink()
+    assert startup.commands()["vision --help"] == [str(tmp_path / "elsewhere" / "vision"), "--help"]
 
 
 def test_bench_startup_rejects_zero_repeats(capsys):

@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "assets"
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 # what only the editing, dense and training extras bring: a [denoise] install has none of it
-NOT_IN_DENOISE = ("diffusers", "transformers", "peft", "accelerate", "timm")
-NOT_IN_CORE = NOT_IN_DENOISE + ("OpenEXR", "Imath", "huggingface_hub")
+NOT_IN_DENOISE = ("diffusers", "transformers", "peft", "accelerate", "timm", "huggingface_hub")
+NOT_IN_CORE = NOT_IN_DENOISE + ("OpenEXR", "Imath")
 
 
 def _names(requirements: list[str]) -> set[str]:

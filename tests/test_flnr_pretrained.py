@@ -61,3 +61,29 @@ def test_hostile_folders_fail_in_one_line(tmp_path):
     (tmp_path / "m" / "config.json").write_text("[1, 2")
     with pytest.raises(ValueError, match="not JSON"):
         FLNR.from_pretrained(tmp_path / "m")
+
+
+def test_the_folder_is_what_huggingface_hubs_mixin_writes(tmp_path):
+    hub = pytest.importorskip("huggingface_hub")
+
+    class MixinFLNR(FLNR, hub.PyTorchModelHubMixin):  # the mixin's own save and load: the independent reference
+        pass
+
+    model = FLNR(widths=(8, 8, 8, 8), hidden=4, guides=2, radii=(4,), antialias=True)
+    model.save_pretrained(tmp_path / "ours")
+    reference = MixinFLNR(widths=(8, 8, 8, 8), hidden=4, guides=2, radii=(4,), antialias=True)
+    reference.load_state_dict(model.state_dict())
+    hub.PyTorchModelHubMixin.save_pretrained(reference, tmp_path / "mixin")
+    for name in ("config.json", "model.safetensors"):
+        assert (tmp_path / "ours" / name).read_bytes() == (tmp_path / "mixin" / name).read_bytes(), name
+    back = hub.PyTorchModelHubMixin.from_pretrained.__func__(MixinFLNR, str(tmp_path / "ours"))
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, back.state_dict()[k]), k
+
+
+def test_push_to_hub_says_how_to_publish(tmp_path):
+    model = FLNR(widths=(8, 8, 8, 8), hidden=4, guides=2, radii=(4,))
+    for call in (lambda: model.push_to_hub("me/flnr"), lambda: model.save_pretrained(tmp_path / "m", push_to_hub=True)):
+        with pytest.raises(NotImplementedError, match="upload_folder"):
+            call()
+    assert not (tmp_path / "m").exists()

@@ -204,3 +204,28 @@ def test_finetune_refuses_download_switches_in_backbone_kwargs(tmp_path, capsys,
                  json.dumps(dict(TINY, pretrained=True))]) == 2
     _one_line(capsys, "--backbone-kwargs", '"pretrained"', "not allowed")
     assert not out.exists() and downloads == []
+
+
+@pytest.mark.slow
+def test_a_resume_from_a_tampered_run_folder_makes_no_request_and_writes_only_into_it(tmp_path, capsys, server,
+                                                                                      downloads):
+    """`vision finetune --resume` on a run whose config.json asks for pretrained weights from a URL and a hub id:
+    the resume builds its model from the command line (timm is asked for pretrained=False), so the server sees no
+    request, nothing downloads, and outside the run folder nothing is written."""
+    from cli_checks import depth_pairs, finetune_args
+
+    url, seen = server
+    data = depth_pairs(tmp_path / "data", 24)
+    run = tmp_path / "run"
+    assert main(finetune_args(data) + ["-o", str(run)]) == 0
+    cfg = json.loads((run / "config.json").read_text())
+    cfg["extra"] = dict(cfg.get("extra") or {}, pretrained=True, hf_hub_id="someone/evil",
+                        pretrained_cfg_overlay={"url": f"{url}/weights.pth"})
+    (run / "config.json").write_text(json.dumps(cfg))
+    outside = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and run not in p.parents}
+    capsys.readouterr()
+    code = main(finetune_args(data) + ["-o", str(run), "--resume"])
+    err = capsys.readouterr().err
+    assert code in (0, 2) and "Traceback" not in err, err
+    assert seen == [] and downloads == []
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and run not in p.parents} == outside

@@ -13,6 +13,7 @@ from vision.kernels._lazy import lazy_exports  # noqa: E402
 _install_timm_hook()
 
 if TYPE_CHECKING:  # what mypy and pyright read: the names of _LAZY below (tests/test_typing.py holds them equal)
+    from vision.kernels.spl.config import SPLConfig
     from vision.kernels.spl.defaults import SPL_DEFAULTS, SPLDefaults
     from vision.losses import ColorPreservationLoss, StructurePreservationLoss
     from vision.restore import restore_structure
@@ -20,7 +21,7 @@ if TYPE_CHECKING:  # what mypy and pyright read: the names of _LAZY below (tests
 # name -> module, imported on first access (PEP 562) so that `import vision` stays light
 _LAZY = {"StructurePreservationLoss": "vision.losses", "ColorPreservationLoss": "vision.losses",
          "restore_structure": "vision.restore", "SPL_DEFAULTS": "vision.kernels.spl.defaults",
-         "SPLDefaults": "vision.kernels.spl.defaults"}
+         "SPLDefaults": "vision.kernels.spl.defaults", "SPLConfig": "vision.kernels.spl.config"}
 
 __all__ = sorted(_LAZY)
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -19,6 +19,7 @@ from vision.kernels import structure_loss
 from vision.kernels.runtime import backend_for
 from vision.kernels.spl.op import check_mask
 from vision.kernels.validate import check_all_finite, check_image
+from vision.kernels.spl.config import SPLConfig
 from vision.kernels.spl.defaults import SPL_DEFAULTS
 
 
@@ -128,7 +129,9 @@ class PreservationLoss(nn.Module):
     Each term has its own mask (``spl_mask``, ``color_mask``; None = whole image). The colour
     reference defaults to the source (keep the input's colours, as the paper's pipeline); pass the
     original edit as ``color_reference`` to keep the edit's colours instead (what
-    :func:`vision.restore_structure` does). Defaults are the published code's weights (1e4, 1e3).
+    :func:`vision.restore_structure` does). The settings are one :class:`vision.kernels.spl.config.SPLConfig`
+    (``config``, default the published code's: weights 1e4 and 1e3, radius 5, eps 1e-4, two-way fit); the keyword
+    settings change single ones (None: keep).
 
     Example:
         >>> loss = PreservationLoss(spl_weight=1e4, color_weight=1e3)
@@ -137,13 +140,15 @@ class PreservationLoss(nn.Module):
         (torch.Size([]), ['color', 'structure'])
     """
 
-    def __init__(self, spl_weight: float = SPL_DEFAULTS.spl_weight, color_weight: float = SPL_DEFAULTS.color_weight, radius: int = SPL_DEFAULTS.radius, eps: float = SPL_DEFAULTS.eps,
-                 bidirectional: bool = True, detach_coefficients: bool = True) -> None:
+    def __init__(self, spl_weight: float | None = None, color_weight: float | None = None, radius: int | None = None,
+                 eps: float | None = None, bidirectional: bool | None = None, detach_coefficients: bool = True, *,
+                 config: SPLConfig | None = None) -> None:
         super().__init__()
-        if spl_weight < 0 or color_weight < 0:
-            raise ValueError(f"loss weights must be >= 0, got spl_weight={spl_weight}, color_weight={color_weight}")
-        self.spl_weight, self.color_weight = float(spl_weight), float(color_weight)
-        self.structure = StructurePreservationLoss(radius, eps, bidirectional, detach_coefficients)
+        # the keyword settings (None: keep) change ``config`` (default: the published settings); checked there
+        self.config = cfg = SPLConfig.build(config, spl_weight=spl_weight, color_weight=color_weight, radius=radius,
+                                            eps=eps, bidirectional=bidirectional)
+        self.spl_weight, self.color_weight = cfg.spl_weight, cfg.color_weight
+        self.structure = StructurePreservationLoss(cfg.radius, cfg.eps, cfg.bidirectional, detach_coefficients)
         self.color = ColorPreservationLoss()
 
     def terms(self, source, edited, color_reference=None, spl_mask=None, color_mask=None) -> dict:

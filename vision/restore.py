@@ -26,7 +26,6 @@ runtime.use_cuda_graphs(False)`` launches eagerly instead). Adam, and every call
 from __future__ import annotations
 
 import functools
-import math
 from typing import Callable
 
 import torch
@@ -34,8 +33,8 @@ from tqdm.auto import tqdm
 
 from vision.kernels.runtime import backend_for, choose, cuda_graphs_enabled, data_checks, implementation, register_path
 from vision.kernels.spl.op import check_magnitude, check_mask, value_and_grad
-from vision.kernels.validate import check_finite, check_radius
-from vision.kernels.spl.defaults import SPL_DEFAULTS
+from vision.kernels.spl.config import SPLConfig
+from vision.kernels.validate import check_finite
 
 REFERENCE_PIXELS = 512 * 512  # the resolution the published loss weights and step size were tuned at
 DEFAULT_LR = {"sgd": 1.0, "adam": 5e-3}
@@ -123,7 +122,9 @@ class RestoreObjective:
 
     Args:
         source, edited: (B, C, H, W) float32 in [0, 1], C in {1, 3} (the colour term needs C = 3).
-        mask, color_mask, spl_weight, color_weight, radius, eps, bidirectional: as in :func:`restore_structure`.
+        mask, color_mask, config: as in :func:`restore_structure` (``config.spl_weight``, ``config.color_weight``,
+            ...; ``self.config``); spl_weight, color_weight, radius, eps, bidirectional: single settings that change
+            ``config`` (None: keep).
 
     Example:
         >>> f = RestoreObjective(torch.rand(1, 3, 32, 32), torch.rand(1, 3, 32, 32))
@@ -132,32 +133,42 @@ class RestoreObjective:
         torch.Size([1, 3, 32, 32])
     """
 
-    def __init__(self, source, edited, mask=None, color_mask=None, spl_weight: float = SPL_DEFAULTS.spl_weight,
-                 color_weight: float = SPL_DEFAULTS.color_weight, radius: int = SPL_DEFAULTS.radius, eps: float = SPL_DEFAULTS.eps, bidirectional: bool = True):
+    def __init__(self, source, edited, mask=None, color_mask=None, spl_weight: float | None = None,
+                 color_weight: float | None = None, radius: int | None = None, eps: float | None = None,
+                 bidirectional: bool | None = None, *, config: SPLConfig | None = None):
+        # the keyword settings (None: keep) change ``config`` (default: the published settings); checked there
+        self.config = cfg = SPLConfig.build(config, spl_weight=spl_weight, color_weight=color_weight, radius=radius,
+                                            eps=eps, bidirectional=bidirectional)
         e0 = edited.to(torch.float32).contiguous()
         self.edited, self.channels = e0, e0.shape[1]
-        self.radius, self.eps, self.bidirectional = radius, float(eps), bool(bidirectional)
-        self.spl_weight, self.color_weight = float(spl_weight), float(color_weight)
         checks = backend_for(e0)  # data_checks' question (may values be read on the host?), not an engine choice
         self.mask = None if mask is None else check_mask(mask, e0, checks).to(torch.float32).contiguous()
         self.color_mask = None if color_mask is None else check_mask(color_mask, e0, checks).to(torch.float32)
         src = source.to(torch.float32)
         S = src.mean(1, keepdim=True) if src.shape[1] == 3 else src
         self.S = (S - S.mean((2, 3), keepdim=True)).contiguous()
-        self.g_spl = torch.tensor(self.spl_weight / REFERENCE_PIXELS, dtype=torch.float32, device=e0.device)
+        self.g_spl = torch.tensor(cfg.spl_weight / REFERENCE_PIXELS, dtype=torch.float32, device=e0.device)
         self.Q = self.Q_host = None
-        if self.channels == 3 and self.color_weight:
+        if self.channels == 3 and cfg.color_weight:
             J = chroma_jacobian()
-            self.Q = ((self.color_weight / REFERENCE_PIXELS) * (J.T @ J)).to(e0.device)  # (3, 3)
+            self.Q = ((cfg.color_weight / REFERENCE_PIXELS) * (J.T @ J)).to(e0.device)  # (3, 3)
             # the fused step takes Q as nine kernel scalars: read once from the host-side Jacobian, never the device
-            self.Q_host = tuple(self.color_weight / REFERENCE_PIXELS * v for v in _chroma_gram())
+            self.Q_host = tuple(cfg.color_weight / REFERENCE_PIXELS * v for v in _chroma_gram())
+
+    # the settings by name (read-only views of ``config``)
+    spl_weight = property(lambda self: self.config.spl_weight)
+    color_weight = property(lambda self: self.config.color_weight)
+    radius = property(lambda self: self.config.radius)
+    eps = property(lambda self: self.config.eps)
+    bidirectional = property(lambda self: self.config.bidirectional)
 
     def value_and_grad(self, x: torch.Tensor, value: bool = True):
         """``(f(x) or None, df/dx)`` for ``x`` of the edit's shape; ``value=False`` skips the value."""
         with torch.no_grad():
             E = x.mean(1, keepdim=True) if self.channels == 3 else x
             E = (E - E.mean((2, 3), keepdim=True)).contiguous()
-            total, _, dE = value_and_grad(self.S, E, self.mask, self.radius, self.eps, self.bidirectional, True,
+            cfg = self.config  # the scalars the kernels take, read from the one config
+            total, _, dE = value_and_grad(self.S, E, self.mask, cfg.radius, cfg.eps, cfg.bidirectional, True,
                                           self.g_spl)
             grad = (dE / self.channels).expand_as(x)  # the gray mean spreads it evenly over R, G, B
             f = self.g_spl * total if value else None
@@ -173,11 +184,11 @@ class RestoreObjective:
 
 
 def restore_structure(source: torch.Tensor, edited: torch.Tensor, mask: torch.Tensor | None = None,
-                      steps: int = 100, lr: float | None = None, spl_weight: float = SPL_DEFAULTS.spl_weight,
-                      color_weight: float = SPL_DEFAULTS.color_weight, optimizer: str = "sgd", *, momentum: float = 0.9,
-                      radius: int = SPL_DEFAULTS.radius, eps: float = SPL_DEFAULTS.eps, bidirectional: bool = True,
-                      color_mask: torch.Tensor | None = None, value_range="auto", progress: bool = False,
-                      callback: Callable[[int, float], None] | None = None) -> torch.Tensor:
+                      steps: int = 100, lr: float | None = None, spl_weight: float | None = None,
+                      color_weight: float | None = None, optimizer: str = "sgd", *, momentum: float = 0.9,
+                      radius: int | None = None, eps: float | None = None, bidirectional: bool | None = None,
+                      config: SPLConfig | None = None, color_mask: torch.Tensor | None = None, value_range="auto",
+                      progress: bool = False, callback: Callable[[int, float], None] | None = None) -> torch.Tensor:
     r"""Optimise ``edited`` in pixel space towards the structure of ``source`` while keeping its colours.
 
     Minimises ``spl_weight * SPL(source, x; mask) + color_weight * CPL(edited, x; color_mask)`` over
@@ -191,9 +202,11 @@ def restore_structure(source: torch.Tensor, edited: torch.Tensor, mask: torch.Te
         mask: optional weights in [0, 1], (H, W) or (1 or B, 1, H, W): where structure is restored.
         steps: optimisation steps (default 100, as published). ``lr``: step size (default 1.0 for
             SGD with ``momentum`` 0.9, the published setting; 5e-3 for Adam).
-        spl_weight, color_weight: term weights (defaults 1e4 and 1e3, the published code's).
+        config: the loss settings, a :class:`vision.kernels.spl.config.SPLConfig` (default: the published
+            ones, ``vision.SPL_DEFAULTS``): term weights ``spl_weight``, ``color_weight`` (1e4, 1e3) and the SPL
+            ``radius``, ``eps``, ``bidirectional`` (5, 1e-4, True). It reaches the loss as it is.
+        spl_weight, color_weight, radius, eps, bidirectional: single settings that change ``config`` (None: keep).
         optimizer: ``"sgd"`` or ``"adam"``.
-        radius, eps, bidirectional: SPL parameters (defaults 5, 1e-4, True).
         color_mask: optional weights of the colour term (default: the whole image).
         value_range: ``"auto"`` (uint8 -> [0, 255]; floats: [0, 1], [-1, 1] or [0, 255], whichever
             holds the values), ``(lo, hi)``, or ``None`` for unbounded values (HDR; no clamping, eps
@@ -220,11 +233,8 @@ def restore_structure(source: torch.Tensor, edited: torch.Tensor, mask: torch.Te
     lr = DEFAULT_LR[optimizer] if lr is None else float(lr)
     if not 0 < lr < float("inf"):  # NaN and inf fail too: they would end in a flat 0/1 image
         raise ValueError(f"lr must be a finite positive number, got {lr}")
-    if spl_weight < 0 or color_weight < 0:
-        raise ValueError(f"loss weights must be >= 0, got spl_weight={spl_weight}, color_weight={color_weight}")
-    radius = check_radius(radius)
-    if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0):
-        raise ValueError(f"eps must be a positive float, got {eps!r}")
+    config = SPLConfig.build(config, spl_weight=spl_weight, color_weight=color_weight, radius=radius, eps=eps,
+                             bidirectional=bidirectional)  # every setting is checked there
     # backend_for below asks data_checks' question (may values be read on the host?); restore_step picks the engine
     for name, x in (("source", source), ("edited", edited)):
         if x.is_floating_point():
@@ -241,7 +251,7 @@ def restore_structure(source: torch.Tensor, edited: torch.Tensor, mask: torch.Te
     lo, span = (0.0, 1.0) if rng is None else (rng[0], rng[1] - rng[0])
     src = (source.to(torch.float32) - lo) / span
     e0 = ((edited.to(torch.float32) - lo) / span).contiguous()
-    objective = RestoreObjective(src, e0, mask, color_mask, spl_weight, color_weight, radius, eps, bidirectional)
+    objective = RestoreObjective(src, e0, mask, color_mask, config=config)
     step = implementation("restore_step", choose("restore_step", e0, optimizer=optimizer))
     x = step(objective, e0, steps, lr, momentum, optimizer, rng is not None, callback, progress)
     out = x * span + lo
@@ -300,8 +310,9 @@ def _fused(objective, e0, lr, momentum, clamp):
     from vision.kernels.spl.restore_step import FusedSGD  # lazy: vision.kernels.spl.restore_step loads triton
 
     o = objective
-    return FusedSGD(o.S, e0, o.mask, o.color_mask, o.g_spl, o.Q_host, o.radius, o.eps,
-                    o.bidirectional, lr, momentum, clamp)
+    cfg = o.config
+    return FusedSGD(o.S, e0, o.mask, o.color_mask, o.g_spl, o.Q_host, cfg.radius, cfg.eps,
+                    cfg.bidirectional, lr, momentum, clamp)
 
 
 def _restore_fused(objective, e0, steps, lr, momentum, optimizer, clamp, callback, progress):
@@ -344,8 +355,8 @@ def _graph_run(objective, e0, steps, lr, momentum, clamp):
     """Replay a captured ``steps``-step loop on copies of this call's inputs; None where capture fails."""
     o = objective
     shape = lambda t: None if t is None else tuple(t.shape)  # noqa: E731
-    key = (e0.device, tuple(e0.shape), shape(o.mask), shape(o.color_mask), steps, lr, momentum, clamp, o.radius,
-           o.eps, o.bidirectional, o.spl_weight, o.color_weight if o.Q is not None else None)
+    key = (e0.device, tuple(e0.shape), shape(o.mask), shape(o.color_mask), steps, lr, momentum, clamp, o.config,
+           o.Q is not None)
     entry = _GRAPHS.get(key)
     if entry is None:
         try:
@@ -370,8 +381,9 @@ def _capture(objective, e0, steps, lr, momentum, clamp):
     static = [None if t is None else t.clone() for t in (o.S, e0, o.mask, o.color_mask)]
     from vision.kernels.spl.restore_step import FusedSGD  # lazy: vision.kernels.spl.restore_step loads triton
 
+    cfg = o.config
     fused = FusedSGD(static[0], static[1], static[2], static[3], o.g_spl.clone(),
-                     o.Q_host, o.radius, o.eps, o.bidirectional, lr, momentum, clamp)
+                     o.Q_host, cfg.radius, cfg.eps, cfg.bidirectional, lr, momentum, clamp)
     x, buf = e0.clone(), torch.zeros_like(e0)
     side = torch.cuda.Stream(e0.device)
     side.wait_stream(torch.cuda.current_stream(e0.device))

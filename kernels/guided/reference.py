@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..box.reference import box_filter_reference as _box
+from ..cells import low_res_radius  # noqa: F401 - also read from here by op.py and the bench
 
 
 def subsample_index(n: int, scale: int) -> np.ndarray:
@@ -31,10 +32,6 @@ def upsample_bilinear(x: np.ndarray, h: int, w: int) -> np.ndarray:
     x0, x1, fx = axis(x.shape[-1], w)
     rows = x[..., y0, :] * (1 - fy)[:, None] + x[..., y1, :] * fy[:, None]
     return rows[..., x0] * (1 - fx) + rows[..., x1] * fx
-
-
-def low_res_radius(radius: int, scale: int) -> int:
-    return max(1, int(round(radius / scale))) if scale > 1 else radius
 
 
 def guided_filter_reference(guide, src, radius, eps, border="valid", scale=1) -> np.ndarray:

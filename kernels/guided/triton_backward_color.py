@@ -59,6 +59,60 @@ def _rows17(I_ptr, p_ptr, g_ptr, plane, rows, lrows, cols, H, W, c0, c1, c2, cp,
 
 
 @triton.jit
+def _add17(s0, s1, s2, sp, s00, s01, s02, s11, s12, s22, s0p, s1p, s2p, sg, sg0, sg1, sg2,
+           d0, d1, d2, dp, d00, d01, d02, d11, d12, d22, d0p, d1p, d2p, dg, dg0, dg1, dg2, kp):
+    """The 17 running sums plus the column sums of their RB-row changes, each row weighted by ``kp``."""
+    return (s0 + tl.sum(d0 * kp, axis=0), s1 + tl.sum(d1 * kp, axis=0), s2 + tl.sum(d2 * kp, axis=0),
+            sp + tl.sum(dp * kp, axis=0), s00 + tl.sum(d00 * kp, axis=0), s01 + tl.sum(d01 * kp, axis=0),
+            s02 + tl.sum(d02 * kp, axis=0), s11 + tl.sum(d11 * kp, axis=0), s12 + tl.sum(d12 * kp, axis=0),
+            s22 + tl.sum(d22 * kp, axis=0), s0p + tl.sum(d0p * kp, axis=0), s1p + tl.sum(d1p * kp, axis=0),
+            s2p + tl.sum(d2p * kp, axis=0), sg + tl.sum(dg * kp, axis=0), sg0 + tl.sum(dg0 * kp, axis=0),
+            sg1 + tl.sum(dg1 * kp, axis=0), sg2 + tl.sum(dg2 * kp, axis=0))
+
+
+@triton.jit
+def _solve_store(base, step, keep, eps, r00, r11, r22, q01, q02, q12, v0, v1, v2, e0, e1, e2, g_b, mI0, mI1, mI2,
+                 mp):
+    """Per pixel of the RB rows: invert Sigma + eps by cofactors (the clamped variances plus ``eps`` on the
+    diagonal), form a = S^-1 cov(I, p) and g_cov = S^-1 g_a, and store the 14 gradient planes at ``base`` (one
+    every ``step``) where ``keep``. ``mI*``, ``mp``: the window means of the guide and src (centres added back)."""
+    q00 = tl.maximum(r00, 0.0) + eps
+    q11 = tl.maximum(r11, 0.0) + eps
+    q22 = tl.maximum(r22, 0.0) + eps
+    k00, k01, k02, k11, k12, k22, det = sym3_adjugate(q00, q01, q02, q11, q12, q22)
+    inv_det = 1.0 / det
+    k00 *= inv_det
+    k01 *= inv_det
+    k02 *= inv_det
+    k11 *= inv_det
+    k12 *= inv_det
+    k22 *= inv_det
+    a0, a1, a2 = sym3_times(k00, k01, k02, k11, k12, k22, v0, v1, v2)
+    u0, u1, u2 = sym3_times(k00, k01, k02, k11, k12, k22, e0, e1, e2)  # g_cov = S^-1 g_a
+    # G = -g_cov a^T with clamped diagonal variances masked; H = G + G^T
+    G00 = tl.where(r00 > 0, -u0 * a0, 0.0)
+    G11 = tl.where(r11 > 0, -u1 * a1, 0.0)
+    G22 = tl.where(r22 > 0, -u2 * a2, 0.0)
+    H01 = -(u0 * a1 + u1 * a0)
+    H02 = -(u0 * a2 + u2 * a0)
+    H12 = -(u1 * a2 + u2 * a1)
+    tl.store(base, -g_b * a0 - (2.0 * G00 * mI0 + H01 * mI1 + H02 * mI2) - u0 * mp, mask=keep)
+    tl.store(base + step, -g_b * a1 - (H01 * mI0 + 2.0 * G11 * mI1 + H12 * mI2) - u1 * mp, mask=keep)
+    tl.store(base + 2 * step, -g_b * a2 - (H02 * mI0 + H12 * mI1 + 2.0 * G22 * mI2) - u2 * mp, mask=keep)
+    tl.store(base + 3 * step, G00, mask=keep)
+    tl.store(base + 4 * step, H01, mask=keep)
+    tl.store(base + 5 * step, H02, mask=keep)
+    tl.store(base + 6 * step, G11, mask=keep)
+    tl.store(base + 7 * step, H12, mask=keep)
+    tl.store(base + 8 * step, G22, mask=keep)
+    tl.store(base + 9 * step, g_b - (u0 * mI0 + u1 * mI1 + u2 * mI2), mask=keep)
+    tl.store(base + 10 * step, u0, mask=keep)
+    tl.store(base + 11 * step, u1, mask=keep)
+    tl.store(base + 12 * step, u2, mask=keep)
+    tl.store(base + 13 * step, -(u0 * a0 + u1 * a1 + u2 * a2), mask=keep)
+
+
+@triton.jit
 def _grad_moments_color(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.constexpr, BWI: tl.constexpr,
                         CH: tl.constexpr, RB: tl.constexpr):
     pc, bi, y0, k, j, cols, oc = strip_start(C, R, BWI, CH, RB)
@@ -83,23 +137,9 @@ def _grad_moments_color(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.co
         rows = y0 - 1 - R + w0 + k
         h0, h1, h2, hp, h00, h01, h02, h11, h12, h22, h0p, h1p, h2p, hg, hg0, hg1, hg2 = _rows17(
             I_ptr, p_ptr, g_ptr, plane, rows, rows, cols, H, W, c0, c1, c2, cp, cg, cg0, cg1, cg2, False, R, BWI)
-        s0 += tl.sum(h0 * kp, axis=0)
-        s1 += tl.sum(h1 * kp, axis=0)
-        s2 += tl.sum(h2 * kp, axis=0)
-        sp += tl.sum(hp * kp, axis=0)
-        s00 += tl.sum(h00 * kp, axis=0)
-        s01 += tl.sum(h01 * kp, axis=0)
-        s02 += tl.sum(h02 * kp, axis=0)
-        s11 += tl.sum(h11 * kp, axis=0)
-        s12 += tl.sum(h12 * kp, axis=0)
-        s22 += tl.sum(h22 * kp, axis=0)
-        s0p += tl.sum(h0p * kp, axis=0)
-        s1p += tl.sum(h1p * kp, axis=0)
-        s2p += tl.sum(h2p * kp, axis=0)
-        sg += tl.sum(hg * kp, axis=0)
-        sg0 += tl.sum(hg0 * kp, axis=0)
-        sg1 += tl.sum(hg1 * kp, axis=0)
-        sg2 += tl.sum(hg2 * kp, axis=0)
+        s0, s1, s2, sp, s00, s01, s02, s11, s12, s22, s0p, s1p, s2p, sg, sg0, sg1, sg2 = _add17(
+            s0, s1, s2, sp, s00, s01, s02, s11, s12, s22, s0p, s1p, s2p, sg, sg0, sg1, sg2,
+            h0, h1, h2, hp, h00, h01, h02, h11, h12, h22, h0p, h1p, h2p, hg, hg0, hg1, hg2, kp)
     step = (C * 0 + tl.num_programs(0)).to(tl.int64) * plane  # planes per output kind: B * C
     for yb in range(y0, tl.minimum(y0 + CH, H), RB):
         d0, d1, d2, dp, d00, d01, d02, d11, d12, d22, d0p, d1p, d2p, dg, dg0, dg1, dg2 = _rows17(
@@ -127,63 +167,12 @@ def _grad_moments_color(I_ptr, p_ptr, g_ptr, eps_ptr, out_ptr, C, H, W, R: tl.co
         e0 = sg0[None, :] + tl.cumsum(dg0, axis=0) + cg0 * n - g_b * m0
         e1 = sg1[None, :] + tl.cumsum(dg1, axis=0) + cg1 * n - g_b * m1
         e2 = sg2[None, :] + tl.cumsum(dg2, axis=0) + cg2 * n - g_b * m2
-        s0 += tl.sum(d0, axis=0)
-        s1 += tl.sum(d1, axis=0)
-        s2 += tl.sum(d2, axis=0)
-        sp += tl.sum(dp, axis=0)
-        s00 += tl.sum(d00, axis=0)
-        s01 += tl.sum(d01, axis=0)
-        s02 += tl.sum(d02, axis=0)
-        s11 += tl.sum(d11, axis=0)
-        s12 += tl.sum(d12, axis=0)
-        s22 += tl.sum(d22, axis=0)
-        s0p += tl.sum(d0p, axis=0)
-        s1p += tl.sum(d1p, axis=0)
-        s2p += tl.sum(d2p, axis=0)
-        sg += tl.sum(dg, axis=0)
-        sg0 += tl.sum(dg0, axis=0)
-        sg1 += tl.sum(dg1, axis=0)
-        sg2 += tl.sum(dg2, axis=0)
-        q00 = tl.maximum(r00, 0.0) + eps
-        q11 = tl.maximum(r11, 0.0) + eps
-        q22 = tl.maximum(r22, 0.0) + eps
-        k00, k01, k02, k11, k12, k22, det = sym3_adjugate(q00, q01, q02, q11, q12, q22)
-        inv_det = 1.0 / det
-        k00 *= inv_det
-        k01 *= inv_det
-        k02 *= inv_det
-        k11 *= inv_det
-        k12 *= inv_det
-        k22 *= inv_det
-        a0, a1, a2 = sym3_times(k00, k01, k02, k11, k12, k22, v0, v1, v2)
-        u0, u1, u2 = sym3_times(k00, k01, k02, k11, k12, k22, e0, e1, e2)  # g_cov = S^-1 g_a
-        mI0 = m0 + c0
-        mI1 = m1 + c1
-        mI2 = m2 + c2
-        mp = mpt + cp
-        # G = -g_cov a^T with clamped diagonal variances masked; H = G + G^T
-        G00 = tl.where(r00 > 0, -u0 * a0, 0.0)
-        G11 = tl.where(r11 > 0, -u1 * a1, 0.0)
-        G22 = tl.where(r22 > 0, -u2 * a2, 0.0)
-        H01 = -(u0 * a1 + u1 * a0)
-        H02 = -(u0 * a2 + u2 * a0)
-        H12 = -(u1 * a2 + u2 * a1)
+        s0, s1, s2, sp, s00, s01, s02, s11, s12, s22, s0p, s1p, s2p, sg, sg0, sg1, sg2 = _add17(
+            s0, s1, s2, sp, s00, s01, s02, s11, s12, s22, s0p, s1p, s2p, sg, sg0, sg1, sg2,
+            d0, d1, d2, dp, d00, d01, d02, d11, d12, d22, d0p, d1p, d2p, dg, dg0, dg1, dg2, 1.0)
         keep = strip_keep(oy, oc, j, y0, H, W, R, BWI, CH)
-        base = out_ptr + pc * plane + oy * W + oc
-        tl.store(base, -g_b * a0 - (2.0 * G00 * mI0 + H01 * mI1 + H02 * mI2) - u0 * mp, mask=keep)
-        tl.store(base + step, -g_b * a1 - (H01 * mI0 + 2.0 * G11 * mI1 + H12 * mI2) - u1 * mp, mask=keep)
-        tl.store(base + 2 * step, -g_b * a2 - (H02 * mI0 + H12 * mI1 + 2.0 * G22 * mI2) - u2 * mp, mask=keep)
-        tl.store(base + 3 * step, G00, mask=keep)
-        tl.store(base + 4 * step, H01, mask=keep)
-        tl.store(base + 5 * step, H02, mask=keep)
-        tl.store(base + 6 * step, G11, mask=keep)
-        tl.store(base + 7 * step, H12, mask=keep)
-        tl.store(base + 8 * step, G22, mask=keep)
-        tl.store(base + 9 * step, g_b - (u0 * mI0 + u1 * mI1 + u2 * mI2), mask=keep)
-        tl.store(base + 10 * step, u0, mask=keep)
-        tl.store(base + 11 * step, u1, mask=keep)
-        tl.store(base + 12 * step, u2, mask=keep)
-        tl.store(base + 13 * step, -(u0 * a0 + u1 * a1 + u2 * a2), mask=keep)
+        _solve_store(out_ptr + pc * plane + oy * W + oc, step, keep, eps, r00, r11, r22, q01, q02, q12, v0, v1, v2,
+                     e0, e1, e2, g_b, m0 + c0, m1 + c1, m2 + c2, mpt + cp)
 
 
 @triton.jit

@@ -22,7 +22,7 @@ from torch import nn
 from ..border import check_border
 from ..box.torch_path import opencv_available
 from ..runtime import backend_of, choose, jit, register_path
-from ..guided.reference import low_res_radius
+from ..cells import low_res_radius
 from ..runtime import data_checks
 from ..validate import (as_float, check_all_finite, check_float_tensor, check_image, check_not_meta_beside_real,
                         check_positive, check_radius, check_scale, is_symbolic)

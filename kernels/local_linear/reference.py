@@ -16,7 +16,7 @@ import numpy as np
 
 from ..border import source_index
 from ..box.reference import box_filter_reference
-from ..guided.reference import low_res_radius
+from ..cells import low_res_radius
 
 
 def grid_size(n: int, scale: int) -> int:

@@ -48,8 +48,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def commands(work: Path | None = None) -> dict[str, list[str]]:
     """The timed command lines; with ``work`` (a folder holding ``in.png``) also the missing-model edit."""
-    vision = shutil.which("vision")
-    entry = [vision] if vision else [sys.executable, "-m", "vision.pipelines.cli"]
+    entry = [sys.executable, "-m", "vision.pipelines.cli"]
+    for vision in (Path(sys.executable).with_name("vision"), shutil.which("vision")):
+        # this interpreter's own script first: the first `vision` on PATH can be another install's, or a wrapper
+        # (pyenv's shims add a shell start, 0.1-0.2 s) that the import-torch row, run by this interpreter, does not pay
+        if vision and Path(vision).is_file() and os.access(vision, os.X_OK):
+            entry = [str(vision)]
+            break
     cmds = {
         'python -c "import torch"': [sys.executable, "-c", "import torch"],
         "vision --help": [*entry, "--help"],

@@ -169,7 +169,8 @@ def add_arguments(p) -> None:
                    help="bar: a progress bar on stderr (the default); json: one JSON object per line on stdout "
                         "(events start, info, warning, frame, done) for programs such as the Blender add-on")
     p.add_argument("-q", "--quiet", action="store_true",
-                   help="no progress bar and no warnings (the summary line counts them); errors only")
+                   help="no progress bar and no warnings (the summary line counts them); the run's own lines (the "
+                        "channels used, the samples per pixel, the summary) still go to stdout, errors to stderr")
 
 
 # --------------------------------------------------------------------------- sequences

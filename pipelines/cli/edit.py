@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 
 from vision.pipelines.editing.config import DEFAULT_CONFIG, SCHEDULERS, StructurePreservationConfig
+from vision.pipelines.plugins import setting
 
 DEFAULT_MODEL = "SimianLuo/LCM_Dreamshaper_v7"  # the SD1.5-based LCM the paper uses
 
@@ -87,12 +88,17 @@ def add_arguments(p) -> None:
     p.add_argument("--blend-words", nargs="+", default=None,
                    help="with --source-prompt: words of either prompt; only their region changes (LocalBlend)")
     p.add_argument("--guidance-scale", type=float, default=None, help="classifier-free guidance (pipeline default)")
-    p.add_argument("--start", type=float, default=DEFAULT_CONFIG.start,
-                   help=f"guide the last (1 - START) of the steps (default {DEFAULT_CONFIG.start})")
-    p.add_argument("--spl-steps", type=int, default=DEFAULT_CONFIG.steps_per_guidance,
+    # the SPL options are checked by the config they build (StructurePreservationConfig.check), while parsing
+    check = StructurePreservationConfig.check
+    p.add_argument("--start", type=setting(check, "start"), default=DEFAULT_CONFIG.start,
+                   help=f"guide the last (1 - START) of the steps, 0..1 (default {DEFAULT_CONFIG.start})")
+    p.add_argument("--spl-steps", type=setting(check, "steps_per_guidance", int),
+                   default=DEFAULT_CONFIG.steps_per_guidance,
                    help=f"optimisation steps per guided step (default {DEFAULT_CONFIG.steps_per_guidance})")
-    p.add_argument("--spl-weight", type=float, default=DEFAULT_CONFIG.spl_weight)
-    p.add_argument("--color-weight", type=float, default=DEFAULT_CONFIG.color_weight)
+    p.add_argument("--spl-weight", type=setting(check, "spl_weight"), default=DEFAULT_CONFIG.spl_weight,
+                   help=f"weight of the structure term, >= 0 (default {DEFAULT_CONFIG.spl_weight:g})")
+    p.add_argument("--color-weight", type=setting(check, "color_weight"), default=DEFAULT_CONFIG.color_weight,
+                   help=f"weight of the colour term, >= 0 (default {DEFAULT_CONFIG.color_weight:g})")
     p.add_argument("--no-post-process", action="store_true", help="skip the final SPL restoration")
     p.add_argument("--working-size", type=int, default=1024,
                    help="longest side the model sees (default 1024); larger inputs are edited at this size")
@@ -375,9 +381,8 @@ def _to_full_size(out, src, full_mask, cfg, shrunk: bool):
     if shrunk:
         out = F.interpolate(out, size=src.shape[-2:], mode="bicubic", align_corners=False).clamp(0, 1)
         if cfg.post_process:  # the post-processing step at full size, against the full-size source
-            out = restore_structure(src, out, mask=full_mask, steps=cfg.post_steps, spl_weight=cfg.spl_weight,
-                                    color_weight=cfg.color_weight, radius=cfg.radius, eps=cfg.eps,
-                                    bidirectional=cfg.bidirectional, value_range=(0.0, 1.0))
+            out = restore_structure(src, out, mask=full_mask, steps=cfg.post_steps, config=cfg.loss,
+                                    value_range=(0.0, 1.0))
     return out
 
 
@@ -426,8 +431,8 @@ def run(args) -> int:
 
     unit = dict(low=0, high=1)
     check_numbers(args, dict(steps=dict(low=1), strength=dict(low=0, low_open=True, high=1), guidance_scale=NON_NEGATIVE,
-                             cross_replace_steps=unit, self_replace_steps=unit, start=unit, spl_steps=NON_NEGATIVE,
-                             spl_weight=NON_NEGATIVE, color_weight=NON_NEGATIVE, working_size=dict(low=16)))
+                             cross_replace_steps=unit, self_replace_steps=unit, working_size=dict(low=16)))
+    # the one config of this run (its values were checked as the options were parsed); it goes whole to edit()
     config = StructurePreservationConfig(start=args.start, steps_per_guidance=args.spl_steps,
                                          spl_weight=args.spl_weight, color_weight=args.color_weight,
                                          post_process=not args.no_post_process, invert_mask=args.invert_mask)

@@ -196,6 +196,8 @@ def run(args) -> int:
                       extra=extra, head_kwargs=head_kwargs, task_kwargs=task_kwargs)
     if args.out.exists() and any(args.out.iterdir()) and not args.resume:
         raise FileExistsError(f"{args.out} is not empty; pass --resume to continue it or choose another folder")
+    if args.resume and args.out.is_dir():
+        _check_state_files(args.out)
     if args.lora_rank is None and not args.pretrained and not args.resume:
         print("no --pretrained: training the whole backbone from random weights (LoRA needs pretrained weights)")
 
@@ -286,3 +288,16 @@ def _json_object(text: str | None, option: str) -> dict:
     if not isinstance(value, dict):
         raise ValueError(f"{option} must be a JSON object")
     return value
+
+
+def _check_state_files(run) -> None:
+    """A checkpoint file of random bytes in ``run``'s last complete checkpoint: one line now, before the training
+    stack (timm, Accelerate, PEFT) loads; what only loading can tell is found when the resume loads it."""
+    from vision.pipelines.training import checkpoint
+    from vision.pipelines.training.run_state import CHECKPOINT_FORMAT, STATE
+
+    where, _ = checkpoint.latest(run / STATE, CHECKPOINT_FORMAT)
+    bad = None if where is None else checkpoint.unreadable_file(where)
+    if bad is not None:
+        raise ValueError(f"{bad[0]} is damaged and cannot be loaded ({bad[1]}); resume needs the checkpoint as it was "
+                         "written: start a new run folder")

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vision.kernels.spl.defaults import SPL_DEFAULTS
+from vision.kernels.spl.config import SPL_DEFAULTS, SPLConfig
+from vision.pipelines.plugins import setting
 
 EPILOG = """examples:
   vision restore-structure --source photo.png --edited edit.png -o restored.png
@@ -43,12 +44,15 @@ def add_arguments(p) -> None:
     p.add_argument("--steps", type=int, default=100, help="optimisation steps (default 100)")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd", help="default sgd (momentum 0.9)")
     p.add_argument("--lr", type=float, default=None, help="step size (default 1.0 for sgd, 5e-3 for adam)")
-    p.add_argument("--spl-weight", type=float, default=SPL_DEFAULTS.spl_weight,
+    # the loss options are checked by the config they build (SPLConfig.check), while parsing
+    p.add_argument("--spl-weight", type=setting(SPLConfig.check, "spl_weight"), default=SPL_DEFAULTS.spl_weight,
                    help=f"structure loss weight (default {SPL_DEFAULTS.spl_weight:g})")
-    p.add_argument("--color-weight", type=float, default=SPL_DEFAULTS.color_weight,
-                   help=f"chroma loss weight (default {SPL_DEFAULTS.color_weight:g})")
-    p.add_argument("--radius", type=int, default=5, help="SPL window radius (default 5)")
-    p.add_argument("--eps", type=float, default=1e-4, help="SPL eps (default 1e-4)")
+    p.add_argument("--color-weight", type=setting(SPLConfig.check, "color_weight"),
+                   default=SPL_DEFAULTS.color_weight, help=f"chroma loss weight (default {SPL_DEFAULTS.color_weight:g})")
+    p.add_argument("--radius", type=setting(SPLConfig.check, "radius", int), default=SPL_DEFAULTS.radius,
+                   help=f"SPL window radius (default {SPL_DEFAULTS.radius})")
+    p.add_argument("--eps", type=setting(SPLConfig.check, "eps"), default=SPL_DEFAULTS.eps,
+                   help=f"SPL eps (default {SPL_DEFAULTS.eps:g})")
     p.add_argument("--bits", type=int, choices=(8, 16), default=8,
                    help="bits per channel of a PNG/TIFF output (default 8)")
     p.add_argument("--quality", type=int, default=95, help="JPEG quality of a .jpg output (default 95)")
@@ -118,10 +122,10 @@ def run(args) -> int:
         raise ValueError("JPEG output is 8-bit only; drop --bits 16 or write a .png/.tif")
     if args.steps < 0:
         raise ValueError(f"--steps must be >= 0, got {args.steps}")
-    from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, QUALITY, check_numbers
+    from vision.pipelines.plugins import POSITIVE, QUALITY, check_numbers
 
-    check_numbers(args, dict(lr=POSITIVE, spl_weight=NON_NEGATIVE, color_weight=NON_NEGATIVE, eps=POSITIVE,
-                             radius=NON_NEGATIVE, quality=QUALITY))
+    check_numbers(args, dict(lr=POSITIVE, quality=QUALITY))
+    config = SPLConfig(radius=args.radius, eps=args.eps, spl_weight=args.spl_weight, color_weight=args.color_weight)
     device = torch_device(args.device)
     src, src_hdr = read_input(read_any, Path(args.source), "--source")
     edit, edit_hdr = read_input(read_any, Path(args.edited), "--edited")
@@ -148,12 +152,11 @@ def run(args) -> int:
     e = to_tensor(edit, device=device)
     mk = None if mask is None else torch.from_numpy(np.ascontiguousarray(mask, dtype=np.float32)).to(device)
     hdr = src_hdr or edit_hdr
-    restored = restore_structure(s, e, mask=mk, steps=args.steps, lr=args.lr, spl_weight=args.spl_weight,
-                                 color_weight=args.color_weight, optimizer=args.optimizer, radius=args.radius,
-                                 eps=args.eps, value_range=None if hdr else (0.0, 1.0), progress=not args.quiet)
+    restored = restore_structure(s, e, mask=mk, steps=args.steps, lr=args.lr, config=config, optimizer=args.optimizer,
+                                 value_range=None if hdr else (0.0, 1.0), progress=not args.quiet)
     with torch.no_grad():
-        before = float(structure_loss(s, e, args.radius, args.eps, mk))
-        after = float(structure_loss(s, restored, args.radius, args.eps, mk))
+        before = float(structure_loss(s, e, config.radius, config.eps, mk))
+        after = float(structure_loss(s, restored, config.radius, config.eps, mk))
     img = to_image(restored)
     if alpha is not None:
         img = np.concatenate([img, alpha], axis=2)

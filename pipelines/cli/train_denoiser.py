@@ -180,8 +180,13 @@ def _checkpoint_dir(args) -> Path:
     if checkpoint.foreign(folder, denoiser.FORMAT):
         raise ValueError(f"--checkpoint-dir {folder} exists and is not a train-denoiser checkpoint (a save would "
                          "replace it): choose another folder")
-    if args.resume and denoiser.find_checkpoint(folder)[0] is None:
-        raise ValueError(f"--resume: no complete checkpoint in {folder} (a run writes one after every epoch)")
+    if args.resume:
+        where = denoiser.find_checkpoint(folder)[0]
+        if where is None:
+            raise ValueError(f"--resume: no complete checkpoint in {folder} (a run writes one after every epoch)")
+        bad = checkpoint.unreadable_file(where)  # random bytes: refused before the training stack loads
+        if bad is not None:
+            raise ValueError(f"--resume: {bad[0]} is damaged and cannot be loaded ({bad[1]})")
     return folder
 
 

@@ -98,20 +98,27 @@ class LatentRestorer:
                  check_aspect: bool = True, steps: int | None = None, spl_weight: float | None = None,
                  color_weight: float | None = None, invert_mask: bool | None = None, latent_update: str | None = None,
                  radius: int | None = None, eps: float | None = None, post_process_steps: int | None = None):
-        # the keyword arguments (the older signature; ``steps`` is ``steps_per_guidance``) change the config
+        # the keyword arguments (the older signature; ``steps`` is ``steps_per_guidance``) change the config;
+        # without them it is ``config`` itself, which goes on whole (its ``loss`` to restore_structure)
         self.config = cfg = StructurePreservationConfig.from_options(
             config, steps_per_guidance=steps, spl_weight=spl_weight, color_weight=color_weight,
             invert_mask=invert_mask, latent_update=latent_update, radius=radius, eps=eps,
             post_process_steps=post_process_steps)
         self.source = source_tensor(source_image)
         self.mask = None if mask is None else load_mask(mask, self.source.shape[-2:], invert=cfg.invert_mask)
-        self.steps, self.spl_weight, self.color_weight = cfg.steps_per_guidance, float(cfg.spl_weight), float(cfg.color_weight)
-        self.post_steps = cfg.post_steps
-        self.latent_update, self.radius, self.eps = cfg.latent_update, cfg.radius, cfg.eps
         self.check_aspect = check_aspect
         self._references: dict = {}
         self.vae = None
         self.decode_fn = None  # the VAE's own decode (not the post-processing wrapper)
+
+    # the settings by name (read-only views of ``config``)
+    steps = property(lambda self: self.config.steps_per_guidance, doc="SGD steps per guided step.")
+    post_steps = property(lambda self: self.config.post_steps, doc="SGD steps of post-processing.")
+    spl_weight = property(lambda self: self.config.spl_weight)
+    color_weight = property(lambda self: self.config.color_weight)
+    radius = property(lambda self: self.config.radius)
+    eps = property(lambda self: self.config.eps)
+    latent_update = property(lambda self: self.config.latent_update)
 
     # latents <-> VAE space, as the pipelines do it
     def _stats(self, like):
@@ -185,18 +192,16 @@ class LatentRestorer:
             if b % s:
                 raise ValueError(f"{s} source images cannot be matched to a batch of {b} outputs")
             target = target.repeat(b // s, 1, 1, 1)
-        return restore_structure(target, image, mask=self._mask_at(image.shape, image.device),
-                                 steps=steps, spl_weight=self.spl_weight, color_weight=self.color_weight,
-                                 radius=self.radius, eps=self.eps, bidirectional=self.config.bidirectional,
-                                 value_range=(0.0, 1.0))
+        return restore_structure(target, image, mask=self._mask_at(image.shape, image.device), steps=steps,
+                                 config=self.config.loss, value_range=(0.0, 1.0))
 
     @torch.no_grad()
     def optimise_latent(self, x0: torch.Tensor) -> torch.Tensor:
         """One guided SPL stage: decode ``x0``, restore against the reference, encode. Returns float32 latents."""
         x0 = x0.float()
         img = self.decode(x0)
-        opt = self.restore(self.reference(img.shape, img.device), img, self.steps)
-        if self.latent_update == "replace":  # the published code: the re-encoded image is the new x0 ...
+        opt = self.restore(self.reference(img.shape, img.device), img, self.config.steps_per_guidance)
+        if self.config.latent_update == "replace":  # the published code: the re-encoded image is the new x0 ...
             new = self.encode(opt)
             if self.mask is None:
                 return new
@@ -212,5 +217,5 @@ class LatentRestorer:
     def post_process(self, decoded: torch.Tensor) -> torch.Tensor:
         """Post-processing: the decoded output (in [-1, 1]) restored against the source itself."""
         img = ((decoded.float() + 1) / 2).nan_to_num(0.5).clamp(0, 1)
-        out = self.restore(self._resized_source(img.shape, img.device), img, self.post_steps)
+        out = self.restore(self._resized_source(img.shape, img.device), img, self.config.post_steps)
         return (out * 2 - 1).to(decoded.dtype)

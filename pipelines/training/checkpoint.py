@@ -115,6 +115,63 @@ def first_line(err: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(err).__name__
 
 
+def unreadable_file(folder) -> tuple[Path, str] | None:
+    """Before a resume loads anything: ``folder``'s first state file whose container is not what it claims, and why;
+    None when each one looks whole. Safetensors: the 8-byte length of a JSON header that fits the file, and every
+    tensor's byte range within it. ``.bin`` / ``.pkl`` (``torch.save``'s files, Accelerate's too): a zip archive with
+    a ``data.pkl``. Reads headers and zip directories only, without torch or the training stack, so a file of random
+    bytes is refused in a second instead of after the trainer has been built; what only loading can tell (a whole
+    file of other tensors) is still found by :func:`damaged_file`."""
+    import zipfile
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    for path in sorted(p for p in folder.iterdir() if p.is_file() and p.name != MANIFEST):
+        if path.suffix == ".safetensors":
+            why = _safetensors_header_fault(path)
+        elif path.suffix in (".bin", ".pkl"):
+            try:
+                with zipfile.ZipFile(path) as z:
+                    why = None if any(n.endswith("/data.pkl") or n == "data.pkl" for n in z.namelist()) else \
+                        "not a torch file (no data.pkl in the archive)"
+            except (zipfile.BadZipFile, OSError, ValueError, EOFError) as err:
+                why = f"not a torch file ({first_line(err)})"
+        else:
+            continue
+        if why:
+            return path, why
+    return None
+
+
+def _safetensors_header_fault(path: Path) -> str | None:
+    """Why ``path`` is not a safetensors file as its header says (None: the header and the byte ranges fit)."""
+    import struct
+
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                return "shorter than a safetensors header"
+            (n,) = struct.unpack("<Q", head)
+            if n > size - 8 or n > 100_000_000:
+                return f"its header claims {n} bytes, more than the file holds"
+            header = json.loads(fh.read(n))
+        if not isinstance(header, dict):
+            return "its header is not a JSON object"
+        data = size - 8 - n
+        for name, entry in header.items():
+            if name == "__metadata__":
+                continue
+            start, end = entry["data_offsets"]
+            if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= data):
+                return f"tensor {name!r} lies outside the file"
+    except (OSError, ValueError, UnicodeDecodeError, KeyError, TypeError, RecursionError) as err:
+        return f"not a safetensors file ({first_line(err)})"
+    return None
+
+
 def damaged_file(folder) -> tuple[Path, str] | None:
     """After loading ``folder`` failed: its first state file that does not load on its own (safetensors read
     whole, ``.bin`` / ``.pkl`` as Accelerate reads them: weights only), and the first line of why; None when each

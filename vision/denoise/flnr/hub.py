@@ -1,10 +1,13 @@
 """``save_pretrained`` / ``from_pretrained`` for :class:`~vision.denoise.flnr.FLNR`, on local folders only.
 
-huggingface_hub's ``PyTorchModelHubMixin`` writes a folder of ``config.json`` (the network's constructor
-arguments) and ``model.safetensors``, the layout diffusers, timm and transformers users know. Loading here is
-stricter than the mixin's: the folder must exist on this machine (nothing downloads at run time), the sizes in
-``config.json`` are checked against :data:`~.config.BOUNDS` before any network is built, the
-weights file must be safetensors (never a pickle), and every error is one line naming the folder.
+A saved model is a folder of ``config.json`` (the network's constructor arguments, sorted, indented by 2) and
+``model.safetensors``, the layout huggingface_hub's ``PyTorchModelHubMixin`` writes and diffusers, timm and
+transformers users know. The folder is written here without huggingface_hub: importing that package takes a
+quarter of a second, which every ``vision denoise`` would pay for a method it does not call. To publish a folder,
+upload it (``huggingface_hub.upload_folder``). Loading is stricter than the mixin's: the folder must exist on this
+machine (nothing downloads at run time), the sizes in ``config.json`` are checked against :data:`~.config.BOUNDS`
+before any network is built, the weights file must be safetensors (never a pickle), and every error is one line
+naming the folder.
 
 Example:
     >>> model = load_flnr()                 # the bundled weights
@@ -17,7 +20,6 @@ import json
 from pathlib import Path
 
 import safetensors.torch
-from huggingface_hub import PyTorchModelHubMixin
 
 from .config import check_config, check_weights_file
 
@@ -29,8 +31,26 @@ def is_pretrained_folder(path) -> bool:
     return Path(path).is_dir() and (Path(path) / CONFIG_FILE).is_file()
 
 
-class FLNRHubMixin(PyTorchModelHubMixin):
-    """The mixin with local-only, checked loading (see the module docstring)."""
+class FLNRHubMixin:
+    """``save_pretrained`` and local-only, checked ``from_pretrained`` (see the module docstring); mixed into a
+    ``torch.nn.Module`` with a ``config`` dict of its constructor arguments."""
+
+    def save_pretrained(self, save_directory, *, push_to_hub: bool = False) -> None:
+        """Write ``save_directory``/``config.json`` (``self.config``) and ``model.safetensors`` (the weights), making
+        the folder if needed; an earlier ``config.json`` there is replaced. ``push_to_hub`` is not supported: save,
+        then upload the folder (``huggingface_hub.upload_folder``)."""
+        if push_to_hub:
+            self.push_to_hub(str(save_directory))
+        folder = Path(save_directory)
+        folder.mkdir(parents=True, exist_ok=True)
+        safetensors.torch.save_model(self, str(folder / WEIGHTS_FILE))
+        (folder / CONFIG_FILE).write_text(json.dumps(self.config, sort_keys=True, indent=2))
+
+    def push_to_hub(self, repo_id: str, **kwargs):
+        """Not supported: ``save_pretrained(folder)``, then ``huggingface_hub.upload_folder(repo_id=...,
+        folder_path=folder)``."""
+        raise NotImplementedError(f"FLNR.push_to_hub({repo_id!r}) is not supported: save the model with "
+                                  "save_pretrained(folder), then upload the folder with huggingface_hub.upload_folder")
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
