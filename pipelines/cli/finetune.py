@@ -293,8 +293,9 @@ def _json_object(text: str | None, option: str) -> dict:
 def _check_state_files(run) -> None:
     """A checkpoint file of random bytes in ``run``'s last complete checkpoint: one line now, before the training
     stack (timm, Accelerate, PEFT) loads; what only loading can tell is found when the resume loads it."""
+    # lazy: `vision finetune --help` starts without the training modules
     from vision.pipelines.training import checkpoint
-    from vision.pipelines.training.run_state import CHECKPOINT_FORMAT, STATE
+    from vision.pipelines.training.run_state import CHECKPOINT_FORMAT, STATE  # lazy: as above
 
     where, _ = checkpoint.latest(run / STATE, CHECKPOINT_FORMAT)
     bad = None if where is None else checkpoint.unreadable_file(where)

@@ -21,6 +21,7 @@ from pathlib import Path
 import math
 import pickle
 import random
+import struct
 import zipfile
 
 import numpy as np
@@ -122,8 +123,6 @@ def unreadable_file(folder) -> tuple[Path, str] | None:
     a ``data.pkl``. Reads headers and zip directories only, without torch or the training stack, so a file of random
     bytes is refused in a second instead of after the trainer has been built; what only loading can tell (a whole
     file of other tensors) is still found by :func:`damaged_file`."""
-    import zipfile
-
     folder = Path(folder)
     if not folder.is_dir():
         return None
@@ -146,8 +145,6 @@ def unreadable_file(folder) -> tuple[Path, str] | None:
 
 def _safetensors_header_fault(path: Path) -> str | None:
     """Why ``path`` is not a safetensors file as its header says (None: the header and the byte ranges fit)."""
-    import struct
-
     try:
         size = path.stat().st_size
         with open(path, "rb") as fh:
