@@ -18,14 +18,16 @@ tests do this in a subprocess. ``compile_many`` does it for a list of jobs in a 
 """
 from __future__ import annotations
 
+import importlib
+import json
 import os
 import re
+import resource
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
-import importlib
-import resource
 
 
 @dataclass(frozen=True)
@@ -143,9 +145,6 @@ def compile_many(jobs: list[dict], workers: int = 2, cache_dir: str | None = Non
 _MARK = "STATIC-COMPILE "
 
 if __name__ == "__main__":
-    import json
-    import sys
-
     for line in sys.stdin:
         if line.strip():
             print(_MARK + json.dumps(_job_result(json.loads(line))), flush=True)
