@@ -8,6 +8,7 @@ A module path starting with ``vision.`` is absolute; any other is relative to th
 from __future__ import annotations
 
 import importlib
+import sys
 
 
 def lazy_exports(package: str, names: dict[str, str]):
@@ -18,8 +19,6 @@ def lazy_exports(package: str, names: dict[str, str]):
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     def __dir__():
-        import sys
-
         return sorted(set(vars(sys.modules[package])) | set(names))
 
     return __getattr__, __dir__

@@ -22,8 +22,10 @@ the test adds it from that module's constants.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import importlib
 
 from .runtime.backends import choosing_as_on_a_gpu
+from .box.triton_path import MAX_RADIUS, MODES as BOX_MODES, MODES
 
 # Per-block limits of the targets consumer and datacentre users run (CUDA C Programming Guide, "Technical
 # Specifications per Compute Capability"): dynamic shared memory a block may opt into, registers per thread
@@ -60,8 +62,6 @@ class LaunchConfig:
 
     @property
     def fn(self):
-        import importlib
-
         mod, name = self.kernel.split(":")
         return getattr(importlib.import_module(mod), name)
 
@@ -85,8 +85,7 @@ def _cfg(fn, constexprs: dict, num_warps: int, case: str, signature: dict | None
 def box_configs(arch: int, radii=RADII, shapes=SHAPES) -> list[LaunchConfig]:
     """``box.sliding.launch`` as ``box.triton_path`` calls it: means in every border mode, the "valid" adjoint
     (KIND 1) and the padded adjoint (KIND 2, offset r)."""
-    from .box import sliding as B
-    from .box.triton_path import MAX_RADIUS, MODES as BOX_MODES
+    from .box import sliding as B  # lazy: vision.kernels.box.sliding loads triton
 
     out = []
     for r in (r for r in radii if r <= MAX_RADIUS):
@@ -104,8 +103,8 @@ def guided_configs(arch: int, radii=RADII, shapes=SHAPES) -> list[LaunchConfig]:
     """``guided.triton_path.fused_forward`` -> ``sliding.forward_gray`` / ``sliding_color.forward_color`` in every
     border mode (fit, then apply with the three APPLY / STORE_MA pairs those functions pass: q, q and mean a,
     the means) and the fused "valid" backward (``triton_backward.walk``)."""
-    from .box.sliding import strip_width, walk_grid
-    from .box.triton_path import MAX_RADIUS, MODES
+    from .box.sliding import strip_width, walk_grid  # lazy: vision.kernels.box.sliding loads triton
+    # lazy: vision.kernels.guided.sliding loads triton
     from .guided import sliding as G, sliding_color as K, triton_backward as T, triton_backward_color as TC
 
     out = []
@@ -133,7 +132,7 @@ def guided_configs(arch: int, radii=RADII, shapes=SHAPES) -> list[LaunchConfig]:
 def local_linear_configs(arch: int, guides=GUIDES, shapes=SHAPES) -> list[LaunchConfig]:
     """``local_linear.triton_path``: taps passes, cell moments / adjoint, moment rows, solve, fit backward,
     coefficient columns and apply, each from ``_solve_launch`` / ``_tiles`` as the launchers call them."""
-    from .local_linear import triton_path as tp
+    from .local_linear import triton_path as tp  # lazy: vision.kernels.local_linear.triton_path loads triton
 
     floats = {"inv_sh": "fp32", "inv_sw": "fp32"}
     out = []
@@ -160,8 +159,8 @@ SPL_FLOATS = ("eps", "empty", "inv_cs", "inv_ce", "inv_c", "lr", "momentum", "lo
 def spl_configs(arch: int) -> list[LaunchConfig]:
     """``spl.triton_path`` (moments, fit, finish, adjoint, gradient; masked or not) and the fused restore step
     (``spl.restore_step``: mask, chroma term, colour mask)."""
-    from .spl import triton_kernels as k
-    from .spl.restore_step import _restore_update
+    from .spl import triton_kernels as k  # lazy: vision.kernels.spl.triton_kernels loads triton
+    from .spl.restore_step import _restore_update  # lazy: vision.kernels.spl.restore_step loads triton
 
     tile = dict(BY=k.BY, BX=k.BX)
     out = []

@@ -18,9 +18,13 @@ tests do this in a subprocess. ``compile_many`` does it for a list of jobs in a 
 """
 from __future__ import annotations
 
+import importlib
+import json
 import os
 import re
+import resource
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -40,7 +44,7 @@ class StaticCompile:
 
 
 def _tool(name: str) -> str:
-    import triton
+    import triton  # lazy: Triton loads only for the GPU kernels (Linux x86_64 only)
 
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 
@@ -60,9 +64,9 @@ def compile_static(fn, constexprs: dict, signature: dict | None = None, num_warp
 
     ``aligned``: tell the compiler every pointer is 16-byte aligned, as Triton's launcher does for tensors from
     PyTorch's allocator (the binary a GPU runs for whole tensors; vectorised loads may need more registers)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    import triton  # lazy: Triton loads only for the GPU kernels (Linux x86_64 only)
+    from triton.backends.compiler import GPUTarget  # lazy: Triton loads only for the GPU kernels (Linux x86_64 only)
+    from triton.compiler import ASTSource  # lazy: Triton loads only for the GPU kernels (Linux x86_64 only)
 
     fn = getattr(fn, "fn", fn) if not hasattr(fn, "arg_names") else fn
     sig = default_signature(fn, constexprs, signature)
@@ -88,15 +92,11 @@ def compile_static(fn, constexprs: dict, signature: dict | None = None, num_warp
 
 
 def _cpu_seconds() -> float:
-    import resource
-
     return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
                                                   resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
 def _job_result(job: dict) -> dict:
-    import importlib
-
     mod, name = job["kernel"].split(":")
     fn = getattr(importlib.import_module(mod), name)
     t0, c0 = time.perf_counter(), _cpu_seconds()
@@ -118,9 +118,6 @@ def compile_many(jobs: list[dict], workers: int = 2, cache_dir: str | None = Non
 
     ``cache_dir`` (TRITON_CACHE_DIR of the workers; a fresh folder gives cold compile times) defaults to a new
     temporary folder. Jobs are dealt round-robin, so workers get similar mixes."""
-    import json
-    import sys
-
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "VISION_BACKEND")}
     with tempfile.TemporaryDirectory(prefix="vision-static-") as tmp:
         env["TRITON_CACHE_DIR"] = cache_dir or os.path.join(tmp, "cache")
@@ -148,9 +145,6 @@ def compile_many(jobs: list[dict], workers: int = 2, cache_dir: str | None = Non
 _MARK = "STATIC-COMPILE "
 
 if __name__ == "__main__":
-    import json
-    import sys
-
     for line in sys.stdin:
         if line.strip():
             print(_MARK + json.dumps(_job_result(json.loads(line))), flush=True)

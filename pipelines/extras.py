@@ -15,6 +15,8 @@ Example::
 """
 from __future__ import annotations
 
+import importlib.util
+
 DISTRIBUTION = "locallinear-vision"
 
 # extra -> the top-level modules it provides (import names; pyproject.toml lists their distributions)
@@ -84,8 +86,6 @@ def missing_extra(words: tuple[str, ...], err: BaseException) -> str | None:
 def require(*modules: str) -> None:
     """Raise ``ModuleNotFoundError`` (naming the module) for the first of ``modules`` that is not installed, without
     importing any: a command calls it before its other checks, so that a missing extra is the first thing said."""
-    import importlib.util
-
     for name in modules:
         try:
             found = importlib.util.find_spec(name) is not None

@@ -11,11 +11,12 @@ import math
 from pathlib import Path
 
 import numpy as np
+from PIL import ImageFont, Image, ImageDraw
+
+from vision.io import write_image
 
 
 def _font(size: int):
-    from PIL import ImageFont
-
     try:
         return ImageFont.load_default(size=size)  # Pillow >= 10.1: scalable bundled font
     except TypeError:
@@ -51,10 +52,6 @@ def side_by_side(images, labels, path, *, gap: int = 8, font_size: int = 18, foo
     under the row (a note about the figure). Raises ``ValueError`` when the counts differ, the list is
     empty, or an image is malformed.
     """
-    from PIL import Image, ImageDraw
-
-    from vision.io import write_image
-
     images, labels = list(images), [str(s) for s in labels]
     if not images:
         raise ValueError("side_by_side: no images given")

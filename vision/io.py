@@ -17,8 +17,11 @@ import contextlib
 import os
 import uuid
 from pathlib import Path
+import struct
+import zlib
 
 import numpy as np
+from numpy.lib import format as npf
 
 READ_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
 WRITE_BITS = {".png": (8, 16), ".jpg": (8,), ".jpeg": (8,), ".tif": (8, 16), ".tiff": (8, 16)}
@@ -58,7 +61,7 @@ def check_pixels(path, shape, what: str = "image") -> None:
 def check_image_header(path) -> None:
     """:func:`check_pixels` on the size an image file's header claims, read without decoding any pixel. A
     header that cannot be read is left to the decoder, which reports it."""
-    from PIL import Image
+    from PIL import Image  # lazy: a `vision denoise` frame starts without PIL
 
     bomb = Image.MAX_IMAGE_PIXELS
     Image.MAX_IMAGE_PIXELS = None  # our limit, not Pillow's warning (or error) about its own
@@ -76,6 +79,7 @@ def check_exr_header(path, headers=None) -> None:
     """:func:`check_pixels` on the data window of every part of an EXR file (the readers decode every part), read
     from its headers only (``headers``: those of :func:`vision.data.exr.read_exr_part_headers`, when the caller has
     read them already); an unreadable header is left to the reader, which reports it."""
+    # lazy: `vision edit` (until the model loads) starts without vision.data.exr
     from vision.data.exr import read_exr_part_headers
 
     try:
@@ -89,8 +93,6 @@ def check_exr_header(path, headers=None) -> None:
 def check_npy_header(path) -> tuple:
     """The shape a ``.npy`` file's header declares, refused in one line (naming the file) when it is over the
     pixel limit or larger than the data the file holds; reads the header only."""
-    from numpy.lib import format as npf
-
     with open(path, "rb") as f:
         try:
             version = npf.read_magic(f)
@@ -139,7 +141,7 @@ def read_image(path) -> np.ndarray:
     Gray images come back as ``(H, W, 1)``. Raises ``ValueError`` (``ImageNotFoundError`` when the
     file is missing) naming the path for a missing file, an unsupported extension or undecodable data.
     """
-    import cv2
+    import cv2  # lazy: OpenCV takes a while to load; the header checks and EXR paths here do without it
 
     path = Path(path)
     _extension(path, READ_EXTENSIONS)
@@ -195,7 +197,7 @@ def write_image(path, array, *, bits: int = 8, quality: int = 95, text: dict | N
     Raises ``ValueError`` for an unsupported extension or bit depth, a missing folder, a bad shape,
     NaN/Inf values, or a 4-channel JPEG.
     """
-    import cv2
+    import cv2  # lazy: OpenCV takes a while to load; the header checks and EXR paths here do without it
 
     path = Path(path)
     ext = _extension(path, tuple(WRITE_BITS))
@@ -245,9 +247,6 @@ def write_image(path, array, *, bits: int = 8, quality: int = 95, text: dict | N
 
 def _png_with_text(png: bytes, text: dict) -> bytes:
     """``png`` with one ``tEXt`` chunk per item of ``text`` after its header chunk (IHDR: 8 + 25 bytes)."""
-    import struct
-    import zlib
-
     chunks = b""
     for key, value in text.items():
         body = str(key).encode("latin-1") + b"\0" + str(value).encode("latin-1")
@@ -260,7 +259,7 @@ def _png_with_text(png: bytes, text: dict) -> bytes:
 
 def to_tensor(image, *, device=None, dtype=None):
     """``(H, W, C)`` or ``(H, W)`` array -> ``(1, C, H, W)`` torch tensor (float32 unless ``dtype``)."""
-    import torch
+    import torch  # lazy: `vision edit` (until the model loads) starts without torch
 
     array = np.asarray(image)
     if array.ndim == 2:

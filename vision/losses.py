@@ -60,7 +60,7 @@ def color_preservation_loss(reference: torch.Tensor, edited: torch.Tensor,
         >>> float(color_preservation_loss(x, 0.5 * x)) > 0, float(color_preservation_loss(x, x))
         (True, 0.0)
     """
-    from kornia.color import rgb_to_ycbcr
+    from kornia.color import rgb_to_ycbcr  # lazy: kornia loads slowly; only this path needs it
 
     _check_pair(reference, edited, "color_preservation_loss")
     d = rgb_to_ycbcr(edited)[:, 1:] - rgb_to_ycbcr(reference)[:, 1:]

@@ -180,7 +180,7 @@ def in_run(run, relative: str, flag: str = "-o") -> Path:
 def run_lock(run, flag: str = "-o", command: str = "vision"):
     """Hold an exclusive lock on ``run/.lock`` while the block runs; a second run into the same folder is refused
     in one line (``fcntl.flock``, non-blocking: released by the system when the process dies, even by SIGKILL)."""
-    import fcntl
+    import fcntl  # lazy: `vision edit` (until the model loads) starts without fcntl
 
     path = in_run(run, ".lock", flag)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)

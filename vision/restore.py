@@ -29,6 +29,7 @@ import functools
 from typing import Callable
 
 import torch
+from tqdm.auto import tqdm
 
 from vision.kernels.runtime import backend_for, choose, cuda_graphs_enabled, data_checks, implementation, register_path
 from vision.kernels.spl.op import check_magnitude, check_mask, value_and_grad
@@ -41,7 +42,7 @@ DEFAULT_LR = {"sgd": 1.0, "adam": 5e-3}
 
 def chroma_jacobian(device=None) -> torch.Tensor:
     """(2, 3): d(Cb, Cr) / d(R, G, B) of kornia's (affine) ``rgb_to_ycbcr``, read off kornia itself."""
-    from kornia.color import rgb_to_ycbcr
+    from kornia.color import rgb_to_ycbcr  # lazy: kornia loads slowly; only this path needs it
 
     basis = torch.cat([torch.zeros(1, 3), torch.eye(3)]).view(4, 3, 1, 1)
     ycc = rgb_to_ycbcr(basis)[:, 1:, 0, 0]
@@ -266,8 +267,6 @@ class _Progress:
     def __init__(self, steps, callback, progress):
         self.steps, self.callback, self.bar = steps, callback, None
         if progress:
-            from tqdm.auto import tqdm
-
             self.bar = tqdm(total=steps, desc="restore-structure", unit="step")
 
     def wants(self, step):
@@ -308,7 +307,7 @@ def _restore_eager(objective, e0, steps, lr, momentum, optimizer, clamp, callbac
 
 
 def _fused(objective, e0, lr, momentum, clamp):
-    from vision.kernels.spl.restore_step import FusedSGD
+    from vision.kernels.spl.restore_step import FusedSGD  # lazy: vision.kernels.spl.restore_step loads triton
 
     o = objective
     cfg = o.config
@@ -380,7 +379,7 @@ def _graph_run(objective, e0, steps, lr, momentum, clamp):
 def _capture(objective, e0, steps, lr, momentum, clamp):
     o = objective
     static = [None if t is None else t.clone() for t in (o.S, e0, o.mask, o.color_mask)]
-    from vision.kernels.spl.restore_step import FusedSGD
+    from vision.kernels.spl.restore_step import FusedSGD  # lazy: vision.kernels.spl.restore_step loads triton
 
     cfg = o.config
     fused = FusedSGD(static[0], static[1], static[2], static[3], o.g_spl.clone(),

@@ -22,12 +22,14 @@ class _Triton:
 
     @staticmethod
     def forward(x, radius, border):
+        # lazy: a `vision denoise` frame starts without vision.kernels.box.triton_path
         from .triton_path import box_mean
 
         return box_mean(x, radius, border)
 
     @staticmethod
     def backward(g, radius, border):
+        # lazy: a `vision denoise` frame starts without vision.kernels.box.triton_path
         from .triton_path import box_mean_adjoint
 
         return box_mean_adjoint(g, radius, border)
@@ -42,7 +44,7 @@ class _Torch:
 
 
 def _triton_takes(dtype: torch.dtype, radius: int, **_) -> str | None:
-    from .triton_path import supported
+    from .triton_path import supported  # lazy: a `vision denoise` frame starts without vision.kernels.box.triton_path
 
     if dtype == torch.float64:
         return "float64 runs the PyTorch path (the kernels accumulate in float32)"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..border import unpad_adjoint
+from .torch_path import box_mean as torch_box_mean, box_mean_adjoint as torch_adjoint
 
 MODES = {"valid": 0, "reflect": 1, "replicate": 2, "symmetric": 3}
 MAX_RADIUS = 16
@@ -21,10 +22,8 @@ def box_mean(x: torch.Tensor, r: int, border: str) -> torch.Tensor:
     if r == 0:
         return x.float().clone()
     if not supported(r) or x.dtype == torch.float64:
-        from .torch_path import box_mean as torch_box_mean
-
         return torch_box_mean(x, r, border)
-    from . import sliding
+    from . import sliding  # lazy: vision.kernels.box.sliding loads triton
 
     return sliding.launch(x, r, MODES[border], 0, 0)
 
@@ -33,10 +32,8 @@ def box_mean_adjoint(g: torch.Tensor, r: int, border: str) -> torch.Tensor:
     if r == 0:
         return g.float().clone()
     if not supported(r) or g.dtype == torch.float64:
-        from .torch_path import box_mean_adjoint as torch_adjoint
-
         return torch_adjoint(g, r, border)
-    from . import sliding
+    from . import sliding  # lazy: vision.kernels.box.sliding loads triton
 
     if border == "valid":
         return sliding.launch(g, r, 0, 1, 0)

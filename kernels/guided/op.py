@@ -32,13 +32,13 @@ class _Triton:
 
     @staticmethod
     def forward(I, p, eps, r, border, apply, need_grad=False):
-        from . import triton_path
+        from . import triton_path  # lazy: a `vision denoise` frame starts without vision.kernels.guided.triton_path
 
         return triton_path.forward(I, p, eps, r, border, apply, need_grad=need_grad)
 
     @staticmethod
     def backward(saved, grads, eps, r, border, apply):
-        from . import triton_path
+        from . import triton_path  # lazy: a `vision denoise` frame starts without vision.kernels.guided.triton_path
 
         return triton_path.backward(saved, grads, eps, r, border, apply)
 
@@ -77,7 +77,7 @@ class _Banded(_Torch):
 
 
 def _triton_takes(dtype: torch.dtype, radius: int, **_) -> str | None:
-    from . import triton_path
+    from . import triton_path  # lazy: a `vision denoise` frame starts without vision.kernels.guided.triton_path
 
     if dtype == torch.float64:
         return "float64 runs the PyTorch path (the kernels accumulate in float32)"
@@ -122,7 +122,7 @@ def _centres_itself(I: torch.Tensor, r: int, border: str, backend: str, grad: bo
     Triton kernels, which the backward uses only for q in "valid" mode."""
     if backend != "triton":
         return False
-    from . import triton_path
+    from . import triton_path  # lazy: a `vision denoise` frame starts without vision.kernels.guided.triton_path
 
     return r > 0 and triton_path.supported(r, I.dtype) and (not grad or (apply and border == "valid"))
 

@@ -34,10 +34,10 @@ def fused_forward(I, p, eps, r, border, apply: bool, keep_ma: bool = False):
     Returns q (apply), or (mean a, mean b); ``keep_ma`` returns (q, mean a) for the fused backward."""
     mode = MODES[border]
     if I.shape[1] == 1:
-        from . import sliding
+        from . import sliding  # lazy: vision.kernels.guided.sliding loads triton
 
         return sliding.forward_gray(I, p, eps.float().contiguous(), r, mode, apply, keep_ma)
-    from . import sliding_color
+    from . import sliding_color  # lazy: vision.kernels.guided.sliding_color loads triton
 
     return sliding_color.forward_color(I, p, eps.float().contiguous(), r, mode, apply, keep_ma)
 

@@ -25,7 +25,7 @@ __all__ = ["gla", "gla_bidirectional", "fla_available"]
 @lru_cache(maxsize=None)
 def _fla_chunk_gla():
     try:
-        from fla.ops.gla import chunk_gla
+        from fla.ops.gla import chunk_gla  # lazy: fla comes with the [cuda] extra
     except Exception:  # not installed, or a build that fails at import (no driver, wrong triton)
         return None
     return chunk_gla

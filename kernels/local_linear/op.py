@@ -38,6 +38,7 @@ class _Triton:
     """The Triton module's entry points (imported on first use: Triton may be absent)."""
 
     def __getattr__(self, name):
+        # lazy: a `vision denoise` frame starts without vision.kernels.local_linear.triton_path
         from . import triton_path
 
         return getattr(triton_path, name)

@@ -17,6 +17,7 @@ import torch
 from ..runtime.threads import n_workers, parallel_for
 from ..box.torch_path import _CV2_BORDER, box_mean, box_mean_adjoint, cv2, inv_count, opencv_folds, valid_border_
 from ..box import large_radius
+from . import cpu_path
 
 BAND_PIXELS = 1 << 16  # grid pixels per band of the per-pixel solve (~ a few MB of working set)
 MOMENT_BAND_PIXELS = 1 << 20  # pixel-channels per band of the cell moments (4 MB of float32; smaller bands
@@ -204,7 +205,6 @@ def cell_moments(f, p, cf, cp, s: int, numba: bool = False) -> torch.Tensor:
     C = p.shape[1]
     lay = layout(K, C)
     if s > 1 and numba:  # (at s = 1 the products go straight into X: nothing to fuse)
-        from . import cpu_path
 
         X = f.new_empty(B, lay.NM, *grid_shape(H, W, s))
         cpu_path.cell_moments(f.contiguous(), p.contiguous(), cf.contiguous(), cp.contiguous(), s, X)

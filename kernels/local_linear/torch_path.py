@@ -35,6 +35,7 @@ import torch
 from ..runtime.threads import n_workers, parallel_for, threaded
 from .torch_moments import (BAND_PIXELS, UPSAMPLE_PIXELS, box_mean_, box_mean_adjoint_, cell_moments,
                             cell_moments_adjoint, chunks, layout, pair_slots, pairs, rows_per_band)
+from . import cpu_path
 
 
 # ---------------------------------------------------------------------------------------------- solve
@@ -113,8 +114,6 @@ def _fit_one(X, eps, lay, r: int, border: str, cf, cp, numba: bool = False, box:
         theta[:, :, K, i0:i1] = b.view(B, C, i1 - i0, w)
 
     if numba:
-        from . import cpu_path
-
         cpu_path.solve_rows(X.contiguous(), eps.contiguous(), K, C, theta)
     else:
         parallel_for(band, _bands(X), X.device)
@@ -340,8 +339,6 @@ def _apply_cells(f, coeffs, s_h: int, s_w: int, numba: bool = False):
     C, K1, gh, gw = coeffs.shape[1:]
     q = f.new_empty(B, C, H, W)
     if numba:
-        from . import cpu_path
-
         cpu_path.apply_cells(f.contiguous(), coeffs.contiguous(), s_h, s_w, q)
         return q
     hp = cells_horizontal(coeffs, s_w)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import torch
+
 from .backends import interpreting
 
 
 @lru_cache(maxsize=None)
 def _capability(index: int) -> int:
-    import torch
-
     major, minor = torch.cuda.get_device_capability(index)
     return 10 * major + minor
 
@@ -25,6 +25,5 @@ def device_arch(device) -> int | None:
     interpreter."""
     if interpreting() or getattr(device, "type", None) != "cuda":
         return None
-    import torch
 
     return _capability(device.index if device.index is not None else torch.cuda.current_device())

@@ -20,8 +20,8 @@ _forced: list[str] = []
 @lru_cache(maxsize=None)
 def triton_available() -> bool:
     try:
-        import triton  # noqa: F401
-        import triton.language  # noqa: F401
+        import triton  # noqa: F401  # lazy: Triton loads only for the GPU kernels (Linux x86_64 only)
+        import triton.language  # noqa: F401  # lazy: Triton loads only for the GPU kernels (Linux x86_64 only)
     except Exception:  # ImportError, or a broken install that fails at import
         return False
     return True

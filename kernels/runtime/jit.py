@@ -25,6 +25,7 @@ import torch
 
 from .switches import numba_enabled
 from .threads import budget
+from .logs import get_logger
 
 NOTICE_AFTER_S = 2.0  # a compilation still running after this long prints one notice per process (a cache load
 # takes well under a second; the first compile on a fresh install about 20 s in all)
@@ -36,7 +37,7 @@ _lock = threading.Lock()  # numba's workqueue layer must not be entered by two t
 @lru_cache(maxsize=None)
 def _numba():
     try:
-        import numba
+        import numba  # lazy: numba loads its compiled loops only when a CPU loop runs
     except Exception:  # not installed, or no wheel for this Python: the PyTorch paths run
         return None
     if "NUMBA_THREADING_LAYER" not in os.environ:
@@ -81,7 +82,6 @@ def _importable() -> bool:
 def _notice() -> None:
     if not _noticed.is_set():
         _noticed.set()
-        from .logs import get_logger
 
         get_logger(__name__).info("vision: compiling the CPU kernels (first use after an install: about 20 s, once; "
                                   "the machine code is cached)")

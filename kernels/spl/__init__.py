@@ -8,7 +8,7 @@ __all__ = ["structure_loss"]
 
 def __getattr__(name):
     if name == "structure_loss":
-        from .op import structure_loss
+        from .op import structure_loss  # lazy: `vision edit --help` starts without vision.kernels.spl.op
 
         return structure_loss
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -56,7 +56,7 @@ class _Triton:
     @staticmethod
     def forward(source, edited, mask, radius, eps, bidirectional, detach, reduction, border, need_grad,
                 need_source_grad):
-        from . import triton_path
+        from . import triton_path  # lazy: vision.kernels.spl.triton_path loads triton
 
         cS, cE = triton_path.centres(source, edited)
         out, planes, invw = triton_path.forward(source, edited, mask, cS, cE, eps, radius, bidirectional, detach,
@@ -65,13 +65,13 @@ class _Triton:
 
     @staticmethod
     def backward(grad, source, edited, mask, cS, cE, planes, invw, radius, border, reduction):
-        from . import triton_path
+        from . import triton_path  # lazy: vision.kernels.spl.triton_path loads triton
 
         return triton_path.backward(grad, source, edited, mask, cS, cE, planes, invw, radius, reduction)
 
     @staticmethod
     def value_and_grad(S, E, w, radius, eps, bidirectional, detach, grad_scale):
-        from . import triton_path
+        from . import triton_path  # lazy: vision.kernels.spl.triton_path loads triton
 
         zero = torch.zeros(S.shape[0], device=S.device, dtype=torch.float32)
         M = triton_path.moments(S, E, w, zero, zero, radius)

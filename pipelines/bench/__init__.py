@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 import importlib
 
+from vision.pipelines.plugins import add_plugin, NON_NEGATIVE, POSITIVE, check_numbers
+
 # what -> module; a new benchmark adds its line here.
 BENCHES = {
     "backbone": "vision.pipelines.bench.backbone",
@@ -31,8 +33,6 @@ EPILOG = "examples:\n  vision bench guided-filter\n  vision bench guided-filter 
 
 
 def add_arguments(p) -> None:
-    from vision.pipelines.plugins import add_plugin
-
     what = p.add_subparsers(dest="what", metavar="WHAT")
     for name, module in BENCHES.items():
         try:
@@ -54,11 +54,9 @@ def _checked_run(run, args) -> int:
     """``run(args)`` once the bench's ``--eps`` and ``--radius`` (when it has them) are finite and in range, and
     its ``--json`` file (when it has one) is known to be writable: a read-only or missing place fails in one
     line before the bench runs, not after."""
-    from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, check_numbers
-
     check_numbers(args, dict(eps=POSITIVE, radius=NON_NEGATIVE))
     if getattr(args, "json", None):
-        from vision.outputs import prepare_file
+        from vision.outputs import prepare_file  # lazy: `vision bench --help` starts without vision.outputs
 
         prepare_file(args.json, "--json")
     return run(args)

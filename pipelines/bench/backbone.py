@@ -22,11 +22,13 @@ from typing import Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+import torch.nn.functional as F
 
 from .timing import (
     DTYPES, format_time, library_versions, print_table, resolve_device, synchronize,
     time_interleaved,
 )
+from vision.pipelines.extras import require
 
 DESCRIPTION = "linear-attention backbones (ViG, H-ViG, Mamba-style) against DeiT-T / ViT-S, and the GLA op"
 
@@ -131,9 +133,7 @@ def peak_memory(fn: Callable[[], object], device="cpu") -> int:
 # ------------------------------------------------------------------------------------------- models
 
 def _build(name: str, size: int, device, dtype):
-    import timm
-
-    import vision  # noqa: F401  registers the ViG family
+    import timm  # lazy: timm comes with the [dense] and [train-denoiser] extras
 
     model = timm.create_model(name, pretrained=False, img_size=size, num_classes=1000)
     return model.eval().to(device=device, dtype=dtype)
@@ -193,9 +193,9 @@ def _print_models(rows: list[dict], size: int, batch: int) -> None:
 # ------------------------------------------------------------------------------------------- GLA op
 
 def bench_gla(T: int, shape, args, device, dtype) -> list[dict]:
-    import torch.nn.functional as F
-
+    # lazy: `vision bench --help` starts without vision.kernels.linear_attention
     from vision.kernels.linear_attention import gla, naive_recurrent_gla
+    # lazy: `vision bench --help` starts without vision.kernels.runtime
     from vision.kernels.runtime import choose, use_backend
 
     B, H, D = shape
@@ -306,8 +306,6 @@ def acceptance(model_rows, gla_rows, device) -> list[tuple[str, bool | None]]:
 
 
 def run(args) -> int:
-    from vision.pipelines.extras import require
-
     require("timm")  # the models are timm's: without the [dense] extra, that is the one line to say
     device, dev = resolve_device(args.device)
     if args.clock == "cpu" and dev.type != "cpu":

@@ -40,11 +40,13 @@ def run(args) -> int:
     if args.workers < 1:
         raise ValueError(f"--workers must be at least 1, got {args.workers}")
     try:
-        import triton  # noqa: F401
+        import triton  # noqa: F401  # lazy: Triton loads only for the GPU kernels (Linux x86_64 only)
     except ImportError:
         print("vision bench compile: unavailable here: triton does not import")
         return 2
+    # lazy: `vision bench --help` starts without vision.kernels.launch_configs
     from vision.kernels.launch_configs import jobs, launch_configs, problems, representative, table
+    # lazy: `vision bench --help` starts without vision.kernels.static_compile
     from vision.kernels.static_compile import compile_many
 
     work = []

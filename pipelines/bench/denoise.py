@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
 from vision.data.fields import GUIDES, SCORED, SIGNAL
 
@@ -106,10 +108,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def box_denoise(d: dict, radius: int) -> np.ndarray:
-    import torch
-    import torch.nn.functional as F
-
-    from vision.denoise import buffers as B
+    from vision.denoise import buffers as B  # lazy: `vision bench --help` starts without vision.denoise
 
     t = {k: B.to_bchw(d[k], k) for k in ("color", *SIGNAL) if k in d}  # the colour and what splits it
     target, factor, add = B.demodulate(t["color"], t.get("albedo"), t.get("emission"), radius)
@@ -129,7 +128,7 @@ def half_color(d: dict, how: str, u: int = 2) -> np.ndarray:
 
 
 def methods(args, upsample: bool = False, quarter: bool = False) -> dict:
-    from vision.denoise import denoise
+    from vision.denoise import denoise  # lazy: `vision bench --help` starts without vision.denoise
 
     def full(d):
         return d["color"]
@@ -145,7 +144,7 @@ def methods(args, upsample: bool = False, quarter: bool = False) -> dict:
          "flr s=2": flr(2)}
     net = None
     if not getattr(args, "no_flnr", False):
-        from vision.denoise import load_flnr
+        from vision.denoise import load_flnr  # lazy: `vision bench --help` starts without vision.denoise
 
         net = load_flnr(getattr(args, "weights", None))
         m["flnr"] = run_on(full, model="flnr", weights=net)
@@ -169,7 +168,7 @@ def methods(args, upsample: bool = False, quarter: bool = False) -> dict:
                                               phase=(0, 0))
     if not args.no_oidn:
         try:
-            import pyoidn
+            import pyoidn  # lazy: OIDN is an optional [bench] peer
         except ImportError:
             print("(pyoidn not installed: no OIDN rows; pip install pyoidn)")
         else:
@@ -186,12 +185,13 @@ def methods(args, upsample: bool = False, quarter: bool = False) -> dict:
 
 
 def load_frames(args) -> list[tuple[str, int, dict]]:
-    from vision.bundled import asset_path
-    from vision.data import RenderedScenes
+    from vision.bundled import asset_path  # lazy: `vision bench --help` starts without vision.bundled
+    from vision.data import RenderedScenes  # lazy: `vision bench --help` starts without vision.data.dataset
 
     if getattr(args, "spp", None) and getattr(args, "frames", None) is None:
         raise ValueError("--spp picks frames of a --frames manifest by their samples per pixel; add --frames")
     if getattr(args, "frames", None) is not None:
+        # lazy: `vision bench --help` starts without vision.pipelines.bench.denoise_files
         from .denoise_files import load_manifest_frames
 
         return load_manifest_frames(args.frames, getattr(args, "spp", None))
@@ -210,9 +210,6 @@ def load_frames(args) -> list[tuple[str, int, dict]]:
 
 def enlarge(d: dict, size: tuple[int, int]) -> dict:
     """Every buffer of a frame enlarged to (H, W) by nearest neighbour (a stand-in 1-spp frame of that size)."""
-    import torch
-    import torch.nn.functional as F
-
     out = {}
     for k, v in d.items():
         if not isinstance(v, np.ndarray) or v.ndim != 3:  # the frame's spp and other scalars
@@ -228,8 +225,6 @@ def time_large(args, frames, ms) -> dict:
     One warm-up call each (weights, thread pools), then ``--repeat`` rounds that call every method once in
     turn: on a shared machine a change of load then falls on all methods alike instead of on whichever
     was being timed, so the ratios stay comparable."""
-    import torch
-
     w, h = frame_size(args.time_size, "--time-size")
     d = enlarge(frames[0][2], (h, w))
     ms = dict(ms)
@@ -259,9 +254,7 @@ def temporal_step(d: dict):
     """One ``vision denoise --temporal`` frame: :class:`vision.denoise.TemporalDenoiser` (FLNR) with a Cycles Vector
     pass of a sub-pixel camera pan (0.37, -0.21 px per frame), so every call reprojects, tests and accumulates a
     full history before the regression."""
-    import torch
-
-    from vision.denoise import TemporalDenoiser
+    from vision.denoise import TemporalDenoiser  # lazy: `vision bench --help` starts without vision.denoise
 
     den = TemporalDenoiser()
     h, w = d["color"].shape[:2]
@@ -287,10 +280,9 @@ def time_device(args, frames, device) -> dict:
     and its buffers resident there as (1, C, H, W) tensors, one row printed per method as it is measured
     (warm-up, host syncs per frame, per-call latency, GPU kernel and throughput time, CUDA graph or not: see
     :mod:`.denoise_device`). Returns the per-call seconds per method (an exception where a method failed)."""
-    import torch
+    from vision.denoise import denoise, load_flnr  # lazy: `vision bench --help` starts without vision.denoise
 
-    from vision.denoise import denoise, load_flnr
-
+    # lazy: `vision bench --help` starts without vision.pipelines.bench.denoise_device
     from . import denoise_device as DD
 
     device = torch.device(device)
@@ -335,8 +327,6 @@ def _device_acceptance(args, res: dict) -> bool:
 
 def run(args) -> int:
     """``vision bench denoise``: measure every method on every frame, print the tables and targets; exit code."""
-    import torch
-
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.cuda_size:  # before the quality rows: fail fast
@@ -354,6 +344,7 @@ def run(args) -> int:
     ok &= quality_targets(means, real, has_flip, (w, h))
     spp_records = None
     if real:
+        # lazy: `vision bench --help` starts without vision.pipelines.bench.denoise_files
         from .denoise_files import scene_checks, spp_tables
 
         ok &= scene_checks(per, sorted({s for s, _, _ in frames}), means)
@@ -377,8 +368,6 @@ def run(args) -> int:
 
 def _check_device_first(args):
     """Refuse ``--cuda-size`` without its device; with ``--timing-only`` time it alone and return the exit code."""
-    import torch
-
     frame_size(args.cuda_size, "--cuda-size")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--cuda-size needs a CUDA device (torch.cuda.is_available() is False here; "
@@ -399,7 +388,7 @@ def _check_device_first(args):
 def _has_flip() -> bool:
     """Whether ``flip-evaluator`` is installed (else say that the HDR-FLIP column is left out)."""
     try:
-        import flip_evaluator  # noqa: F401
+        import flip_evaluator  # noqa: F401  # lazy: FLIP is an optional [bench] peer
         return True
     except ImportError:
         print("(flip-evaluator not installed: no HDR-FLIP column; pip install flip-evaluator)")
@@ -413,9 +402,7 @@ def _divisible(frames: list, u: int) -> bool:
 
 def _measure(frames: list, ms: dict, repeat: int, has_flip: bool) -> dict:
     """``{(scene, method): [metrics of each frame]}``: PSNR, SSIM, relMSE (HDR-FLIP) and the median time."""
-    import torch
-
-    from vision.denoise import metrics as M
+    from vision.denoise import metrics as M  # lazy: `vision bench --help` starts without vision.denoise
 
     per: dict[tuple[str, str], list[dict]] = {}
     for scene, k, d in frames:

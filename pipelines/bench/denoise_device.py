@@ -20,6 +20,9 @@ import time
 import warnings
 
 import torch
+from torch.profiler import ProfilerActivity, profile
+
+from .timing import format_time
 
 WARMUP = 3
 _TRAPPED = ("item", "__bool__", "__float__", "__int__", "__index__", "tolist", "numpy")
@@ -68,7 +71,6 @@ def kernel_time(fn, device, n: int) -> float | None:
     the profiler yields nothing."""
     if device.type != "cuda":
         return None
-    from torch.profiler import ProfilerActivity, profile
 
     try:
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -83,7 +85,7 @@ def kernel_time(fn, device, n: int) -> float | None:
 
 def measure(name: str, fn, device, repeat: int) -> dict:
     """The row of one method (see the module docstring); an exception becomes the row's ``error``."""
-    from vision.denoise import graphs
+    from vision.denoise import graphs  # lazy: vision.denoise loads huggingface_hub
 
     row = {"method": name}
     try:
@@ -114,8 +116,6 @@ def measure(name: str, fn, device, repeat: int) -> dict:
 
 
 def format_row(row: dict) -> dict:
-    from .timing import format_time
-
     if "error" in row:
         return {"method": row["method"], "per call": f"error: {row['error']!r}"[:200]}
     out = {"method": row["method"], "graph": row.get("graph", "-"),

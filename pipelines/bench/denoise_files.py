@@ -23,6 +23,8 @@ import numpy as np
 
 from vision.data.dataset import file_inside
 from vision.data.fields import GUIDES
+from vision.data.render_layers import read_render_file
+from .timing import print_table
 
 
 def _inside(root: Path, name, manifest: Path, key: str) -> Path:
@@ -66,8 +68,6 @@ def load_manifest_frames(path, spp=None) -> list[tuple[str, int, dict]]:
     """``(group, index, buffers)`` per manifest frame, the buffers as ``vision denoise`` reads them plus
     ``reference`` and ``spp`` (the entry's samples per pixel, or None); the group is ``"SCENE Nspp"`` when the
     entry says its spp. ``spp``: a list of sample counts to keep (ValueError when none of the frames has one)."""
-    from vision.data.render_layers import read_render_file
-
     frames = []
     counts: dict[str, int] = {}
     entries = read_manifest(path)
@@ -95,8 +95,6 @@ def spp_tables(per: dict, frames: list, methods: list[str]) -> list[dict]:
     """One table per sample count (mean PSNR over its scenes per method, the gap to OIDN high and to the noisy
     input), and the checks of a denoiser at every sample count: the default (FLNR) at or above the noisy input
     and at or above FLR on every scene. Returns one record per (spp, method)."""
-    from .timing import print_table
-
     groups: dict = {}
     for group, _, d in frames:
         groups.setdefault(d.get("spp"), set()).add(group)

@@ -33,10 +33,15 @@ import json
 import math
 import time
 from pathlib import Path
+import logging
+import sys
 
 import numpy as np
+import torch
+from tqdm import tqdm
 
 from vision.data.fields import GUIDES, NAMES
+from .timing import print_table
 
 HELP = "animation denoising (temporal FLNR) against per-frame OIDN on rendered sequences"
 DESCRIPTION = ("Per-frame PSNR, frame-to-frame stability and PSNR on disoccluded pixels of vision denoise "
@@ -102,6 +107,7 @@ def read_sequences(folder: Path, names=None) -> dict[str, list[dict]]:
 def load_frame(noisy: Path, reference: Path) -> dict:
     """The noisy frame's buffers, ``motion`` and ``index`` where the file has them, ``spp`` (its samples per pixel
     from the header, as ``vision denoise`` reads it, or None) and ``reference``."""
+    # lazy: `vision bench --help` starts without vision.data.render_layers
     from vision.data.render_layers import read_render_file, read_channels, samples_per_pixel
 
     rf = read_render_file(noisy, {})
@@ -196,15 +202,11 @@ def _cvvdp():
     """The ColorVideoVDP metric (cached; on the CPU; ``standard_fhd`` display). ImportError without cvvdp."""
     global _jod_metric
     if _jod_metric is None:
-        import logging
-
-        import torch
-
         log = logging.getLogger("torch.utils.cpp_extension")  # pycvvdp imports torch.utils.benchmark, which
         level = log.level  # warns once about CUDA_HOME on machines without CUDA: not ours to show
         log.setLevel(logging.ERROR)
         try:
-            import pycvvdp
+            import pycvvdp  # lazy: ColorVideoVDP is an optional [bench] peer
         finally:
             log.setLevel(level)
         _jod_metric = pycvvdp.cvvdp(display_name=JOD_DISPLAY, device=torch.device("cpu"), quiet=True)
@@ -226,7 +228,7 @@ def jod(test_frames, reference_frames, fps: float = JOD_FPS) -> float:
     display-encoded frames on cvvdp's ``standard_fhd`` display (24-inch 1920 x 1080, 200 cd/m^2, 0.6 m, 250 lux:
     37.8 pixels per degree), one frame pixel per display pixel, at ``fps`` frames per second (one frame: an
     image). 10 = no visible difference. Needs ``pycvvdp`` (ImportError otherwise); nothing is downloaded."""
-    from vision.denoise.metrics import tonemap
+    from vision.denoise.metrics import tonemap  # lazy: `vision bench --help` starts without vision.denoise.metrics
 
     t = np.stack([tonemap(x) for x in test_frames]).astype(np.float32)
     r = np.stack([tonemap(x) for x in reference_frames]).astype(np.float32)
@@ -237,7 +239,7 @@ def jod(test_frames, reference_frames, fps: float = JOD_FPS) -> float:
 
 
 def _mse(a, b, mask=None):
-    from vision.denoise.metrics import tonemap
+    from vision.denoise.metrics import tonemap  # lazy: `vision bench --help` starts without vision.denoise.metrics
 
     d = (tonemap(a) - tonemap(b)) ** 2
     if mask is not None:
@@ -250,9 +252,7 @@ def _db(mse):
 
 
 def methods(names, weights=None):
-    import torch
-
-    from vision.denoise import TemporalDenoiser, denoise
+    from vision.denoise import TemporalDenoiser, denoise  # lazy: `vision bench --help` starts without vision.denoise
 
     def per_frame(model):
         def run(d, state):
@@ -272,7 +272,7 @@ def methods(names, weights=None):
         return run
 
     def oidn(quality):
-        import pyoidn
+        import pyoidn  # lazy: OIDN is an optional [bench] peer
 
         def run(d, state):
             return pyoidn.denoise(np.ascontiguousarray(d["color"]), np.ascontiguousarray(np.clip(d["albedo"], 0, 1)),
@@ -320,6 +320,7 @@ def score_sequence(frames: list[dict], runners: dict, first: int, progress=None,
                 a = acc[name]
                 a["psnr"].append(_db(_mse(out, d["reference"])))
                 if prev_out[name] is not None:
+                    # lazy: `vision bench --help` starts without vision.denoise.metrics
                     from vision.denoise.metrics import tonemap
 
                     e = (tonemap(out) - tonemap(prev_out[name][0])) - (tonemap(d["reference"]) -
@@ -352,8 +353,8 @@ def write_figures(folder: Path, seq: str, last: dict, names: list[str]) -> list[
     """``SEQ_frame.png``: the last frame, noisy, each method and the reference, tonemapped; ``SEQ_flicker.png``:
     per method, ``|d out - d ref|`` (mean over channels, x4) of the last frame-to-frame difference, where flicker
     shows (black = the output changes as the reference does). Pixels doubled (nearest) for small renders."""
-    from vision.denoise.metrics import tonemap
-    from vision.figures import side_by_side
+    from vision.denoise.metrics import tonemap  # lazy: `vision bench --help` starts without vision.denoise.metrics
+    from vision.figures import side_by_side  # lazy: `vision bench --help` starts without vision.figures
 
     cur, prev = last.get("current"), last.get("previous")
     if cur is None:
@@ -371,16 +372,10 @@ def write_figures(folder: Path, seq: str, last: dict, names: list[str]) -> list[
 
 
 def run(args) -> int:
-    import sys
-
-    from tqdm import tqdm
-
-    from .timing import print_table
-
     seqs = read_sequences(args.folder, None if args.sequences is None else args.sequences.split(","))
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     if args.weights is not None:
-        from vision.denoise.flnr import load_flnr
+        from vision.denoise.flnr import load_flnr  # lazy: `vision bench --help` starts without vision.denoise.flnr
 
         try:  # a missing or bad file: one line, now
             load_flnr(args.weights)

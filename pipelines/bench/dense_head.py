@@ -63,6 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build_heads(dims: list[int], strides: list[int], out_channels: int, dpt_features: int) -> dict:
+    # lazy: `vision bench --help` starts without vision.heads
     from vision.heads import DPTHead, LocalLinearReadout, TokenLocalHead
 
     dim, stride = dims[-1], strides[-1]
@@ -73,7 +74,7 @@ def build_heads(dims: list[int], strides: list[int], out_channels: int, dpt_feat
 
 
 def bench_size(size: int, backbone, heads: dict, args, device, dtype, clock) -> list[dict]:
-    from vision.heads import head_parameter_count
+    from vision.heads import head_parameter_count  # lazy: `vision bench --help` starts without vision.heads
 
     gen = torch.Generator().manual_seed(size)
     image = torch.rand(args.batch, 3, size, size, generator=gen).to(device=device, dtype=dtype)
@@ -157,9 +158,7 @@ def acceptance(rows: list[dict]) -> list[tuple[str, bool | None]]:
 
 
 def run(args) -> int:
-    import timm
-
-    import vision  # noqa: F401  registers the ViG family into timm
+    import timm  # lazy: timm comes with the [dense] and [train-denoiser] extras
 
     device, dev = resolve_device(args.device)
     if args.clock == "cpu" and dev.type != "cpu":

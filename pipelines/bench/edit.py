@@ -10,6 +10,11 @@ on CUDA; on CPU only the ratio means anything.
 from __future__ import annotations
 
 import argparse
+import time
+
+import torch
+
+from .timing import format_time, print_table, resolve_device, set_threads, time_interleaved
 
 DESCRIPTION = "time one guided SPL stage (decode, optimise, encode) against one SD1.5 UNet step"
 EPILOG = """examples:
@@ -39,14 +44,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    import time
+    from diffusers import AutoencoderKL, UNet2DConditionModel  # lazy: diffusers comes with the [edit] extra
 
-    import torch
-    from diffusers import AutoencoderKL, UNet2DConditionModel
-
+    # lazy: `vision bench --help` starts without vision.pipelines.editing.spl_guidance
     from vision.pipelines.editing.spl_guidance import LatentRestorer
 
-    from .timing import format_time, print_table, resolve_device, set_threads, time_interleaved
 
     if args.size % 8 or args.size < 64:
         raise ValueError(f"--size must be a multiple of 8 and at least 64, got {args.size}")

@@ -25,8 +25,12 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+import sys
 
 import torch
+from torch.profiler import ProfilerActivity, profile
+
+from .guided_filter import copy_bandwidth
 
 DESCRIPTION = "each operator's kernel time, call latency, syncs and GB/s against the bandwidth floor (GPU method)"
 EPILOG = """examples:
@@ -58,7 +62,7 @@ def _err(fast, slow) -> float:
 
 
 def _in_float64(fn, *tensors):
-    from vision.kernels.runtime import use_backend
+    from vision.kernels.runtime import use_backend  # lazy: `vision bench --help` starts without vision.kernels.runtime
 
     with use_backend("torch"):
         return fn(*(t.double() for t in tensors))
@@ -67,7 +71,7 @@ def _in_float64(fn, *tensors):
 # ---------------------------------------------------------------------------------------------- the cases
 
 def _box(device, small):
-    from vision.kernels import box_filter
+    from vision.kernels import box_filter  # lazy: `vision bench --help` starts without vision.kernels.box
 
     n = 128 if small else 1024
     x = _rand((1, 1, n, n), device, 0)
@@ -76,7 +80,7 @@ def _box(device, small):
 
 def _guided(channels, size):
     def build(device, small):
-        from vision.kernels import guided_filter
+        from vision.kernels import guided_filter  # lazy: `vision bench --help` starts without vision.kernels.guided
 
         h, w = (96, 128) if small else size
         g, s = _rand((1, channels, h, w), device, 1), _rand((1, channels, h, w), device, 2)
@@ -86,7 +90,7 @@ def _guided(channels, size):
 
 
 def _kornia_guided(device, small):
-    from kornia.filters import guided_blur
+    from kornia.filters import guided_blur  # lazy: kornia loads slowly; only this path needs it
 
     n = 128 if small else 1024
     g, s = _rand((1, 1, n, n), device, 1), _rand((1, 1, n, n), device, 2)
@@ -94,6 +98,7 @@ def _kornia_guided(device, small):
 
 
 def _regression(device, small):
+    # lazy: `vision bench --help` starts without vision.kernels.local_linear
     from vision.kernels import local_linear_apply, local_linear_fit
 
     h, w = (64, 96) if small else (1080, 1920)
@@ -104,13 +109,14 @@ def _regression(device, small):
 
 def _spl(size, peer=False):
     def build(device, small):
+        # lazy: `vision bench --help` starts without vision.kernels.spl.structure_loss
         from vision.kernels import structure_loss
 
         n = 64 if small else size
         src = _rand((1, 3, n, n), device, 5)
         edit = _rand((1, 3, n, n), device, 6).requires_grad_(True)
         if peer:
-            from .spl import unfused_structure_loss as loss
+            from .spl import unfused_structure_loss as loss  # lazy: binds this branch's local `loss`
         else:
             loss = structure_loss
 
@@ -120,6 +126,7 @@ def _spl(size, peer=False):
         def err():
             ours = call()
             e64 = edit.detach().double().requires_grad_(True)
+            # lazy: `vision bench --help` starts without vision.kernels.runtime
             from vision.kernels.runtime import use_backend
 
             with use_backend("torch"):
@@ -131,7 +138,7 @@ def _spl(size, peer=False):
 
 
 def _restore(device, small):
-    from vision import restore_structure
+    from vision import restore_structure  # lazy: `vision bench --help` starts without vision.restore
 
     n = 64 if small else 512
     src, edit = _rand((1, 3, n, n), device, 7), _rand((1, 3, n, n), device, 8)
@@ -178,7 +185,7 @@ def _kernel_time_us(fn, device) -> tuple[float, bool]:
             times.append(time.perf_counter() - t0)
         return statistics.median(times) * 1e6, False
     try:
-        from triton.testing import do_bench_cudagraph
+        from triton.testing import do_bench_cudagraph  # lazy: Triton loads only for the GPU kernels (Linux x86_64 only)
 
         return do_bench_cudagraph(fn, rep=50) * 1e3, True
     except Exception:  # a host sync or an allocation pattern the graph cannot capture
@@ -231,7 +238,6 @@ def _syncs_and_launches(fn, device, n=5) -> tuple[float | None, float | None]:
         finally:
             torch.cuda.set_sync_debug_mode("default")
     syncs = sum("synchroniz" in str(w.message).lower() for w in caught) / n
-    from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(n):
@@ -305,10 +311,8 @@ def verdicts(rows: list[dict], small: bool) -> list[str]:
 
 def triton_resources() -> list[dict]:
     """Registers and spills of every Triton kernel compiled in this process, from the compiled handles."""
-    import sys
-
     try:
-        from triton.runtime.jit import JITFunction
+        from triton.runtime.jit import JITFunction  # lazy: Triton loads only for the GPU kernels (Linux x86_64 only)
     except ImportError:
         return []
     rows = []
@@ -346,8 +350,6 @@ def run(args) -> int:
     small = bool(args.small)
     copy_gbs = None
     if device.type == "cuda":
-        from .guided_filter import copy_bandwidth
-
         copy_gbs = copy_bandwidth(device)
         print(f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}, copy bandwidth {copy_gbs:.0f} GB/s",
               flush=True)

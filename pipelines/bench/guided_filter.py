@@ -93,7 +93,7 @@ def parse_size(text: str) -> tuple[int, int]:
         raise ValueError(f"--sizes: {text!r} is not N or WIDTHxHEIGHT") from None
     if w < 1 or h < 1:
         raise ValueError(f"--sizes: {text!r} must be positive")
-    from vision.io import check_pixels
+    from vision.io import check_pixels  # lazy: `vision bench --help` starts without vision.io
 
     check_pixels("--sizes", (h, w))  # before anything is allocated
     return h, w
@@ -123,7 +123,7 @@ class Entry:
 
 
 def _ours_entries(radius, eps):
-    from vision.kernels import guided_filter
+    from vision.kernels import guided_filter  # lazy: `vision bench --help` starts without vision.kernels.guided
 
     def make(border):
         return lambda g, s: guided_filter(g, s, radius, eps, border=border)
@@ -133,7 +133,7 @@ def _ours_entries(radius, eps):
 
 def _opencv_entry(radius, eps, device):
     try:
-        import cv2
+        import cv2  # lazy: `vision bench --help` starts without OpenCV
 
         gf = cv2.ximgproc.guidedFilter
     except (ImportError, AttributeError):
@@ -146,7 +146,7 @@ def _opencv_entry(radius, eps, device):
 
 def _kornia_entry(radius, eps):
     try:
-        from kornia.filters import guided_blur
+        from kornia.filters import guided_blur  # lazy: kornia loads slowly; only this path needs it
     except ImportError:
         return Entry("kornia separable", "reflect", None, missing="kornia not installed")
 
@@ -157,6 +157,7 @@ def _kornia_entry(radius, eps):
 
 
 def _cumsum_entries(radius, eps, kind):
+    # lazy: `vision bench --help` starts without vision.pipelines.bench.peers
     from .peers import cumsum_guided_filter, cumsum_guided_filter_color
 
     entries = [Entry("cumsum DGF-style" + (" (channel-wise)" if kind == "colour" else ""), "valid",
@@ -376,10 +377,11 @@ def run(args) -> int:
     dtype = DTYPES[args.dtype]
     set_threads(args.threads)
     if args.huge_radius:
+        # lazy: `vision bench --help` starts without vision.pipelines.bench.huge_radius
         from .huge_radius import run_from_args
 
         return run_from_args(args, "guided-filter", sizes[0], dev, dtype, ("box", "guided"))
-    from vision.kernels.runtime import backend_for
+    from vision.kernels.runtime import backend_for  # lazy: `vision bench --help` starts without vision.kernels.runtime
 
     cuda = dev.type == "cuda"
     saved_tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
@@ -393,7 +395,7 @@ def run(args) -> int:
         copy_gbs = copy_bandwidth(dev) if cuda else None
         probe = torch.empty(1, device=dev)
         try:
-            import cv2
+            import cv2  # lazy: `vision bench --help` starts without OpenCV
 
             cv_threads = cv2.getNumThreads()
         except ImportError:

@@ -9,10 +9,13 @@ op are timed round-robin in one run, and the ratio (10^6 / 128) is printed with 
 from __future__ import annotations
 
 from typing import Callable
+import json
+import time
 
 import torch
 
 from .timing import format_time, print_table, time_interleaved
+from vision.kernels import box_filter, guided_filter, local_linear_fit
 
 HUGE, BASE = 10**6, 128
 BORDERS = ("valid", "reflect", "replicate", "symmetric")
@@ -21,8 +24,6 @@ TARGET = 2.0
 
 def cases(names: tuple[str, ...], h: int, w: int, device, dtype) -> dict[str, Callable[[int, str], object]]:
     """(radius, border) -> one call, for each op named: "box", "guided", "local_linear_fit", "flr"."""
-    from vision.kernels import box_filter, guided_filter, local_linear_fit
-
     gen = torch.Generator().manual_seed(0)
     x = torch.rand(1, 3, h, w, generator=gen).to(device=device, dtype=dtype)
     f = torch.rand(1, 6, h, w, generator=gen).to(device=device, dtype=dtype)
@@ -36,7 +37,7 @@ def cases(names: tuple[str, ...], h: int, w: int, device, dtype) -> dict[str, Ca
 
 
 def _flr(color, f, r):
-    from vision.denoise.flr import flr
+    from vision.denoise.flr import flr  # lazy: vision.denoise.flr loads huggingface_hub
 
     return flr(color, {"albedo": f[:, :3], "normal": f[:, 3:]}, r)
 
@@ -66,9 +67,6 @@ def run(names: tuple[str, ...], h: int, w: int, device, dtype, repeat: int | Non
 
 def run_from_args(args, bench: str, size: tuple[int, int], device, dtype, names: tuple[str, ...]) -> int:
     """The ``--huge-radius`` run of a bench: its --repeat, --clock, --json and --strict, the first size only."""
-    import json
-    import time
-
     h, w = size
     clock = time.process_time if getattr(args, "clock", "wall") == "cpu" else None
     rows = run(names, h, w, device, dtype, args.repeat, clock)

@@ -104,6 +104,7 @@ def _box_valid(x: torch.Tensor, r: int) -> torch.Tensor:
 
 def plain_local_linear_fit(f: torch.Tensor, p: torch.Tensor, radius: int, eps: float, scale: int = 1):
     """Plain PyTorch fit ("valid" border): every moment image, box means, ``torch.linalg.solve``."""
+    # lazy: `vision bench --help` starts without vision.kernels.guided.reference
     from vision.kernels.guided.reference import low_res_radius
 
     B, K, H, W = f.shape
@@ -144,6 +145,7 @@ def plain_local_linear_apply(f: torch.Tensor, coeffs: torch.Tensor, scale: int =
 # ---------------------------------------------------------------------------------------------- run
 
 def _entries(args):
+    # lazy: `vision bench --help` starts without vision.kernels.local_linear
     from vision.kernels import local_linear_apply, local_linear_fit
 
     r, eps = args.radius, args.eps
@@ -275,10 +277,11 @@ def run(args) -> int:
     dtype = DTYPES[args.dtype]
     set_threads(args.threads)
     if args.huge_radius:
+        # lazy: `vision bench --help` starts without vision.pipelines.bench.huge_radius
         from .huge_radius import run_from_args
 
         return run_from_args(args, "local-regression", (h, w), dev, dtype, ("local_linear_fit", "flr"))
-    from vision.kernels.runtime import backend_for
+    from vision.kernels.runtime import backend_for  # lazy: `vision bench --help` starts without vision.kernels.runtime
 
     cuda = dev.type == "cuda"
     name = torch.cuda.get_device_name(dev) if cuda else platform.processor() or platform.machine()

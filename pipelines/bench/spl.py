@@ -67,6 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def unfused_structure_loss(source: torch.Tensor, edited: torch.Tensor, radius: int = SPL_DEFAULTS.radius,
                            eps: float = SPL_DEFAULTS.eps) -> torch.Tensor:
     """Bidirectional SPL with detached coefficients, every mean a cumsum box filter, autograd backward."""
+    # lazy: `vision bench --help` starts without vision.pipelines.bench.peers
     from .peers import cumsum_box_mean, window_count
 
     S = source.mean(1, keepdim=True)
@@ -89,7 +90,7 @@ def unfused_structure_loss(source: torch.Tensor, edited: torch.Tensor, radius: i
 
 def unfused_restore(source, edited, steps: int, radius: int, eps: float):
     """The published optimisation loop on the peer loss: SGD(lr 1, momentum 0.9), SPL 1e4 + CPL 1e3."""
-    from vision.losses import color_preservation_loss
+    from vision.losses import color_preservation_loss  # lazy: `vision bench --help` starts without vision.losses
 
     x = edited.clone().requires_grad_(True)
     opt = torch.optim.SGD([x], lr=1.0, momentum=0.9)
@@ -186,7 +187,7 @@ def _check_args(args, dev) -> None:
 
 def _print_header(args, device: str, dev, name: str, versions: dict) -> None:
     """Print the settings, the device and our backend on it, the threads, the clock and the library versions."""
-    from vision.kernels.runtime import backend_for
+    from vision.kernels.runtime import backend_for  # lazy: `vision bench --help` starts without vision.kernels.runtime
 
     probe = torch.empty(1, device=dev)
     print(f"structure preservation loss: r={args.radius} (window {2 * args.radius + 1}), eps={args.eps:g}, "
@@ -199,6 +200,7 @@ def _print_header(args, device: str, dev, name: str, versions: dict) -> None:
 
 def _loss_rows(sizes: list, dev, device: str, r: int, eps: float, repeat, budget: float, clock) -> tuple:
     """``(rows, checks)``: loss + gradient, ours against the unfused loss, at each size (h, w)."""
+    # lazy: `vision bench --help` starts without vision.kernels.spl.structure_loss
     from vision.kernels import structure_loss
 
     cuda = dev.type == "cuda"
@@ -227,7 +229,7 @@ def _loss_rows(sizes: list, dev, device: str, r: int, eps: float, repeat, budget
 
 def _restore_row(args, dev, device: str, r: int, eps: float, repeat, budget: float, clock) -> tuple:
     """``(row, check)``: ``--steps`` of restore_structure against the unfused loop at ``--restore-size``."""
-    from vision.restore import restore_structure
+    from vision.restore import restore_structure  # lazy: `vision bench --help` starts without vision.restore
 
     cuda = dev.type == "cuda"
     h, w = parse_size(args.restore_size)

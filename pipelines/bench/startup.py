@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 DESCRIPTION = ("start-up time of the vision command against importing torch (fresh processes), and how fast "
                "vision edit fails on a missing model")
 EPILOG = """examples:
@@ -69,12 +71,10 @@ def commands(work: Path | None = None) -> dict[str, list[str]]:
 
 def _edit_work(folder: Path) -> dict:
     """An input image and an empty Hugging Face cache in ``folder``: the environment of the missing-model row."""
-    import numpy as np
-
-    from vision.io import write_image
+    from vision.io import write_image  # lazy: `vision bench --help` starts without vision.io
 
     write_image(folder / "in.png", np.full((16, 16, 3), 0.5, np.float32))
-    from vision.data.exr import write_frame
+    from vision.data.exr import write_frame  # lazy: `vision bench --help` starts without vision.data.exr
 
     rng = np.random.default_rng(0)
     ones = np.ones((64, 64, 1), np.float32)

@@ -5,6 +5,7 @@ import random
 import statistics
 import time
 from typing import Callable
+import platform
 
 import torch
 
@@ -132,7 +133,7 @@ def set_threads(n: int | None) -> None:
         return
     torch.set_num_threads(n)
     try:
-        import cv2
+        import cv2  # lazy: `vision bench --help` starts without OpenCV
 
         cv2.setNumThreads(n)
     except ImportError:
@@ -141,8 +142,6 @@ def set_threads(n: int | None) -> None:
 
 def library_versions(*modules: str) -> dict:
     """Python, torch and the given modules' versions (None where a module does not import), for the report."""
-    import platform
-
     v = {"python": platform.python_version(), "torch": torch.__version__}
     for mod in modules:
         try:

@@ -18,6 +18,7 @@ import sys
 
 from vision.pipelines.extras import missing_extra
 from vision.pipelines.plugins import Parser, add_plugin
+from vision import __version__
 
 # name -> module (DESCRIPTION, add_arguments, run); later commands add their line here.
 COMMANDS = {
@@ -50,7 +51,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from vision import __version__
 
     parser.add_argument("--version", action="version", version=f"locallinear-vision {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -133,6 +133,7 @@ def _main(argv: list[str] | None) -> int:
         try:
             if level is None:
                 return int(args.func(args) or 0)
+            # lazy: `vision blender-addon --help` starts without vision.kernels.runtime
             from vision.kernels.runtime import verbosity
 
             with verbosity(level):  # this command only (main may run in a caller's process)
@@ -184,7 +185,7 @@ def tune_for_denoising(words: list[str]) -> None:
     if "torch" not in sys.modules and "OMP_WAIT_POLICY" not in os.environ:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     if sys.platform.startswith("linux"):
-        import ctypes
+        import ctypes  # lazy: `vision blender-addon --help` starts without ctypes
 
         try:
             libc = ctypes.CDLL("libc.so.6")
@@ -197,7 +198,7 @@ def tune_for_denoising(words: list[str]) -> None:
 def torch_device(text: str | None, flag: str = "--device"):
     """The torch device a ``--device`` value names (None: cuda when available, else cpu), refused with
     one line when it is malformed or absent from this machine, before anything is loaded onto it."""
-    import torch
+    import torch  # lazy: `vision blender-addon --help` starts without torch
 
     if text is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

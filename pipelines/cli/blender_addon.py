@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import Path
+import io
 
 HELP = "build the Blender add-on (zip) that sets up, renders and denoises animations with vision denoise"
 DESCRIPTION = ("Build the Blender add-on Vision Denoise as a zip: install it in Blender 3.4+ with Edit > Preferences > "
@@ -31,8 +32,7 @@ def source() -> Path:
 
 def build_zip(out: Path) -> list[str]:
     """Write the add-on zip to ``out`` (atomically); returns the archive's names (``vision_denoise/...``)."""
-    import io
-
+    # lazy: `vision blender-addon --help` starts without vision.outputs
     from vision.outputs import atomic_path, prepare_file
 
     folder = source()

@@ -12,6 +12,9 @@ import sys
 import time
 from pathlib import Path
 
+from vision.pipelines.cli import torch_device
+from vision.pipelines.extras import extra_providing, install_line
+
 SECTIONS = {
     "guided-filter": "vision.pipelines.demos.guided_filter",
     "spl": "vision.pipelines.demos.spl",
@@ -39,9 +42,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import torch
+    import torch  # lazy: `vision demo --help` starts without torch
 
-    from vision.pipelines.cli import torch_device
 
     device = str(torch_device(args.device)) if args.device else ("cuda" if torch.cuda.is_available() else "cpu")
     out = Path(args.out)
@@ -70,8 +72,6 @@ def run(args) -> int:
 
 def _missing_extra(section: str, err: ModuleNotFoundError) -> str | None:
     """One line saying which extra the demo section needs, when ``err`` is a package that extra provides."""
-    from vision.pipelines.extras import extra_providing, install_line
-
     extra = extra_providing(err.name or "", ("demo", section))
     if extra is None:
         return None

@@ -48,13 +48,15 @@ def add_arguments(p) -> None:
 def score(model, task, samples, band=None, refine=None, tta=True, batch_size=16, median: bool = False) -> dict:
     """Metrics (and ``edge_``-prefixed metrics over ``band``) of a model, optionally refined and (depth)
     median-scaled."""
+    # lazy: `vision evaluate --help` starts without vision.pipelines.training.finetune
     from vision.pipelines.training.finetune import predict_samples
 
     return _metrics(task, predict_samples(model, task, samples, tta, refine, batch_size), samples, band, median)
 
 
 def _metrics(task, pred, samples, band, median: bool = False) -> dict:
-    from vision.dense import median_scale
+    from vision.dense import median_scale  # lazy: `vision evaluate --help` starts without vision.dense
+    # lazy: `vision evaluate --help` starts without vision.pipelines.training.finetune
     from vision.pipelines.training.finetune import stacked_targets
 
     target = stacked_targets(task, samples)
@@ -68,18 +70,22 @@ def _metrics(task, pred, samples, band, median: bool = False) -> dict:
 
 
 def run(args) -> int:
-    import torch
+    import torch  # lazy: `vision evaluate --help` starts without torch
 
-    from vision.data.dense import DenseSamples
-    from vision.dense import TASKS
-    from vision.dense.edges import edge_band
+    from vision.data.dense import DenseSamples  # lazy: `vision evaluate --help` starts without vision.data.dense
+    from vision.dense import TASKS  # lazy: `vision evaluate --help` starts without vision.dense
+    from vision.dense.edges import edge_band  # lazy: `vision evaluate --help` starts without vision.dense.edges
+    # lazy: `vision evaluate --help` starts without vision.pipelines.bench.timing
     from vision.pipelines.bench.timing import print_table
+    # lazy: `vision evaluate --help` starts without vision.pipelines.cli.predict
     from vision.pipelines.cli.predict import load_run_for_cli
+    # lazy: `vision evaluate --help` starts without vision.pipelines.training.finetune
     from vision.pipelines.training.finetune import mean_prediction
 
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.json is not None:  # before any compute, and never over a file the evaluation reads
+        # lazy: `vision evaluate --help` starts without vision.outputs
         from vision.outputs import prepare_file, refuse_inputs
 
         refuse_inputs(args.json, [("RUN", r / name) for r in args.runs for name in ("config.json", "model.safetensors",
@@ -129,7 +135,7 @@ def run(args) -> int:
                 + (f"; edge_ = within {args.band} px of an instance / depth edge ({float(band.float().mean()):.1%} "
                    "of pixels)" if band is not None else ""))
     if args.json:
-        from vision.outputs import write_text_atomic
+        from vision.outputs import write_text_atomic  # lazy: `vision evaluate --help` starts without vision.outputs
 
         write_text_atomic(args.json, json.dumps(rows, indent=1))
     return 0

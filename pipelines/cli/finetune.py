@@ -3,6 +3,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+import json
+import os
+import re
+import sys
+
+import torch
+
+from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, check_numbers
+from vision.pipelines.training.dense_model import DenseConfig, merge_run
 
 EPILOG = """\
 examples:
@@ -65,8 +74,6 @@ DESCRIPTION = ("Fine-tune a token-local / local-linear / DPT head, with LoRA ada
 
 
 def add_arguments(p) -> None:
-    from vision.pipelines.training.dense_model import DenseConfig
-
     d = DenseConfig()
     p.add_argument("--task", required=True, choices=("depth", "normals", "alpha", "binary", "semantic", "albedo"))
     p.add_argument("--data", required=True, type=Path, help="render-scenes folder or images/ + targets/ folder")
@@ -133,11 +140,9 @@ def add_arguments(p) -> None:
 def lora_rank(args) -> int:
     """``--lora-rank``, or its default: LoRA (rank 16) on pretrained weights, full fine-tuning without them.
     Adapters asked for on a random backbone are refused in one line."""
-    from vision.pipelines.training.dense_model import DenseConfig
-
     if args.lora_rank is None:
         if args.resume and args.out.is_dir():  # continue a run as it was started
-            from vision.outputs import in_run
+            from vision.outputs import in_run  # lazy: `vision finetune --help` starts without vision.outputs
 
             config = in_run(args.out, "config.json")  # a link there is refused, never read through
             if config.is_file() and config.stat().st_size < 1 << 20:
@@ -157,13 +162,13 @@ def run(args) -> int:
     rank = lora_rank(args)
     if args.merge and rank == 0:
         raise ValueError("--merge needs LoRA adapters (--lora-rank > 0, with --pretrained)")
-    import torch
 
-    from vision.pipelines.training.dense_model import DenseConfig
+    # lazy: `vision finetune --help` starts without vision.pipelines.training.finetune
     from vision.pipelines.training.finetune import train
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    # lazy: `vision finetune --help` starts without vision.pipelines.training.run_config
     from vision.pipelines.training.run_config import check_backbone_kwargs, check_head_kwargs, check_task_kwargs
 
     extra = check_backbone_kwargs(_json_object(args.backbone_kwargs, "--backbone-kwargs"), "--backbone-kwargs", "")
@@ -171,7 +176,7 @@ def run(args) -> int:
     task_kwargs = check_task_kwargs(_json_object(args.task_kwargs, "--task-kwargs"), "--task-kwargs", "")
     if not args.data.is_dir():
         raise FileNotFoundError(f"--data {args.data}: no such folder")
-    from vision.outputs import prepare_folder, same_file
+    from vision.outputs import prepare_folder, same_file  # lazy: `vision finetune --help` starts without vision.outputs
 
     read = [args.data, args.data / "images", args.data / "targets"]  # folders whose files are read as data
     if any(same_file(args.out, d) or d.resolve() in args.out.resolve().parents for d in read[1:]) \
@@ -195,10 +200,9 @@ def run(args) -> int:
         _check_state_files(args.out)
     if args.lora_rank is None and not args.pretrained and not args.resume:
         print("no --pretrained: training the whole backbone from random weights (LoRA needs pretrained weights)")
-    import os
 
-    import sys
 
+    # lazy: `vision finetune --help` starts without vision.pipelines.training.finetune
     from vision.pipelines.training.finetune import TrainingStopped, removed_on_failure
 
     # a start that fails (unknown backbone, empty data) leaves no folder; under `accelerate launch` rank 0 cleans
@@ -213,11 +217,9 @@ def run(args) -> int:
         last = history[-1]
         print(f"done: {last['epoch']} epochs in {last['seconds']:.0f} s; run in {args.out}")
     if args.merge:
-        from accelerate import PartialState
+        from accelerate import PartialState  # lazy: accelerate comes with an optional extra
 
         if PartialState().is_main_process:
-            from vision.pipelines.training.dense_model import merge_run
-
             print(f"merged adapters into {merge_run(args.out)}")
     return 0
 
@@ -225,8 +227,6 @@ def run(args) -> int:
 def _check_arguments(args) -> None:
     """Every numeric option in range (NaN and inf refused), the LoRA target pattern compiled: one line, before
     anything loads."""
-    from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, check_numbers
-
     if args.epochs < 1 or args.batch_size < 1:
         raise ValueError("--epochs and --batch-size must be >= 1")
     check_numbers(args, dict(lr=POSITIVE, backbone_lr=POSITIVE, weight_decay=NON_NEGATIVE,
@@ -240,8 +240,6 @@ def _check_arguments(args) -> None:
                          "to train on (their sum must be below 0.95)")
     targets = _targets(args.lora_targets)
     if isinstance(targets, str):
-        import re
-
         try:
             re.compile(targets)
         except re.error as err:
@@ -251,7 +249,7 @@ def _check_arguments(args) -> None:
 def _command(args) -> str:
     """The command line that reproduces this run (every option that differs from its default), for the card;
     rebuilt from the parsed options, so it is the same whether the CLI ran from a shell or from Python."""
-    import shlex
+    import shlex  # lazy: `vision finetune --help` starts without shlex
 
     words = ["vision", "finetune"]
     for action in args.finetune_parser._actions:
@@ -282,7 +280,6 @@ def _json_object(text: str | None, option: str) -> dict:
     """The JSON object an option holds ({} when it is not given), or a ValueError that names the option."""
     if not text:
         return {}
-    import json
 
     try:
         value = json.loads(text)
@@ -296,8 +293,9 @@ def _json_object(text: str | None, option: str) -> dict:
 def _check_state_files(run) -> None:
     """A checkpoint file of random bytes in ``run``'s last complete checkpoint: one line now, before the training
     stack (timm, Accelerate, PEFT) loads; what only loading can tell is found when the resume loads it."""
+    # lazy: `vision finetune --help` starts without the training modules
     from vision.pipelines.training import checkpoint
-    from vision.pipelines.training.run_state import CHECKPOINT_FORMAT, STATE
+    from vision.pipelines.training.run_state import CHECKPOINT_FORMAT, STATE  # lazy: as above
 
     where, _ = checkpoint.latest(run / STATE, CHECKPOINT_FORMAT)
     bad = None if where is None else checkpoint.unreadable_file(where)

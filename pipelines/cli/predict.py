@@ -5,6 +5,8 @@ import argparse
 import glob
 from pathlib import Path
 
+from vision.pipelines.cli import read_input, torch_device
+
 EPILOG = """\
 examples:
   vision predict runs/depth photos/*.png -o predictions/
@@ -63,9 +65,9 @@ def write_prediction(path: Path, task: str, value, fmt: str) -> Path:
     extension is appended, so a stem with dots keeps them), atomically; returns the path. A PNG states how its
     codes decode in its text chunks: ``vision.decode`` (the formula) and, for depth, ``vision.depth_scale``
     (the image's largest depth, which code 65535 stands for)."""
-    import numpy as np
+    import numpy as np  # lazy: `vision predict --help` starts without numpy
 
-    from vision.outputs import atomic_path
+    from vision.outputs import atomic_path  # lazy: `vision predict --help` starts without vision.outputs
 
     a = np.transpose(value.detach().float().cpu().numpy(), (1, 2, 0))
     path = path.with_name(f"{path.name}.{fmt}")
@@ -73,12 +75,12 @@ def write_prediction(path: Path, task: str, value, fmt: str) -> Path:
         if fmt == "npy":
             np.save(tmp, a.astype(np.float32))
         elif fmt == "exr":
-            from vision.data.exr import write_exr
+            from vision.data.exr import write_exr  # lazy: `vision predict --help` starts without vision.data.exr
 
             names = ["Y"] if a.shape[2] == 1 else ["R", "G", "B", "A"][: a.shape[2]] if task != "normals" else ["X", "Y", "Z"]
             write_exr(tmp, {n: a[:, :, i].astype(np.float32) for i, n in enumerate(names)})
         else:
-            from vision.io import write_image
+            from vision.io import write_image  # lazy: `vision predict --help` starts without vision.io
 
             text = {"vision.task": task}
             if task == "depth":
@@ -99,8 +101,9 @@ def write_prediction(path: Path, task: str, value, fmt: str) -> Path:
 
 def load_run_for_cli(run_dir: Path, device="cpu"):
     """:func:`load_run`, with a missing, damaged or foreign run folder reported as one line naming RUN."""
-    from safetensors import SafetensorError
+    from safetensors import SafetensorError  # lazy: `vision predict --help` starts without safetensors
 
+    # lazy: `vision predict --help` starts without vision.pipelines.training.dense_model
     from vision.pipelines.training.dense_model import CONFIG, WEIGHTS, load_run
 
     if not (run_dir / CONFIG).is_file() or not (run_dir / WEIGHTS).is_file():
@@ -112,14 +115,15 @@ def load_run_for_cli(run_dir: Path, device="cpu"):
 
 
 def run(args) -> int:
-    import torch
+    import torch  # lazy: `vision predict --help` starts without torch
 
-    from vision.dense import TASKS
-    from vision.dense.colourise import colourise
-    from vision.io import read_image, write_image
+    from vision.dense import TASKS  # lazy: `vision predict --help` starts without vision.dense
+    from vision.dense.colourise import colourise  # lazy: `vision predict --help` starts without vision.dense.colourise
+    from vision.io import read_image, write_image  # lazy: `vision predict --help` starts without vision.io
+    # lazy: `vision predict --help` starts without vision.outputs
     from vision.outputs import InputIndex, atomic_path, inside, output_stems, prepare_folder
+    # lazy: `vision predict --help` starts without vision.pipelines.training
     from vision.pipelines.training import dense_model
-    from vision.pipelines.cli import read_input, torch_device
 
     device = torch_device(args.device)
     paths = _expand(args.images)
@@ -140,7 +144,7 @@ def run(args) -> int:
     model, cfg = load_run_for_cli(run_dir, device)  # a run that does not load leaves no -o folder behind
     prepare_folder(args.out, "-o")
     task = TASKS[cfg.task]
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # lazy: `vision predict --help` starts without tqdm.auto
 
     for path, (out, preview) in tqdm(list(zip(paths, names)), desc="predict", disable=len(paths) < 2 or args.quiet):
         img = read_input(read_image, path, "IMAGES")

@@ -18,6 +18,8 @@ import time
 import uuid
 from pathlib import Path
 
+from vision.data.scenes import KINDS, make_scene, scene_seed
+
 EPILOG = """examples:
   vision render-scenes --out data/scenes --count 100 --size 128 --spp-ref 1024
   vision render-scenes --out data/scenes --count 200 --size 128 --spp-ref 1024   # resumes: renders scenes 100..199 only
@@ -38,8 +40,6 @@ DESCRIPTION = ("Render procedural scenes with Mitsuba 3 into multi-layer EXR fra
 
 
 def add_arguments(p) -> None:
-    from vision.data.scenes import KINDS
-
     p.add_argument("--out", type=Path, required=True, help="output folder (created; finished scenes in it are skipped)")
     p.add_argument("--count", type=int, required=True, help="number of scenes")
     p.add_argument("--size", type=int, default=256, help="image width and height in pixels (default 256)")
@@ -56,8 +56,6 @@ def add_arguments(p) -> None:
 
 def check_args(args) -> list[str]:
     """Validate the arguments before anything is rendered; returns the kinds. Raises ValueError."""
-    from vision.data.scenes import KINDS
-
     for name in ("count", "size", "spp_ref", "noisy_seeds", "ao_rays", "max_depth"):
         value = getattr(args, name)
         if value < 1:
@@ -112,15 +110,15 @@ def run(args) -> int:
                          f"render-scenes deletes nothing it did not create: move it out of --out {out} and rerun"
                          + (f" ({len(foreign) - 1} more such)" if len(foreign) > 1 else ""))
     try:
-        import mitsuba  # noqa: F401
+        import mitsuba  # noqa: F401  # lazy: mitsuba comes with the [render] extra
     except ImportError:
         print("vision render-scenes: error: needs Mitsuba 3: pip install 'locallinear-vision[render]'", file=sys.stderr)
         return 2
-    from tqdm import tqdm
+    from tqdm import tqdm  # lazy: `vision render-scenes --help` starts without tqdm
 
+    # lazy: `vision render-scenes --help` starts without vision.data.render
     from vision.data.render import choose_variant, render_scene, write_scene
-    from vision.data.scenes import make_scene, scene_seed
-    from vision.outputs import write_text_atomic
+    from vision.outputs import write_text_atomic  # lazy: `vision render-scenes --help` starts without vision.outputs
 
     settings = {"size": args.size, "spp_ref": args.spp_ref, "noisy_seeds": args.noisy_seeds, "seed": args.seed,
                 "kinds": kinds, "ao_rays": args.ao_rays, "max_depth": args.max_depth}

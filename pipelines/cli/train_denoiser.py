@@ -30,6 +30,8 @@ from pathlib import Path
 from vision.pipelines.training.denoiser_data import (  # noqa: F401 (the training data's helpers, as they were here)
     AO_CHANNEL, FLNR_GUIDES, FLNR_TRAINING, load_frames, loss_fn, pick, sample_batch, scene_groups, subsample, tonemap,
     val_phases, validate)
+from vision.pipelines.cli import read_input, torch_device
+from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, check_numbers
 
 EPILOG = """examples:
   vision render-scenes --out data/flnr --count 300 --size 128 --spp-ref 512 --seed 11
@@ -167,6 +169,7 @@ def training_command(args) -> str:
 def _checkpoint_dir(args) -> Path:
     """--checkpoint-dir, or -o's name + .state beside it; refused when it is an input or the output, or
     something other than a checkpoint that a save would replace."""
+    # lazy: `vision train-denoiser --help` starts without vision.pipelines.training.checkpoint
     from vision.pipelines.training import checkpoint, denoiser
 
     folder = Path(args.checkpoint_dir or f"{args.out}.state")
@@ -223,6 +226,7 @@ def _build(args, widths):
     flags ask) or new."""
 
     def build(train, say):
+        # lazy: `vision train-denoiser --help` starts without vision.denoise.flnr
         from vision.denoise.flnr import DEFAULT_CONFIG, FLNR, load_flnr
 
         if not args.init:
@@ -254,6 +258,7 @@ def _build(args, widths):
         model = model.with_detail() if args.detail and not model.config["detail"] else model
         model = model.with_history() if args.history > 1 and not model.config["history"] else model
         if args.history_only:
+            # lazy: `vision train-denoiser --help` starts without vision.denoise.flnr.surgery
             from vision.denoise.flnr.surgery import train_history_only
 
             train_history_only(model)
@@ -264,8 +269,9 @@ def _build(args, widths):
 
 def run(args) -> int:
     """``vision train-denoiser``: check every argument, read the scenes, train, and say what was written."""
-    import torch
+    import torch  # lazy: `vision train-denoiser --help` starts without torch
 
+    # lazy: `vision train-denoiser --help` starts without vision.pipelines.training.denoiser
     from vision.pipelines.training.denoiser import DenoiserTraining, data_identity, train as train_loop
 
     widths = _check_args(args)
@@ -311,11 +317,11 @@ def _check_args(args) -> list[int] | None:
                          "--history N > 1")
     if args.init and Path(args.init).resolve() == args.out.resolve():
         raise ValueError(f"-o {args.out} is the --init file: write the fine-tuned weights to another file")
-    from vision.pipelines.plugins import NON_NEGATIVE, POSITIVE, check_numbers
 
     check_numbers(args, dict(lr=POSITIVE, smape=NON_NEGATIVE, drop_ao=dict(low=0, high=1), minutes=POSITIVE,
                              threads=dict(low=1), scale=dict(low=1), hidden=NON_NEGATIVE,
                              fit_down=dict(low=1), steps=dict(low=1), history=dict(low=1)))
+    # lazy: `vision train-denoiser --help` starts without vision.denoise.flnr.config
     from vision.denoise.flnr.config import check_config
 
     # (--guides: the network's own check, 1 to 8, says it, and with --init that guides only grow)
@@ -323,17 +329,15 @@ def _check_args(args) -> list[int] | None:
                        ("scale", args.scale), ("fit_down", args.fit_down)):
         if value is not None:  # the network's sizes within the documented bounds before anything is allocated
             check_config({key: value}, "--" + key.replace("_", "-"))
-    from vision.outputs import prepare_file
+    from vision.outputs import prepare_file  # lazy: `vision train-denoiser --help` starts without vision.outputs
 
     prepare_file(args.out, "-o")  # a folder or an unwritable place fails now, not after the training
     if args.init:
+        # lazy: `vision train-denoiser --help` starts without vision.denoise.flnr
         from vision.denoise.flnr import load_flnr
-        from vision.pipelines.cli import read_input
 
         read_input(load_flnr, args.init, "--init", "FLNR weights")  # a pickle or a crafted config: one line now
     if args.device:
-        from vision.pipelines.cli import torch_device
-
         torch_device(args.device)  # a malformed or absent device: one line, before any data is read
     return widths
 
@@ -360,6 +364,7 @@ def _report(args, res) -> int:
         print(f"vision train-denoiser: error: {_lost_write(args, res)}", file=sys.stderr)
         return 1
     if res.signum:
+        # lazy: `vision train-denoiser --help` starts without vision.pipelines.training.signals
         from vision.pipelines.training.signals import signal_name
 
         print(f"stopped by {signal_name(res.signum)} in epoch {res.epochs + 1}: checkpoint in {res.folder}, best weights so far "

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import torch
+
 from vision.data.fields import FLNR_GUIDES
+from vision.bundled import asset_path
+from vision.figures import side_by_side
+from vision.io import write_image
+from vision.kernels.runtime import get_logger
 
 TITLE = "render-frame denoising: 1-spp input, FLR, FLNR, OIDN, 2048-spp reference"
 
@@ -26,7 +33,7 @@ def oidn(frame: dict):
     """Open Image Denoise on ``frame`` (pyoidn: HDR colour, albedo and normal, cleanAux, high quality), or None
     when pyoidn is not installed."""
     try:
-        import pyoidn
+        import pyoidn  # lazy: OIDN is an optional [bench] peer
     except ImportError:
         return None
     return pyoidn.denoise(frame["color"], frame["albedo"], frame["normal"], hdr=True, clean_aux=True, quality="high")
@@ -34,22 +41,13 @@ def oidn(frame: dict):
 
 def _big(img, k: int = 2):
     """Nearest-neighbour enlargement, so 128-pixel panels stay readable under their labels."""
-    import numpy as np
-
     return np.repeat(np.repeat(np.asarray(img, dtype=np.float32), k, 0), k, 1)
 
 
 def run(out_dir: Path, device: str) -> list[Path]:
-    import numpy as np
-    import torch
-
-    from vision.bundled import asset_path
-    from vision.data import read_frame
-    from vision.denoise import denoise
-    from vision.denoise.metrics import psnr, tonemap
-    from vision.figures import side_by_side
-    from vision.io import write_image
-    from vision.kernels.runtime import get_logger
+    from vision.data import read_frame  # lazy: vision.data.read_frame needs an optional package
+    from vision.denoise import denoise  # lazy: vision.denoise loads huggingface_hub
+    from vision.denoise.metrics import psnr, tonemap  # lazy: vision.denoise.metrics loads huggingface_hub
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,23 @@ scenes, as ``vision evaluate RUN --data assets/scenes --split all`` reports them
 from __future__ import annotations
 
 from pathlib import Path
+import tempfile
+
+import cv2
+import numpy as np
+import torch
+from PIL import Image, ImageDraw
+
+from vision.bundled import asset_path
+from vision.data.dense import DenseSamples
+from vision.dense import TASKS
+from vision.dense.colourise import colourise
+from vision.dense.edges import edge_band
+from vision.dense.losses import DEGREES, angle_between
+from vision.figures import _font, side_by_side
+from vision.heads import guided_refine
+from vision.io import write_image
+from vision.pipelines.training.dense_model import predict_raw, load_run
 
 TITLE = "dense prediction: local-linear readout on a small ViG, depth and normals vs ground truth, near edges"
 
@@ -26,13 +43,6 @@ ZOOM = 2  # 128-px scenes are drawn at twice their size so that boundaries can b
 def predict(models: dict, scenes: dict, device: str) -> dict:
     """Decoded predictions, targets, valid masks and the edge band of every scene and task:
     ``{task: {scene: (pred, target, valid, band)}}``, all (1, C, H, W) on the CPU."""
-    import torch
-
-    from vision.dense import TASKS
-    from vision.dense.edges import edge_band
-    from vision.heads import guided_refine
-    from vision.pipelines.training.dense_model import predict_raw
-
     out = {}
     for name, model in models.items():
         task, out[name] = TASKS[name], {}
@@ -51,8 +61,6 @@ def predict(models: dict, scenes: dict, device: str) -> dict:
 def scores(pred, target, valid, band, name: str) -> tuple[float, float]:
     """The task's headline error (depth AbsRel, normals mean angle in degrees) over the valid pixels and over
     the valid pixels of the edge band."""
-    from vision.dense import TASKS
-
     task = TASKS[name]
     key = "abs_rel" if name == "depth" else "mean_angle"
     return task.metrics(pred, target, valid)[key], task.metrics(pred, target, valid & band)[key]
@@ -61,11 +69,6 @@ def scores(pred, target, valid, band, name: str) -> tuple[float, float]:
 def _error_map(pred, target, valid, band, name: str):
     """(H, W, 3) error picture: depth |p - g| / g on [0, 0.5], normals angle on [0, 60] deg (INFERNO colour map);
     outside the edge band dimmed to a third, no surface black."""
-    import cv2
-    import numpy as np
-
-    from vision.dense.losses import DEGREES, angle_between
-
     if name == "depth":
         err, top = ((pred - target).abs() / target.clamp_min(1e-6))[0, 0], 0.5
     else:
@@ -81,9 +84,6 @@ def _error_map(pred, target, valid, band, name: str):
 def _depth_colours(pred, target, valid):
     """Prediction and ground truth as inverse depth on one colour scale (the ground truth's 1st-99th percentile,
     TURBO), so that colours compare across the two; no surface black."""
-    import cv2
-    import numpy as np
-
     v = valid[0, 0].numpy()
     inv_p, inv_t = (1 / x[0, 0].double().clamp_min(1e-6).numpy() for x in (pred, target))
     lo, hi = np.percentile(inv_t[v], [1, 99])
@@ -99,8 +99,6 @@ def _depth_colours(pred, target, valid):
 
 def _band_overlay(image, band):
     """The input with the edge band tinted cyan, to show which pixels the edge figures count."""
-    import numpy as np
-
     b = band[0, 0].numpy()[..., None]
     return np.where(b, 0.5 * image + 0.5 * np.array([0.0, 1.0, 1.0], np.float32), image).astype(np.float32)
 
@@ -114,19 +112,11 @@ def _describe(cfg, refine) -> str:
 
 
 def _zoom(a):
-    import numpy as np
-
     return np.repeat(np.repeat(a, ZOOM, 0), ZOOM, 1)
 
 
 def _stack(rows: list[Path], header: str, footer: str, path: Path) -> Path:
     """One PNG of the row pictures ``rows`` one above the other, with a line of text above and below."""
-    import numpy as np
-    from PIL import Image, ImageDraw
-
-    from vision.figures import _font
-    from vision.io import write_image
-
     tiles = [Image.open(p).convert("RGB") for p in rows]
     font, gap = _font(14), 8
     probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
@@ -148,17 +138,6 @@ def _stack(rows: list[Path], header: str, footer: str, path: Path) -> Path:
 
 
 def run(out_dir: Path, device: str) -> list[Path]:
-    import tempfile
-
-    import torch
-
-    from vision.bundled import asset_path
-    from vision.data.dense import DenseSamples
-    from vision.dense import TASKS
-    from vision.dense.colourise import colourise
-    from vision.figures import side_by_side
-    from vision.pipelines.training.dense_model import load_run
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     loaded = {name: load_run(asset_path("weights", *parts), device) for name, parts in RUNS.items()}

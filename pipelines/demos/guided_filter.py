@@ -9,6 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import torch
+
+from vision.bundled import asset_path
+from vision.figures import side_by_side
+from vision.io import read_image, to_image, to_tensor, write_image
+from vision.kernels import guided_filter
 
 TITLE = "guided filter: edge-preserving smoothing and detail enhancement (He et al. 2010)"
 
@@ -19,13 +25,6 @@ BOOST = 4.0  # detail gain k
 
 
 def run(out_dir: Path, device: str) -> list[Path]:
-    import torch
-
-    from vision.bundled import asset_path
-    from vision.figures import side_by_side
-    from vision.io import read_image, to_image, to_tensor, write_image
-    from vision.kernels import guided_filter
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     img = read_image(asset_path(*PHOTO))[:, :, :3]

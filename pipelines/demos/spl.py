@@ -11,6 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import cv2
+import torch
+
+from vision.bundled import asset_path
+from vision.figures import side_by_side
+from vision.io import read_image, to_image, to_tensor, write_image
+from vision.restore import restore_structure
 
 TITLE = "structure preservation loss: restoring a distorted tone edit (Gong et al. 2026)"
 
@@ -28,8 +35,6 @@ def tone_edit(img: np.ndarray) -> np.ndarray:
 
 def damage(img: np.ndarray, sigma: float = 1.5, quality: int = 30, shift=(0.4, 0.3)) -> np.ndarray:
     """Gaussian blur, JPEG round trip at ``quality``, then a sub-pixel shift (dx, dy) (bilinear)."""
-    import cv2
-
     y = cv2.GaussianBlur(img, (0, 0), sigma)
     codes = np.rint(np.clip(y[:, :, ::-1], 0, 1) * 255).astype(np.uint8)
     ok, buf = cv2.imencode(".jpg", codes, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
@@ -43,16 +48,13 @@ def damage(img: np.ndarray, sigma: float = 1.5, quality: int = 30, shift=(0.4, 0
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     """PSNR in dB of images in [0, 1] (kornia's ``metrics.psnr``, float64)."""
-    import torch
-    from kornia.metrics import psnr as kpsnr
+    from kornia.metrics import psnr as kpsnr  # lazy: kornia loads slowly; only this path needs it
 
     return float(kpsnr(torch.from_numpy(a.astype(np.float64)), torch.from_numpy(b.astype(np.float64)), 1.0))
 
 
 def heat(d: np.ndarray, top: float) -> np.ndarray:
     """A residual map as an RGB heat image: sqrt(D) / sqrt(top), inferno colour map."""
-    import cv2
-
     v = np.clip(np.sqrt(np.maximum(d, 0.0) / top), 0.0, 1.0)
     bgr = cv2.applyColorMap(np.rint(v * 255).astype(np.uint8), cv2.COLORMAP_INFERNO)
     return bgr[:, :, ::-1].astype(np.float32) / 255.0
@@ -63,13 +65,7 @@ def _rgb(img: np.ndarray) -> str:
 
 
 def run(out_dir: Path, device: str) -> list[Path]:
-    import torch
-
-    from vision.bundled import asset_path
-    from vision.figures import side_by_side
-    from vision.io import read_image, to_image, to_tensor, write_image
-    from vision.kernels import structure_loss
-    from vision.restore import restore_structure
+    from vision.kernels import structure_loss  # lazy: vision.kernels.spl.structure_loss needs an optional package
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

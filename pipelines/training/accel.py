@@ -13,6 +13,7 @@ def configured_precision(flag: str | None) -> str:
         return flag
     if os.environ.get("ACCELERATE_MIXED_PRECISION"):
         return os.environ["ACCELERATE_MIXED_PRECISION"]
+    # lazy: accelerate comes with an optional extra
     from accelerate.commands.config import default_config_file, load_config_from_file
 
     if os.path.isfile(default_config_file):
@@ -28,8 +29,8 @@ def accelerator_for(cfg, run=None, **extra):
     ``accelerate launch`` set), ``cpu`` (else CUDA or MPS when present), ``grad_accum`` and ``log_with``
     (trackers, writing into ``run``), each refused with one line when it cannot be honoured. ``extra`` goes
     to ``Accelerator`` as it is."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState, PartialState
+    from accelerate import Accelerator  # lazy: accelerate comes with an optional extra
+    from accelerate.state import AcceleratorState, PartialState  # lazy: accelerate comes with an optional extra
 
     if cfg.grad_accum < 1:
         raise ValueError(f"--grad-accum must be >= 1, got {cfg.grad_accum}")
@@ -37,7 +38,7 @@ def accelerator_for(cfg, run=None, **extra):
         raise ValueError(f"--mixed-precision {cfg.mixed_precision}: choose no, fp16, bf16 or fp8")
     log_with = getattr(cfg, "log_with", None)
     if log_with:
-        from accelerate.tracking import get_available_trackers
+        from accelerate.tracking import get_available_trackers  # lazy: accelerate comes with an optional extra
 
         available = {str(t) for t in get_available_trackers()}
         if log_with != "all" and log_with not in available:

@@ -16,8 +16,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+import json
 
 from torch import nn
+import torch.hub
 
 
 def _first_line(err: BaseException) -> str:
@@ -30,6 +32,7 @@ def backbone_kwargs(cfg) -> list[dict]:
     with ``dynamic_img_size=True`` (so a ViT trained at 64 px predicts at any size: its position embedding
     is interpolated per input), the size alone, then neither (convolutional models take no size); each
     with ``cfg.extra`` on top."""
+    # lazy: `vision finetune --help` starts without vision.pipelines.training.run_config
     from .run_config import check_backbone_kwargs
 
     extra = check_backbone_kwargs(cfg.extra, "backbone settings (extra)", "")
@@ -43,10 +46,9 @@ def resolve_pretrained(spec: str) -> tuple[str | None, str]:
     the local Hugging Face / torch hub cache only. Anything else is one ValueError line."""
     if Path(spec).is_file():
         return None, spec
-    import json
 
-    import timm
-    from huggingface_hub import try_to_load_from_cache
+    import timm  # lazy: timm comes with the [dense] and [train-denoiser] extras
+    from huggingface_hub import try_to_load_from_cache  # lazy: huggingface_hub comes with an optional extra
 
     def cached(repo: str, names) -> str | None:
         for name in names:
@@ -77,8 +79,6 @@ def resolve_pretrained(spec: str) -> tuple[str | None, str]:
             repo = pcfg.hf_hub_id
             file = cached(repo, [pcfg.hf_hub_filename] if pcfg.hf_hub_filename else weights)
         if file is None and pcfg.url:
-            import torch.hub
-
             local = os.path.join(torch.hub.get_dir(), "checkpoints", os.path.basename(pcfg.url.split("?")[0]))
             file = local if os.path.isfile(local) else None
         if file is None:
@@ -91,14 +91,12 @@ def resolve_pretrained(spec: str) -> tuple[str | None, str]:
 def create_backbone(cfg) -> nn.Module:
     """``timm.create_model(cfg.backbone, features_only=True, ...)`` with :func:`backbone_kwargs`, loading
     ``cfg.pretrained`` (see :func:`resolve_pretrained`). timm's own errors become one ValueError line."""
-    import timm
-
-    import vision  # noqa: F401  registers the ViG family into timm
+    import timm  # lazy: timm comes with the [dense] and [train-denoiser] extras
 
     if not timm.is_model(cfg.backbone.split(".")[0]):
         raise ValueError(f"unknown backbone {cfg.backbone!r}; e.g. vig_tiny_patch16_224, hvig_tiny_224, "
                          "vit_small_patch16_224 (any timm model with features_only)")
-    from .run_config import _NAME
+    from .run_config import _NAME  # lazy: `vision finetune --help` starts without vision.pipelines.training.run_config
 
     if not _NAME.match(cfg.backbone):  # no hub prefix or path: timm would fetch a config for one
         raise ValueError(f"--backbone {cfg.backbone!r:.80} is not a timm model name")
@@ -153,7 +151,7 @@ def lora_config(cfg, backbone: nn.Module):
     """peft's ``LoraConfig`` of a run: rank, alpha (default = rank), dropout, and targets: every linear
     projection (every convolution where there is none), or ``cfg.lora_targets`` (a list of module-name
     suffixes as peft matches them, or one regular expression that must match whole module names)."""
-    from peft import LoraConfig
+    from peft import LoraConfig  # lazy: peft comes with the [dense] extra
 
     targets = cfg.lora_targets if cfg.lora_targets else lora_targets(backbone)
     if not targets:
@@ -175,7 +173,7 @@ def plain_state(backbone: nn.Module) -> dict:
 
 def add_lora(backbone: nn.Module, config) -> nn.Module:
     """Freeze ``backbone`` and wrap it as a ``peft.PeftModel`` with LoRA adapters (``config``)."""
-    from peft import get_peft_model
+    from peft import get_peft_model  # lazy: peft comes with the [dense] extra
 
     try:
         model = get_peft_model(backbone, config)

@@ -18,6 +18,15 @@ import json
 import os
 import shutil
 from pathlib import Path
+import math
+import pickle
+import random
+import struct
+import zipfile
+
+import numpy as np
+import torch
+from safetensors import SafetensorError, safe_open
 
 MANIFEST = "checkpoint.json"  # written last: a folder without it (or whose files differ from it) is incomplete
 
@@ -95,19 +104,12 @@ def read(folder, format: str) -> dict | None:
 def load_errors() -> tuple:
     """What loading a damaged state file raises: safetensors' errors, torch.load's refusals (weights_only
     unpickling), a truncated zip, and the usual I/O and lookup errors."""
-    import pickle
-    import zipfile
-
-    from safetensors import SafetensorError
-
     return (RuntimeError, ValueError, KeyError, OSError, EOFError, TypeError, IndexError, AttributeError,
             pickle.UnpicklingError, zipfile.BadZipFile, SafetensorError)
 
 
 def first_line(err: BaseException) -> str:
     """The first line of an error's message (torch.load's refusals run to a page), or its type's name."""
-    import pickle
-
     if isinstance(err, pickle.UnpicklingError):  # torch.load's refusal: a page about weights_only
         return "a state file is damaged or was not written by this program"
     text = str(err).strip()
@@ -121,8 +123,6 @@ def unreadable_file(folder) -> tuple[Path, str] | None:
     a ``data.pkl``. Reads headers and zip directories only, without torch or the training stack, so a file of random
     bytes is refused in a second instead of after the trainer has been built; what only loading can tell (a whole
     file of other tensors) is still found by :func:`damaged_file`."""
-    import zipfile
-
     folder = Path(folder)
     if not folder.is_dir():
         return None
@@ -145,8 +145,6 @@ def unreadable_file(folder) -> tuple[Path, str] | None:
 
 def _safetensors_header_fault(path: Path) -> str | None:
     """Why ``path`` is not a safetensors file as its header says (None: the header and the byte ranges fit)."""
-    import struct
-
     try:
         size = path.stat().st_size
         with open(path, "rb") as fh:
@@ -176,8 +174,6 @@ def damaged_file(folder) -> tuple[Path, str] | None:
     whole, ``.bin`` / ``.pkl`` as Accelerate reads them: weights only), and the first line of why; None when each
     file loads (then the checkpoint does not fit the model or its settings). Reads every file, so it runs on the
     failure path only: a good checkpoint never pays for it."""
-    import pickle
-
     def order(path: Path):  # what a resume reads first: weights, optimiser, schedule, then the rest
         rank = next((k for k, stem in enumerate(("model", "optimizer", "scheduler")) if path.name.startswith(stem)), 3)
         return rank, path.name
@@ -187,16 +183,14 @@ def damaged_file(folder) -> tuple[Path, str] | None:
     for path in sorted((p for p in Path(folder).iterdir() if p.is_file() and p.name != MANIFEST), key=order):
         try:
             if path.suffix == ".safetensors":
-                from safetensors import safe_open
-
                 with safe_open(str(path), framework="pt", device="cpu") as fh:
                     for key in fh.keys():
                         fh.get_tensor(key)
             elif path.suffix in (".bin", ".pkl"):
                 try:
-                    from accelerate.utils import load  # torch.load with Accelerate's allow-list (RNG states)
+                    from accelerate.utils import load  # lazy: accelerate is optional; its torch.load allows RNG states
                 except ImportError:
-                    from torch import load
+                    from torch import load  # lazy: the fallback where accelerate is missing
                 load(str(path), map_location="cpu", weights_only=True)
         except load_errors() as err:
             why = ("not a weights-only torch file" if isinstance(err, pickle.UnpicklingError) else first_line(err))
@@ -213,16 +207,11 @@ def restore_rng(folder, rank: int) -> tuple[Path, str] | None:
     the first line of why. ``Accelerator.load_state`` reads the same file but carries on without a word when it
     cannot, and the resumed run then draws other random numbers than an uninterrupted one: called before it, this
     stops such a resume. A folder without the file (a save without RNG states) is left to ``load_state``."""
-    import random
-
-    import numpy as np
-    import torch
-
     path = Path(folder) / RNG_STATES.format(rank)
     if not path.exists():
         return None
     try:
-        from accelerate.utils import load  # torch.load with Accelerate's allow-list (NumPy's state)
+        from accelerate.utils import load  # lazy: accelerate is optional; its torch.load allows NumPy's state
     except ImportError:
         load = torch.load
     saved = (random.getstate(), np.random.get_state(), torch.get_rng_state())
@@ -237,8 +226,6 @@ def restore_rng(folder, rank: int) -> tuple[Path, str] | None:
         np.random.set_state(states["numpy_random_seed"])
         torch.set_rng_state(states["torch_manual_seed"])
     except load_errors() as err:
-        import pickle
-
         random.setstate(saved[0])
         np.random.set_state(saved[1])
         torch.set_rng_state(saved[2])
@@ -247,8 +234,6 @@ def restore_rng(folder, rank: int) -> tuple[Path, str] | None:
 
 
 def _number(v) -> bool:
-    import math
-
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 

@@ -13,16 +13,17 @@ import math
 from pathlib import Path
 
 import numpy as np
+from PIL import Image, ImageDraw
+
+from vision.figures import _font
+from vision.io import write_image
+from vision.outputs import atomic_path, in_run, write_text_atomic
 
 PANEL = (360, 200)  # width, height of one panel in pixels
 MARGIN = 48
 
 
 def _panel(values: list[float], title: str, colour) -> np.ndarray:
-    from PIL import Image, ImageDraw
-
-    from vision.figures import _font
-
     w, h = PANEL
     img = Image.new("RGB", (w, h), "white")
     draw = ImageDraw.Draw(img)
@@ -58,9 +59,6 @@ def curves(rows: list[dict], metric: str) -> np.ndarray:
 def write_history(run: Path, rows: list[dict], metric: str) -> None:
     """``run/metrics.jsonl`` (one JSON object per epoch) and ``run/curves.png``, each written atomically and never
     through a link (:func:`vision.outputs.in_run`)."""
-    from vision.io import write_image
-    from vision.outputs import atomic_path, in_run, write_text_atomic
-
     write_text_atomic(in_run(run, "metrics.jsonl"), "".join(json.dumps(r) + "\n" for r in rows))
     with atomic_path(in_run(run, "curves.png")) as tmp:
         write_image(tmp, curves(rows, metric))

@@ -32,10 +32,15 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import save_file, load_file
+from tqdm import tqdm
 
 from . import checkpoint as C
 from .signals import StopOnSignal as _StopOnSignal, agree as _agree
 from .denoiser_data import FLNR_GUIDES, loss_fn, sample_batch, scene_groups, subsample, validate
+from vision.outputs import atomic_path
+from .accel import accelerator_for
 
 FORMAT = "vision-train-denoiser/1"
 EXTRA = "trainer.safetensors"  # EMA, best weights, crop generators; the rest of the state is the manifest's JSON
@@ -149,8 +154,6 @@ def _cpu(state: dict, prefix: str) -> dict:
 def _write_errors() -> tuple:
     """What a write that runs out of space or permission raises: OSError, safetensors' own error, and torch's
     RuntimeError from ``torch.save`` (inside Accelerate's ``save_state``)."""
-    from safetensors import SafetensorError
-
     return OSError, RuntimeError, SafetensorError
 
 
@@ -166,8 +169,6 @@ def _save_checkpoint(acc, folder: Path, state: dict, core, ema, best_state, gen)
     """One checkpoint (every rank calls this): Accelerate's state and ours, published atomically by rank 0.
     Returns "" when it is published, else why not (a full disk, no permission: agreed by every rank); then the
     staging folder is removed (its space back) and the last complete checkpoint stays as it was."""
-    from safetensors.torch import save_file
-
     tmp, failed = C.staging(folder), ""
     try:
         if acc.is_main_process:
@@ -268,9 +269,8 @@ def _check_resume(cfg: DenoiserTraining, out) -> tuple:
 
 def _make_accelerator(cfg: DenoiserTraining):
     """The run's Accelerator on ``cfg.device`` (one schedule step per optimiser step, unused parameters allowed)."""
-    from accelerate import DistributedDataParallelKwargs
+    from accelerate import DistributedDataParallelKwargs  # lazy: accelerate comes with an optional extra
 
-    from .accel import accelerator_for
 
     if cfg.device and str(cfg.device).startswith("cuda:") and torch.cuda.is_available():
         torch.cuda.set_device(torch.device(cfg.device))  # Accelerate's single-process "cuda" is the current one
@@ -280,7 +280,7 @@ def _make_accelerator(cfg: DenoiserTraining):
 
 def _prepare_frames(cfg: DenoiserTraining, acc, train_frames: list, val_frames: list, say) -> tuple:
     """``(train_frames, val_frames, stats, groups, steps)``: frames on the device, their statistics, scene groups."""
-    from vision.denoise.flnr import frame_stats
+    from vision.denoise.flnr import frame_stats  # lazy: vision.denoise.flnr loads huggingface_hub
 
     move = (lambda fs: [{k: (v.to(acc.device) if hasattr(v, "to") else v) for k, v in f.items()} for f in fs])
     if not val_frames:
@@ -295,7 +295,7 @@ def _prepare_frames(cfg: DenoiserTraining, acc, train_frames: list, val_frames: 
 
 def _announce(cfg: DenoiserTraining, acc, model, train_frames, val_frames, steps: int, folder: Path, say) -> None:
     """Say what is about to train: parameters, frames, epochs and steps, device, precision, checkpoint folder."""
-    from vision.denoise.flnr import parameter_count
+    from vision.denoise.flnr import parameter_count  # lazy: vision.denoise.flnr loads huggingface_hub
 
     say(f"FLNR: {parameter_count(model)} parameters; {len(train_frames)} train / {len(val_frames)} val frames; "
         f"{cfg.epochs} epochs x {steps} steps, batch {cfg.batch}" + (f" x {acc.num_processes} processes"
@@ -305,7 +305,8 @@ def _announce(cfg: DenoiserTraining, acc, model, train_frames, val_frames, steps
 
 def _prepare_model(cfg: DenoiserTraining, acc, model, total: int) -> tuple:
     """``(model, opt, sched, core, ema)``: Adam on the cosine schedule, prepared by Accelerate, autocast, the EMA."""
-    from timm.utils import ModelEmaV3
+    from timm.utils import ModelEmaV3  # lazy: timm comes with the [dense] and [train-denoiser] extras
+    # lazy: transformers comes with an optional extra
     from transformers.optimization import get_cosine_schedule_with_warmup
 
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
@@ -319,8 +320,6 @@ def _prepare_model(cfg: DenoiserTraining, acc, model, total: int) -> tuple:
 
 def _resume_from(acc, where: Path, saved: dict, run, loop, ema, gen, say) -> float:
     """Load the checkpoint at ``where`` into the model, ``ema``, ``gen``, ``run`` and ``loop``; the seconds spent."""
-    from safetensors.torch import load_file
-
     bad = C.restore_rng(where, acc.process_index)
     if bad is not None:  # load_state would resume without its RNG states, and say nothing
         raise ValueError(f"--resume: {bad[0]} is damaged and cannot be loaded ({bad[1]})")
@@ -396,8 +395,6 @@ def _epochs(cfg: DenoiserTraining, acc, model, opt, sched, core, ema, gen, loss,
 def _train_steps(cfg: DenoiserTraining, acc, model, opt, sched, core, ema, gen, loss, train_frames, stats, groups,
                  run, loop, stop, epoch: int) -> None:
     """One epoch's optimiser steps from ``loop.step0``; on a signal, checkpoint after the current step and return."""
-    from tqdm import tqdm
-
     bar = tqdm(range(loop.step0, loop.steps), desc=f"epoch {epoch}/{cfg.epochs}", unit="step", file=sys.stderr,
                disable=cfg.quiet or not acc.is_main_process, leave=False, initial=loop.step0, total=loop.steps)
     for i in bar:
@@ -452,8 +449,6 @@ def _validate_epoch(cfg: DenoiserTraining, judged, val_frames, run, loop, epoch:
 
 def _write_best(cfg: DenoiserTraining, acc, core, best_state: dict, metadata, run, out) -> None:
     """Write the best weights to ``out`` (main process); when that fails, keep or rescue them (see :func:`train`)."""
-    from vision.outputs import atomic_path
-
     final = type(core).from_state_dict({k: v.detach().cpu() for k, v in best_state.items()}, core.config)
     meta = dict(metadata or {})
     meta.update({"vision.train.epochs": run.epochs, "vision.train.best_epoch": run.best_epoch,
@@ -479,8 +474,6 @@ def _rescue(run, final, meta: dict, out) -> None:
     """``out`` could not be written and the last checkpoint is not the end of the run (a failed save, a signal,
     ``--minutes``: ``--resume`` would train on): write the weights beside the checkpoint folder instead
     (``run.rescued``), where a failed checkpoint's staging folder has just given its space back."""
-    from vision.outputs import atomic_path
-
     rescued = run.folder.parent / f"{Path(out).stem}.rescued.safetensors"
     try:
         with atomic_path(rescued) as tmp:

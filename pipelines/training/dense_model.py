@@ -32,6 +32,8 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+import inspect
+import shutil
 
 import torch
 from torch import nn
@@ -84,6 +86,7 @@ class DenseConfig:
     def from_json(cls, text: str, where: str = CONFIG) -> "DenseConfig":
         """The config ``text`` holds, every key checked against the allow-list of :mod:`.run_config` (types,
         bounds, no download switches); anything else is one ValueError line naming ``where`` and the key."""
+        # lazy: `vision finetune --help` starts without vision.pipelines.training.run_config
         from .run_config import parse_config
 
         return cls(**parse_config(text, where))
@@ -143,8 +146,8 @@ from .backbone import add_lora, create_backbone, lora_config, lora_targets, plai
 def build_model(cfg: DenseConfig, base: dict | None = None) -> DenseModel:
     """The model a config describes, with freshly initialised head (and adapters); base weights as built, or
     ``base`` (a backbone state dict under timm's names, loaded before the adapters are added)."""
-    from vision.dense import TASKS
-    from vision.heads import HEADS
+    from vision.dense import TASKS  # lazy: `vision finetune --help` starts without vision.dense
+    from vision.heads import HEADS  # lazy: `vision finetune --help` starts without vision.heads
 
     if cfg.task not in TASKS:
         raise ValueError(f"unknown task {cfg.task!r}; choose from {', '.join(TASKS)}")
@@ -173,13 +176,13 @@ def build_model(cfg: DenseConfig, base: dict | None = None) -> DenseModel:
     clash = sorted(set(cfg.head_kwargs) & set(fixed))
     if clash:
         raise ValueError(f"head arguments {clash} are set by the backbone and task; remove them from --head-kwargs")
+    # lazy: `vision finetune --help` starts without vision.pipelines.training.run_config
     from .run_config import check_head_kwargs
 
     check_head_kwargs(cfg.head, cfg.head_kwargs, "--head-kwargs", "")
     try:
         head = head_cls(**fixed, **cfg.head_kwargs)
     except TypeError as err:  # an unknown keyword: name the head's real arguments
-        import inspect
 
         allowed = [n for n in inspect.signature(head_cls).parameters if n not in fixed]
         raise ValueError(f"--head-kwargs {cfg.head_kwargs} do not fit the {cfg.head} head ({err}); "
@@ -216,9 +219,7 @@ MERGED = "merged"
 def save_run_files(run: Path, cfg: DenseConfig, model: nn.Module, weights: dict[str, torch.Tensor] | None = None) -> None:
     """Write config.json, base.safetensors (once), model.safetensors and, for LoRA runs, adapter/ (peft's
     ``save_pretrained`` of the same ``weights``) into ``run``, each file atomically."""
-    import shutil
-
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # lazy: `vision finetune --help` starts without safetensors.torch
 
     run.mkdir(parents=True, exist_ok=True)
     (run / CONFIG).write_text(cfg.to_json())
@@ -276,8 +277,8 @@ def load_run(run, device="cpu") -> tuple[DenseModel, DenseConfig]:
     run loads after the original file and the hub cache are gone. The folder is data: config.json is checked
     key by key (:mod:`.run_config`), its ``pretrained`` is a record that is never read, and timm is asked for
     no weights (``pretrained=False``), so loading a run reads no file outside it and makes no network request."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file
+    from safetensors import safe_open  # lazy: `vision finetune --help` starts without safetensors
+    from safetensors.torch import load_file  # lazy: `vision finetune --help` starts without safetensors.torch
 
     run = Path(run)
     if not (run / CONFIG).is_file() or not (run / WEIGHTS).is_file():

@@ -26,10 +26,13 @@ import math
 import time
 from pathlib import Path
 from types import SimpleNamespace
+import warnings
 
 import torch
+import numpy as np
+from tqdm.auto import tqdm
 
-from . import checkpoint as _checkpoint
+from . import checkpoint as _checkpoint, checkpoint
 from .accel import accelerator_for as _accelerator
 from .accel import configured_precision  # noqa: F401 (re-exported: callers import it from here)
 from .curves import write_history
@@ -37,6 +40,14 @@ from .dense_model import DenseConfig, build_model, predict_raw, save_run_files, 
 from .run_state import (CHECKPOINT_FORMAT, RESUME, STATE, find_checkpoint, guard_run, read_resume,
                         removed_on_failure, save_resume)
 from .signals import StopOnSignal, agree, signal_name
+from vision.data.dense import DenseSamples
+from vision.dense import get_task
+from vision.dense.colourise import colourise
+from vision.figures import side_by_side
+from vision.heads import guided_refine
+from vision.outputs import run_lock, in_run
+from .run_card import edge_metrics, write_card
+from .run_config import check_task_kwargs
 
 
 class TrainingStopped(RuntimeError):
@@ -97,12 +108,6 @@ class _Collate:
 
 def task_of(cfg):
     """``cfg.task`` with ``cfg.task_kwargs`` (``--task-kwargs``) applied; unknown fields are a ValueError."""
-    import dataclasses
-
-    from vision.dense import get_task
-
-    from .run_config import check_task_kwargs
-
     check_task_kwargs(cfg.task_kwargs, "task settings (task_kwargs)", "")
     task = get_task(cfg.task)  # unknown names are its ValueError
     known = {f.name for f in dataclasses.fields(task)} - {"name", "target_field", "primary_metric", "lower_is_better",
@@ -125,8 +130,6 @@ def predict_samples(model, task, samples, tta: bool = True, refine=None, batch_s
         image = torch.stack([samples[j]["image"] for j in range(i, min(len(samples), i + batch_size))]).to(device)
         raw = predict_raw(model, task, image, tta=tta).float()
         if refine is not None:
-            from vision.heads import guided_refine
-
             raw = guided_refine(image, raw, radius=refine[0], eps=refine[1])
         preds.append(task.decode(raw).cpu())
     return torch.cat(preds)
@@ -158,11 +161,6 @@ def baseline_metrics(task, train, val) -> dict:
 
 
 def _preview(task, samples, pred, path: Path, count: int = 4) -> Path:
-    import numpy as np
-
-    from vision.dense.colourise import colourise
-    from vision.figures import side_by_side
-
     images, labels = [], []
     for i in range(min(count, len(samples))):
         s = samples[i]
@@ -183,13 +181,9 @@ def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bo
           log=print, command: str | None = None) -> list[dict]:
     """Fine-tune ``cfg``'s model on ``cfg.data`` (or the given datasets); write the run folder; return the
     per-epoch records (loss, validation metrics, optimiser steps, seconds). ``command`` goes into the card."""
-    from vision.outputs import run_lock
-
     run = Path(run_dir)
     task = task_of(cfg)
     if cfg.lora_rank > 0 and not cfg.pretrained:
-        import warnings
-
         warnings.warn(f"LoRA (rank {cfg.lora_rank}) on a {cfg.backbone} without pretrained weights: the adapters "
                       "adapt random features; give pretrained= or train the whole backbone (lora_rank=0)",
                       UserWarning, stacklevel=2)
@@ -205,12 +199,11 @@ def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bo
 
 
 def _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log, command) -> list[dict]:
-    from accelerate.utils import set_seed
-    from timm.utils import ModelEmaV3
+    from accelerate.utils import set_seed  # lazy: accelerate comes with an optional extra
+    from timm.utils import ModelEmaV3  # lazy: timm comes with the [dense] and [train-denoiser] extras
+    # lazy: transformers comes with an optional extra
     from transformers.optimization import get_cosine_schedule_with_warmup
 
-    from vision.data.dense import DenseSamples
-    from vision.outputs import in_run
 
     set_seed(cfg.seed)
     if train_set is None:
@@ -294,8 +287,6 @@ def _epochs(cfg, run, task, acc, model, core, ema, opt, sched, loader, order, tr
             history, steps, t0, c0, progress, log, command, signals) -> None:
     """The epochs from ``start``; each appends its record to ``history``. Raises :class:`TrainingStopped` after
     the step in which a signal came (after the save, when it came while the epoch was being saved)."""
-    from . import checkpoint
-
     for epoch in range(start, cfg.epochs):
         losses, steps = _epoch_steps(cfg, run, task, acc, model, core, ema, opt, sched, loader, order, epoch, steps,
                                      progress, signals)
@@ -330,8 +321,6 @@ def _epochs(cfg, run, task, acc, model, core, ema, opt, sched, loader, order, tr
 def _epoch_steps(cfg, run, task, acc, model, core, ema, opt, sched, loader, order, epoch: int, steps: int, progress,
                  signals) -> tuple[list, int]:
     """One epoch's optimiser steps (random horizontal flips); ``(losses, steps)``, or :class:`TrainingStopped`."""
-    from tqdm.auto import tqdm
-
     model.train()
     order.manual_seed(cfg.seed * 1000003 + epoch)
     losses = []
@@ -370,11 +359,6 @@ def _epoch_steps(cfg, run, task, acc, model, core, ema, opt, sched, loader, orde
 def _validate_and_stage(cfg, run, task, acc, core, ema, opt, sched, val_set, base, history: list, record: dict,
                         epoch: int, command) -> dict:
     """Main process: validate, save the run's files when best, preview, stage the resume state; the metrics."""
-    from vision.outputs import in_run
-
-    from . import checkpoint
-    from .run_card import edge_metrics, write_card
-
     live = trainable_state(core)
     judged = ema.module if ema is not None else core  # validate (and save) the EMA weights
     weights = {n: t.to(live[n].dtype).contiguous().cpu() for n, t in trainable_state_all(judged).items()

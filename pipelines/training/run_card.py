@@ -7,13 +7,15 @@ from pathlib import Path
 
 import torch
 
+from vision.dense.edges import edge_band
+from vision.outputs import write_text_atomic
+from .dense_model import ADAPTER, BASE, WEIGHTS
+
 
 def edge_metrics(task, samples, pred, width: int = 4) -> dict | None:
     """The task's metrics over valid pixels within ``width`` px of an instance / depth discontinuity:
     the band comes from the samples' segment / depth extras (rendered scenes) or, for depth, from the
     target itself; None when neither exists (or the band is empty)."""
-    from vision.dense.edges import edge_band
-
     first = samples[0]
     extras = first.get("extras") or {}
     if "segment" in extras or "depth" in extras:
@@ -34,8 +36,6 @@ def edge_metrics(task, samples, pred, width: int = 4) -> dict | None:
 def features_snippet(run: Path, cfg, create_kwargs: dict | None) -> list[str]:
     """The card's Python example: the run's backbone features with timm (+ peft) and safetensors only, from
     the files of this folder; executed as it stands, it gives the features the run's model computes."""
-    from .dense_model import ADAPTER, BASE, WEIGHTS
-
     args = ", ".join(["features_only=True", "pretrained=False"]
                      + [f"{k}={v!r}" for k, v in (create_kwargs or {}).items()])
     lines = ["The backbone's features with timm" + (" and peft" if cfg.lora_rank else "") + ", from this folder "
@@ -73,10 +73,6 @@ def write_card(run: Path, cfg, record: dict, edge: dict | None, mixed_precision:
                create_kwargs: dict | None = None) -> Path:
     """Write RUN/README.md (atomically) for the weights kept at ``record``'s epoch; ``create_kwargs`` are the
     ``timm.create_model`` arguments the backbone was built with (for the peft loading example)."""
-    from vision.outputs import write_text_atomic
-
-    from .dense_model import ADAPTER, BASE
-
     metrics = {k: v for k, v in record.items() if k not in ("epoch", "loss", "steps", "seconds", "cpu_seconds",
                                                             "baseline", "saved")}
     adapter = (f"LoRA rank {cfg.lora_rank}, alpha {cfg.lora_alpha or cfg.lora_rank}, dropout {cfg.lora_dropout}, "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import json
 
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few hundred bytes
 MAX_PARAMETERS = 1_200_000_000  # estimated backbone parameters a config may ask for (ViT-g has about 1.0e9)
@@ -192,8 +193,6 @@ def check_config(raw, where: str) -> dict:
 
 def parse_config(text: str, where: str) -> dict:
     """:func:`check_config` of the JSON ``text``; malformed, deeply nested or oversized text is one line."""
-    import json
-
     if len(text) > MAX_CONFIG_BYTES:
         raise ValueError(f"{where} holds {len(text)} characters, over the {MAX_CONFIG_BYTES} a run config may")
     try:

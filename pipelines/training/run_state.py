@@ -15,10 +15,17 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
+import os
+import shutil
 
 import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
 from .dense_model import ADAPTER, BASE, CONFIG, WEIGHTS
+from vision.outputs import atomic_path, in_run
+from . import checkpoint
+from .checkpoint import check_state
 
 RESUME = "resume.safetensors"  # tensors, with the rest of the training state as JSON in its header
 LEGACY_RESUME = "resume.pt"    # the pickle format of earlier versions: never loaded
@@ -36,10 +43,6 @@ def save_resume(path: Path, live: dict, opt_state: dict, sched_state: dict, ema,
     """The training state as one safetensors file: every tensor in it, everything else as JSON in its
     metadata, so resuming reads data only (a pickle would run whatever code the file holds). Written to a
     temporary name and renamed, so an interruption never leaves a state file half written."""
-    from safetensors.torch import save_file
-
-    from vision.outputs import atomic_path
-
     tensors = {f"model/{n}": t.detach().contiguous().cpu() for n, t in live.items()}
     if ema is not None:
         tensors.update({f"ema/{n}": t.detach().contiguous().cpu() for n, t in ema.shadow.items()})
@@ -69,15 +72,12 @@ def read_resume(run: Path) -> dict | None:
                              f"(unpickling runs code stored in the file); resume needs {RESUME}: start a new run "
                              "folder, or delete the file to retrain this one from the start")
         return None
-    from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(str(path), framework="pt", device="cpu") as fh:
             meta = fh.metadata() or {}
             tensors = {k: fh.get_tensor(k) for k in fh.keys()}
         state = json.loads(meta["state"])
-        from .checkpoint import check_state
-
         check_state(state, {"epoch": "count", "history": "records", "ema": "flag", "ema_step": "count",
                             "optimizer": "object", "scheduler": "object"}, path)
         opt = state["optimizer"]
@@ -115,8 +115,6 @@ RUN_NAMES = (CONFIG, BASE, BASE + ".tmp", WEIGHTS, WEIGHTS + ".tmp", ADAPTER, f"
 def guard_run(run: Path) -> None:
     """Refuse (one line naming the file and ``-o``) a run folder in which any file a run writes is a symbolic
     link or resolves outside it: a run folder is untrusted input."""
-    from vision.outputs import in_run
-
     if run.is_dir():
         for name in RUN_NAMES:
             in_run(run, name)
@@ -127,8 +125,6 @@ def guard_run(run: Path) -> None:
 
 def damage(folder: Path) -> str:
     """What makes ``folder`` no complete checkpoint, naming the file, for the one-line refusal."""
-    from . import checkpoint
-
     manifest = folder / checkpoint.MANIFEST
     try:
         files = json.loads(manifest.read_text())["files"]
@@ -148,8 +144,6 @@ def find_checkpoint(run: Path, log) -> Path | None:
     kill fell between the two renames of a save), the run folder itself for a run of an earlier version
     (``resume.safetensors`` beside ``state/``), or None when no epoch was ever saved. A ``state/`` that is
     not complete, with no complete one beside it, is refused in one line."""
-    from . import checkpoint
-
     where, _ = checkpoint.latest(run / STATE, CHECKPOINT_FORMAT)
     if where is not None:
         return where
@@ -168,9 +162,6 @@ def removed_on_failure(run: Path, main_process: bool = True):
     """Undo a failed start: when what runs inside fails before the first checkpoint is published, ``run`` is
     removed if it did not exist before, and what the run wrote into it (names of :data:`RUN_NAMES` only) is
     removed if it did; a folder that holds a checkpoint is kept as it is."""
-    import os
-    import shutil
-
     created = main_process and not run.exists() and not run.is_symlink()
     before = set(os.listdir(run)) if main_process and run.is_dir() and not run.is_symlink() else None
     try:

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import numpy as np
+import cv2
 
 from vision.data.fields import ID_LAYERS
 
@@ -34,8 +35,6 @@ def colourise(task: str, value) -> np.ndarray:
     """(H, W, 3) float32 preview of a (C, H, W) tensor / array for ``task`` (see the module docstring)."""
     a = _hwc(value)
     if task == "depth":
-        import cv2
-
         d = a[:, :, 0]
         valid = d > 0
         inv = np.zeros_like(d)

@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 
 def find_vision(configured: str = "") -> str | None:
@@ -169,8 +170,6 @@ class Job:
 
     def wait(self, poll=None, interval: float = 0.1) -> int:
         """Block until the command ends (``blender -b``), passing each event to ``poll`` when given."""
-        import time
-
         while self.running():
             for event in self.poll():
                 if poll is not None:
