@@ -85,7 +85,7 @@ def kernel_time(fn, device, n: int) -> float | None:
 
 def measure(name: str, fn, device, repeat: int) -> dict:
     """The row of one method (see the module docstring); an exception becomes the row's ``error``."""
-    from vision.denoise import graphs  # lazy: vision.denoise loads huggingface_hub
+    from vision.denoise import graphs  # lazy: vision --help imports this module
 
     row = {"method": name}
     try:

@@ -37,7 +37,7 @@ def cases(names: tuple[str, ...], h: int, w: int, device, dtype) -> dict[str, Ca
 
 
 def _flr(color, f, r):
-    from vision.denoise.flr import flr  # lazy: vision.denoise.flr loads huggingface_hub
+    from vision.denoise.flr import flr  # lazy: vision --help imports this module
 
     return flr(color, {"albedo": f[:, :3], "normal": f[:, 3:]}, r)
 

@@ -280,7 +280,7 @@ def _make_accelerator(cfg: DenoiserTraining):
 
 def _prepare_frames(cfg: DenoiserTraining, acc, train_frames: list, val_frames: list, say) -> tuple:
     """``(train_frames, val_frames, stats, groups, steps)``: frames on the device, their statistics, scene groups."""
-    from vision.denoise.flnr import frame_stats  # lazy: vision.denoise.flnr loads huggingface_hub
+    from vision.denoise.flnr import frame_stats  # lazy: vision --help imports this module
 
     move = (lambda fs: [{k: (v.to(acc.device) if hasattr(v, "to") else v) for k, v in f.items()} for f in fs])
     if not val_frames:
@@ -295,7 +295,7 @@ def _prepare_frames(cfg: DenoiserTraining, acc, train_frames: list, val_frames: 
 
 def _announce(cfg: DenoiserTraining, acc, model, train_frames, val_frames, steps: int, folder: Path, say) -> None:
     """Say what is about to train: parameters, frames, epochs and steps, device, precision, checkpoint folder."""
-    from vision.denoise.flnr import parameter_count  # lazy: vision.denoise.flnr loads huggingface_hub
+    from vision.denoise.flnr import parameter_count  # lazy: vision --help imports this module
 
     say(f"FLNR: {parameter_count(model)} parameters; {len(train_frames)} train / {len(val_frames)} val frames; "
         f"{cfg.epochs} epochs x {steps} steps, batch {cfg.batch}" + (f" x {acc.num_processes} processes"
