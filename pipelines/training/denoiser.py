@@ -33,7 +33,7 @@ from types import SimpleNamespace
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import save_file, load_file
+import safetensors.torch  # its save_file and load_file looked up when called (tests stand in for them)
 from tqdm import tqdm
 
 from . import checkpoint as C
@@ -181,7 +181,7 @@ def _save_checkpoint(acc, folder: Path, state: dict, core, ema, best_state, gen)
             tensors = {**_cpu(best_state, "best"), "sampler": gens.contiguous()}
             if ema is not None:
                 tensors.update(_cpu(ema.module.state_dict(), "ema"))
-            save_file(tensors, str(tmp / EXTRA))
+            safetensors.torch.save_file(tensors, str(tmp / EXTRA))
             C.publish(tmp, folder, state, FORMAT)
     except _write_errors() as err:
         failed = _reason(err)
@@ -325,7 +325,7 @@ def _resume_from(acc, where: Path, saved: dict, run, loop, ema, gen, say) -> flo
         raise ValueError(f"--resume: {bad[0]} is damaged and cannot be loaded ({bad[1]})")
     try:
         acc.load_state(str(where))  # model, optimiser, schedule, RNG of this rank
-        extra = load_file(str(where / EXTRA))
+        extra = safetensors.torch.load_file(str(where / EXTRA))
     except C.load_errors() as err:  # damaged files: safetensors, torch.load's refusals, a truncated zip
         bad = C.damaged_file(where)  # which file, when one does not load on its own
         if bad is not None:

@@ -43,7 +43,7 @@ from .signals import StopOnSignal, agree, signal_name
 from vision.data.dense import DenseSamples
 from vision.dense import get_task
 from vision.dense.colourise import colourise
-from vision.figures import side_by_side
+from vision import figures  # its side_by_side looked up when called (tests stand in for it)
 from vision.heads import guided_refine
 from vision.outputs import run_lock, in_run
 from .run_card import edge_metrics, write_card
@@ -167,7 +167,7 @@ def _preview(task, samples, pred, path: Path, count: int = 4) -> Path:
         images += [s["image"].permute(1, 2, 0).numpy(), colourise(task.name, task.make_target(s["target"])[0]),
                    colourise(task.name, pred[i])]
         labels += [s["name"], "target", "prediction"]
-    return side_by_side([np.asarray(im) for im in images], labels, path)  # one label per picture, each whole
+    return figures.side_by_side([np.asarray(im) for im in images], labels, path)  # one label per picture, each whole
 
 
 def _ema_state(ema, core) -> SimpleNamespace:

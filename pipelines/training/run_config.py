@@ -12,9 +12,9 @@ ValueError line naming the file (or option) and the key.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
-import json
 
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few hundred bytes
 MAX_PARAMETERS = 1_200_000_000  # estimated backbone parameters a config may ask for (ViT-g has about 1.0e9)
@@ -195,6 +195,8 @@ def parse_config(text: str, where: str) -> dict:
     """:func:`check_config` of the JSON ``text``; malformed, deeply nested or oversized text is one line."""
     if len(text) > MAX_CONFIG_BYTES:
         raise ValueError(f"{where} holds {len(text)} characters, over the {MAX_CONFIG_BYTES} a run config may")
+    if _text_depth(text) > MAX_DEPTH:  # before parsing: the parser's own limit follows sys.getrecursionlimit()
+        raise ValueError(f"{where} is nested too deeply to be a run config")
     try:
         raw = json.loads(text)
     except RecursionError:
@@ -202,3 +204,19 @@ def parse_config(text: str, where: str) -> dict:
     except ValueError as err:
         raise ValueError(f"{where} is not valid JSON ({str(err).splitlines()[0]})") from None
     return check_config(raw, where)
+
+
+MAX_DEPTH = 16  # levels of objects and lists a run config may nest (the deepest allowed value sits at 3)
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _text_depth(text: str) -> int:
+    """How deeply the JSON ``text`` nests its objects and lists: brackets counted outside strings, one pass."""
+    level = deepest = 0
+    for ch in _STRING.sub("", text):
+        if ch in "[{":
+            level += 1
+            deepest = max(deepest, level)
+        elif ch in "]}":
+            level -= 1
+    return deepest
