@@ -229,3 +229,19 @@ def test_a_resume_from_a_tampered_run_folder_makes_no_request_and_writes_only_in
     assert code in (0, 2) and "Traceback" not in err, err
     assert seen == [] and downloads == []
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and run not in p.parents} == outside
+
+
+def test_nesting_is_refused_whatever_the_recursion_limit():
+    """The depth is read from the text before the parser runs: with the interpreter's recursion limit raised (as
+    other libraries do), a 5000-deep config is still refused in one line, not parsed."""
+    import sys
+
+    from vision.pipelines.training.run_config import parse_config
+
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(20000)
+    try:
+        with pytest.raises(ValueError, match="c.json is nested too deeply"):
+            parse_config('{"extra": ' * 5000 + "{}" + "}" * 5000, "c.json")
+    finally:
+        sys.setrecursionlimit(before)
