@@ -65,6 +65,18 @@ def check_number(value, flag: str, *, low=None, high=None, low_open: bool = Fals
     return value
 
 
+def _noun(kind) -> str:
+    return "an integer" if kind is int else "a number"
+
+
+def _parsed(kind, text: str):
+    """The option's ``text`` as ``kind`` (int or float), or argparse's one-line refusal saying what it must be."""
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {_noun(kind)}, got {text}") from None
+
+
 def number(kind=int, *, low=None, high=None, low_open: bool = False, high_open: bool = False):
     """An argparse ``type``: the option's text as ``kind`` (int or float), finite and within the bounds (as
     :func:`check_number`), so a value out of range is refused while the command line is parsed, in one line naming
@@ -75,13 +87,10 @@ def number(kind=int, *, low=None, high=None, low_open: bool = False, high_open: 
         >>> _ = p.add_argument("--radius", type=number(int, low=1))
         >>> p.parse_args(["--radius", "0"])   # vision denoise: error: argument --radius: must be an integer >= 1, got 0
     """
-    noun = "an integer" if kind is int else "a number"
+    noun = _noun(kind)
 
     def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {noun}, got {text}") from None
+        value = _parsed(kind, text)
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
         where = _outside(value, low, high, low_open, high_open)
@@ -105,13 +114,8 @@ def setting(check, name: str, kind=float):
         >>> _ = p.add_argument("--spl-weight", type=setting(SPLConfig.check, "spl_weight"))
         >>> p.parse_args(["--spl-weight", "-1"])  # vision edit: error: argument --spl-weight: spl_weight must be ...
     """
-    noun = "an integer" if kind is int else "a number"
-
     def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {noun}, got {text}") from None
+        value = _parsed(kind, text)
         try:
             return check(name, value)
         except ValueError as err:
