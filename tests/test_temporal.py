@@ -328,3 +328,30 @@ def test_a_frame_reached_twice_or_a_moving_data_window_is_refused_in_one_line(sh
     assert main(["denoise", str(shot / "f_*.exr"), "-o", str(tmp_path / "c"), "-q", "--temporal"]) == 2
     err = [line for line in capsys.readouterr().err.strip().splitlines() if "error" in line]
     assert len(err) == 1 and "f_3.exr" in err[0] and "data window" in err[0] and "misregistered" in err[0]
+
+
+@pytest.mark.parametrize("model", ["flr", "flnr"])
+def test_a_frame_that_fails_leaves_the_history_as_it_was(model, monkeypatch):
+    """A call that raises after the frame was read (here the fit, as an interrupt or a memory error would) leaves the
+    denoiser as before the call: the history has not taken the frame, and the frames after it come out exactly as
+    in a run that never met the failure (the reference: a second denoiser fed the same frames, no failure)."""
+    import vision.denoise.temporal as temporal
+
+    frames = _frames()
+    failing, clean = TemporalDenoiser(model=model), TemporalDenoiser(model=model)
+    for b in frames[:2]:
+        failing(b["color"], **_kw(b), spp=16)
+        clean(b["color"], **_kw(b), spp=16)
+    before = failing.history_length.clone()
+
+    def broken(*args, **kwargs):
+        raise MemoryError("no room for the fit")
+
+    with monkeypatch.context() as m:
+        m.setattr(temporal, "denoise", broken)
+        with pytest.raises(MemoryError):
+            failing(frames[2]["color"], **_kw(frames[2]), spp=16)
+    assert torch.equal(failing.history_length, before)
+    b = frames[2]
+    np.testing.assert_array_equal(failing(b["color"], **_kw(b), spp=16), clean(b["color"], **_kw(b), spp=16))
+    assert torch.equal(failing.history_length, clean.history_length)

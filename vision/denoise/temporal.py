@@ -2,6 +2,7 @@
 :class:`TemporalFLR` (a static camera, FLR statistics carried from frame to frame)."""
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 
@@ -211,10 +212,11 @@ class TemporalDenoiser:
         """Take a frame into the history without denoising it; returns the accumulated colour (B, 3, H, W). The
         edge pixels' output history starts over at the next frame (pass ``denoised=`` to :meth:`__call__`
         instead to keep it)."""
-        signal, floor, add, mv, keys, _ = self._prepare(color, motion, index, guides)
-        self._step(signal, mv, keys)
-        self._edges = None
-        return self._history.mean * floor + add
+        with self._all_or_nothing():
+            signal, floor, add, mv, keys, _ = self._prepare(color, motion, index, guides)
+            self._step(signal, mv, keys)
+            self._edges = None
+            return self._history.mean * floor + add
 
     def __call__(self, color, motion=None, index=None, denoised=None, spp=None, **guides):
         """Take ``color`` into the history and return the denoised frame (same kind and layout as ``color``).
@@ -232,7 +234,25 @@ class TemporalDenoiser:
         has blurred a texture through its resampling, the frame wins back. On a 10-frame Cycles sequence this lifted
         ``--temporal`` by 2.8 dB PSNR and 2.6 dB stability at 16 spp a frame, and by 0.3 and 0.2 dB at 1 spp
         (CHANGELOG.md, Unreleased); as for single frames, a frame known to be 1 spp skips it, since it costs as much as the
-        rest of the frame (0.31 -> 0.50 of OIDN fast's CPU time at 1280 x 720)."""
+        rest of the frame (0.31 -> 0.50 of OIDN fast's CPU time at 1280 x 720).
+
+        A call that raises (a bad buffer, an interrupt, memory) leaves the denoiser as it was before it: the history
+        has not taken the frame, so the caller may skip the frame or pass it again."""
+        with self._all_or_nothing():
+            return self._frame(color, motion, index, denoised, spp, guides)
+
+    @contextlib.contextmanager
+    def _all_or_nothing(self):
+        """The history, its layout and the edge pixels' history put back as they were if the block raises."""
+        state = (self._history, self._layout, self._edges)
+        try:
+            yield
+        except BaseException:
+            self._history, self._layout, self._edges = state
+            raise
+
+    def _frame(self, color, motion, index, denoised, spp, guides):
+        """:meth:`__call__`'s work: the frame into the history, then its result."""
         spp = _check_spp(spp)  # every argument is checked before the history takes the frame
         signal, floor, add, mv, keys, g = self._prepare(color, motion, index, guides)
         if denoised is not None:
