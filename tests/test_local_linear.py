@@ -379,6 +379,7 @@ def test_slow_numba_compilation_prints_one_notice(monkeypatch, capfd):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(jit, "NOTICE_AFTER_S", 0.05)
+    monkeypatch.setattr(jit, "_cached", lambda fn: False)  # a fresh install: no cache index yet
     monkeypatch.setattr(numba, "njit", slow_njit)
     was = jit._noticed.is_set()
     jit._noticed.clear()
@@ -407,11 +408,45 @@ def test_slow_numba_compilation_prints_one_notice(monkeypatch, capfd):
         quick(x, out)
         assert "compiling" not in capfd.readouterr().err
         np.testing.assert_array_equal(out.numpy(), np.arange(5) + 1)
+        # a kernel whose cache index exists loads, slowly on a busy machine: no notice before NOTICE_AFTER_CACHED_S
+        monkeypatch.setattr(jit, "_cached", lambda fn: True)
+        monkeypatch.setattr(jit, "NOTICE_AFTER_S", 0.05)
+        monkeypatch.setattr(jit, "NOTICE_AFTER_CACHED_S", 5.0)
+        monkeypatch.setattr(numba, "njit", slow_njit)
+
+        @jit.kernel("void(float32[::1], float32[::1])")
+        def loaded(x, out):
+            for i in prange(x.shape[0]):
+                out[i] = x[i] - 1
+        loaded(x, out)
+        assert "compiling" not in capfd.readouterr().err
+        np.testing.assert_array_equal(out.numpy(), np.arange(5) - 1)
     finally:
         if was:
             jit._noticed.set()
         else:
             jit._noticed.clear()
+
+
+def test_the_cache_index_is_found_where_numba_writes_it(tmp_path, monkeypatch):
+    """``jit._cached`` says no for a function numba has not cached yet and yes once numba itself has written its cache
+    (``cache=True``) for it: the index it looks for is the one numba writes."""
+    import importlib
+    import sys
+
+    import numba
+
+    from vision.kernels.runtime import jit
+
+    (tmp_path / "loops_for_cache_test.py").write_text("\n\ndef scale(x):\n    return 2 * x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        module = importlib.import_module("loops_for_cache_test")
+        assert not jit._cached(module.scale)
+        assert numba.njit("float64(float64)", cache=True)(module.scale)(1.5) == 3.0
+        assert jit._cached(module.scale)
+    finally:
+        sys.modules.pop("loops_for_cache_test", None)
 
 
 def test_modules(rng):

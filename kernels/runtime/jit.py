@@ -18,8 +18,10 @@ pool. Serial loops on our own worker threads measured slower still than numba's 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from functools import lru_cache
+from pathlib import Path
 
 import torch
 
@@ -29,6 +31,8 @@ from .logs import get_logger
 
 NOTICE_AFTER_S = 2.0  # a compilation still running after this long prints one notice per process (a cache load
 # takes well under a second; the first compile on a fresh install about 20 s in all)
+NOTICE_AFTER_CACHED_S = 10.0  # the same for a kernel whose cache index exists: a load from the cache, which on a
+# busy machine can pass 2 s (numba's own set-up comes with the first) and is no compilation to announce
 _noticed = threading.Event()
 _lock = threading.Lock()  # numba's workqueue layer must not be entered by two threads at once; with the others
 # concurrent kernels would only share the same cores
@@ -87,9 +91,21 @@ def _notice() -> None:
                                   "the machine code is cached)")
 
 
+def _cached(fn) -> bool:
+    """Whether numba's cache index for ``fn`` exists beside its module (``__pycache__/<module>.<name>-<line>.pyXY.nbi``,
+    where numba writes it when that folder is writable): the call will most likely load machine code, not
+    compile."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return False
+    source = Path(code.co_filename)
+    index = f"{source.stem}.{fn.__qualname__}-{code.co_firstlineno}.py{sys.version_info[0]}{sys.version_info[1]}.nbi"
+    return (source.parent / "__pycache__" / index).is_file()
+
+
 def _compile(nb, fn, signature: str):
     """``fn`` compiled (or loaded from numba's cache) for ``signature``; a notice on stderr when it takes long."""
-    timer = threading.Timer(NOTICE_AFTER_S, _notice)
+    timer = threading.Timer(NOTICE_AFTER_CACHED_S if _cached(fn) else NOTICE_AFTER_S, _notice)
     timer.daemon = True
     timer.start()
     try:
