@@ -23,8 +23,6 @@ import zlib
 import numpy as np
 from numpy.lib import format as npf
 
-from vision.data.exr import read_exr_part_headers
-
 READ_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
 WRITE_BITS = {".png": (8, 16), ".jpg": (8,), ".jpeg": (8,), ".tif": (8, 16), ".tiff": (8, 16)}
 _MAX_CODE = {np.dtype(np.uint8): 255, np.dtype(np.uint16): 65535}
@@ -81,6 +79,9 @@ def check_exr_header(path, headers=None) -> None:
     """:func:`check_pixels` on the data window of every part of an EXR file (the readers decode every part), read
     from its headers only (``headers``: those of :func:`vision.data.exr.read_exr_part_headers`, when the caller has
     read them already); an unreadable header is left to the reader, which reports it."""
+    # lazy: `vision edit` (until the model loads) starts without vision.data.exr (its buffer table: 15-20 ms)
+    from vision.data.exr import read_exr_part_headers
+
     try:
         windows = [header["dataWindow"] for header in (read_exr_part_headers(path) if headers is None else headers)]
     except Exception:  # noqa: BLE001 - the reader's own error names the file
