@@ -16,6 +16,9 @@ Example::
     for cfg in launch_configs(arch=86):
         print(cfg.kernel, cfg.constexprs, cfg.num_warps)
 
+This module imports every kernel module of the Triton paths, so Triton loads with it and the kernels are decorated
+as the process's ``TRITON_INTERPRET`` says at that moment (set it, or not, before importing this module).
+
 The denoiser's fill kernel lives in ``vision/denoise/fill_triton.py`` (``kernels/`` never imports ``vision/``);
 the test adds it from that module's constants.
 """
@@ -25,7 +28,13 @@ from dataclasses import dataclass, field
 import importlib
 
 from .runtime.backends import choosing_as_on_a_gpu
+from .box import sliding as B
+from .box.sliding import strip_width, walk_grid
 from .box.triton_path import MAX_RADIUS, MODES as BOX_MODES, MODES
+from .guided import sliding as G, sliding_color as GC, triton_backward as T, triton_backward_color as TC
+from .local_linear import triton_path as tp
+from .spl import triton_kernels as SK
+from .spl.restore_step import _restore_update
 
 # Per-block limits of the targets consumer and datacentre users run (CUDA C Programming Guide, "Technical
 # Specifications per Compute Capability"): dynamic shared memory a block may opt into, registers per thread
@@ -85,8 +94,6 @@ def _cfg(fn, constexprs: dict, num_warps: int, case: str, signature: dict | None
 def box_configs(arch: int, radii=RADII, shapes=SHAPES) -> list[LaunchConfig]:
     """``box.sliding.launch`` as ``box.triton_path`` calls it: means in every border mode, the "valid" adjoint
     (KIND 1) and the padded adjoint (KIND 2, offset r)."""
-    from .box import sliding as B  # lazy: vision.kernels.box.sliding loads triton
-
     out = []
     for r in (r for r in radii if r <= MAX_RADIUS):
         bwi = B.strip_width(r)
@@ -103,10 +110,6 @@ def guided_configs(arch: int, radii=RADII, shapes=SHAPES) -> list[LaunchConfig]:
     """``guided.triton_path.fused_forward`` -> ``sliding.forward_gray`` / ``sliding_color.forward_color`` in every
     border mode (fit, then apply with the three APPLY / STORE_MA pairs those functions pass: q, q and mean a,
     the means) and the fused "valid" backward (``triton_backward.walk``)."""
-    from .box.sliding import strip_width, walk_grid  # lazy: vision.kernels.box.sliding loads triton
-    # lazy: vision.kernels.guided.sliding loads triton
-    from .guided import sliding as G, sliding_color as K, triton_backward as T, triton_backward_color as TC
-
     out = []
     for r in (r for r in radii if r <= MAX_RADIUS):
         for planes, h, w in shapes:
@@ -115,7 +118,7 @@ def guided_configs(arch: int, radii=RADII, shapes=SHAPES) -> list[LaunchConfig]:
             case = f"r={r} {planes}x{h}x{w}"
             for mode in MODES.values():
                 for mod, fit, apply in ((G, G._fit_gray_kernel, G._apply_gray_kernel),
-                                        (K, K._fit_color_kernel, K._apply_color_kernel)):
+                                        (GC, GC._fit_color_kernel, GC._apply_color_kernel)):
                     rb = G.fit_rows(mode, bwi, arch) if mod is G else mod.FIT_RB
                     out.append(_cfg(fit, dict(R=r, MODE=mode, BWI=bwi, CH=ch, RB=rb), 1, f"{case} m={mode}"))
                     for a, s in ((True, False), (True, True), (False, True)):
@@ -132,8 +135,6 @@ def guided_configs(arch: int, radii=RADII, shapes=SHAPES) -> list[LaunchConfig]:
 def local_linear_configs(arch: int, guides=GUIDES, shapes=SHAPES) -> list[LaunchConfig]:
     """``local_linear.triton_path``: taps passes, cell moments / adjoint, moment rows, solve, fit backward,
     coefficient columns and apply, each from ``_solve_launch`` / ``_tiles`` as the launchers call them."""
-    from .local_linear import triton_path as tp  # lazy: vision.kernels.local_linear.triton_path loads triton
-
     floats = {"inv_sh": "fp32", "inv_sw": "fp32"}
     out = []
     for kind, fn in (("taps", tp._taps_rows_kernel), ("taps", tp._taps_cols_kernel)):
@@ -159,19 +160,16 @@ SPL_FLOATS = ("eps", "empty", "inv_cs", "inv_ce", "inv_c", "lr", "momentum", "lo
 def spl_configs(arch: int) -> list[LaunchConfig]:
     """``spl.triton_path`` (moments, fit, finish, adjoint, gradient; masked or not) and the fused restore step
     (``spl.restore_step``: mask, chroma term, colour mask)."""
-    from .spl import triton_kernels as k  # lazy: vision.kernels.spl.triton_kernels loads triton
-    from .spl.restore_step import _restore_update  # lazy: vision.kernels.spl.restore_step loads triton
-
-    tile = dict(BY=k.BY, BX=k.BX)
+    tile = dict(BY=SK.BY, BX=SK.BX)
     out = []
-    for fn in (k._hsum_moments, k._vsum_fit, k._vsum_grad):
+    for fn in (SK._hsum_moments, SK._vsum_fit, SK._vsum_grad):
         for m in (False, True):
-            out.append(_cfg(fn, dict(MASKED=m, **tile), k.NUM_WARPS, "masked" if m else "plain"))
-    out.append(_cfg(k._hsum_adjoint, tile, k.NUM_WARPS, "adjoint"))
-    out.append(_cfg(k._finish, dict(BLOCK=1024), 4, "finish"))  # spl.triton_path.finish
+            out.append(_cfg(fn, dict(MASKED=m, **tile), SK.NUM_WARPS, "masked" if m else "plain"))
+    out.append(_cfg(SK._hsum_adjoint, tile, SK.NUM_WARPS, "adjoint"))
+    out.append(_cfg(SK._finish, dict(BLOCK=1024), 4, "finish"))  # spl.triton_path.finish
     for m in (False, True):
         for c, cm in ((False, False), (True, False), (True, True)):
-            out.append(_cfg(_restore_update, dict(MASKED=m, CHROMA=c, COLOR_MASKED=cm, **tile), k.NUM_WARPS,
+            out.append(_cfg(_restore_update, dict(MASKED=m, CHROMA=c, COLOR_MASKED=cm, **tile), SK.NUM_WARPS,
                             "restore step"))
     sig = lambda cfg: {n: "fp32" for n in SPL_FLOATS if n in cfg.fn.arg_names}  # noqa: E731
     return [LaunchConfig(c.kernel, c.constexprs, c.num_warps, c.num_stages, tuple(sorted(sig(c).items())), c.cases)

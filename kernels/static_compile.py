@@ -9,7 +9,8 @@ scratch Triton requests at launch), and the compile time.
 
 Call it in a process **without** ``TRITON_INTERPRET`` (the kernels must be real ``JITFunction`` objects);
 tests do this in a subprocess. ``compile_many`` does it for a list of jobs in a pool of worker processes
-(``python -m vision.kernels.static_compile`` reads jobs as JSON lines and prints results). Example::
+(``python -m vision.kernels.static_compile`` reads jobs as JSON lines and prints results). It imports Triton, so
+import it only where Triton is installed (``vision bench compile`` checks first). Example::
 
     from vision.kernels.static_compile import compile_static
     from vision.kernels.box.sliding import _sliding_box_kernel
@@ -29,6 +30,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
 
 @dataclass(frozen=True)
 class StaticCompile:
@@ -44,8 +49,6 @@ class StaticCompile:
 
 
 def _tool(name: str) -> str:
-    import triton  # lazy: Triton loads only for the GPU kernels (Linux x86_64 only)
-
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 
 
@@ -64,10 +67,6 @@ def compile_static(fn, constexprs: dict, signature: dict | None = None, num_warp
 
     ``aligned``: tell the compiler every pointer is 16-byte aligned, as Triton's launcher does for tensors from
     PyTorch's allocator (the binary a GPU runs for whole tensors; vectorised loads may need more registers)."""
-    import triton  # lazy: Triton loads only for the GPU kernels (Linux x86_64 only)
-    from triton.backends.compiler import GPUTarget  # lazy: Triton loads only for the GPU kernels (Linux x86_64 only)
-    from triton.compiler import ASTSource  # lazy: Triton loads only for the GPU kernels (Linux x86_64 only)
-
     fn = getattr(fn, "fn", fn) if not hasattr(fn, "arg_names") else fn
     sig = default_signature(fn, constexprs, signature)
     t0 = time.perf_counter()

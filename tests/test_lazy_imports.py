@@ -35,16 +35,6 @@ UNMARKED_FOR_NOW: frozenset = frozenset({
     "pipelines/editing/schedulers.py",
     "pipelines/editing/spl_callback.py",
     "pipelines/editing/spl_guidance.py",
-    "vision/denoise/flnr/cells.py",
-    "vision/denoise/flnr/detail.py",
-    "vision/denoise/flnr/finish.py",
-    "vision/denoise/flnr/head.py",
-    "vision/denoise/flnr/prepare.py",
-    "vision/denoise/flr.py",
-    "vision/denoise/input_blend.py",
-    "vision/denoise/metrics.py",
-    "vision/denoise/signal.py",
-    "vision/denoise/temporal.py",
 })
 
 

@@ -9,7 +9,7 @@ def asset_path(*parts: str) -> Path:
 
     Raises ``FileNotFoundError`` naming the file when it is missing (a broken install or checkout).
     """
-    import vision.assets as pkg  # lazy: the data package (assets/), which `import vision` does not load
+    import vision.assets as pkg  # lazy: the data package; `import vision.denoise` and FLR frames go without it
 
     root = Path(pkg.__file__).parent
     path = root.joinpath(*parts)

@@ -180,7 +180,7 @@ def in_run(run, relative: str, flag: str = "-o") -> Path:
 def run_lock(run, flag: str = "-o", command: str = "vision"):
     """Hold an exclusive lock on ``run/.lock`` while the block runs; a second run into the same folder is refused
     in one line (``fcntl.flock``, non-blocking: released by the system when the process dies, even by SIGKILL)."""
-    import fcntl  # lazy: `vision edit` (until the model loads) starts without fcntl
+    import fcntl  # lazy: POSIX only; the rest of this module (every command's outputs) works without it
 
     path = in_run(run, ".lock", flag)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)

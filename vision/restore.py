@@ -306,13 +306,18 @@ def _restore_eager(objective, e0, steps, lr, momentum, optimizer, clamp, callbac
     return x.detach()
 
 
-def _fused(objective, e0, lr, momentum, clamp):
-    from vision.kernels.spl.restore_step import FusedSGD  # lazy: vision.kernels.spl.restore_step loads triton
+def _fused_sgd():
+    """The fused Triton restore step's class, ``spl.restore_step.FusedSGD``."""
+    from vision.kernels.spl.restore_step import FusedSGD  # lazy: its kernels load Triton (CUDA, or the interpreter)
 
+    return FusedSGD
+
+
+def _fused(objective, e0, lr, momentum, clamp):
     o = objective
     cfg = o.config
-    return FusedSGD(o.S, e0, o.mask, o.color_mask, o.g_spl, o.Q_host, cfg.radius, cfg.eps,
-                    cfg.bidirectional, lr, momentum, clamp)
+    return _fused_sgd()(o.S, e0, o.mask, o.color_mask, o.g_spl, o.Q_host, cfg.radius, cfg.eps,
+                        cfg.bidirectional, lr, momentum, clamp)
 
 
 def _restore_fused(objective, e0, steps, lr, momentum, optimizer, clamp, callback, progress):
@@ -379,11 +384,9 @@ def _graph_run(objective, e0, steps, lr, momentum, clamp):
 def _capture(objective, e0, steps, lr, momentum, clamp):
     o = objective
     static = [None if t is None else t.clone() for t in (o.S, e0, o.mask, o.color_mask)]
-    from vision.kernels.spl.restore_step import FusedSGD  # lazy: vision.kernels.spl.restore_step loads triton
-
     cfg = o.config
-    fused = FusedSGD(static[0], static[1], static[2], static[3], o.g_spl.clone(),
-                     o.Q_host, cfg.radius, cfg.eps, cfg.bidirectional, lr, momentum, clamp)
+    fused = _fused_sgd()(static[0], static[1], static[2], static[3], o.g_spl.clone(),
+                         o.Q_host, cfg.radius, cfg.eps, cfg.bidirectional, lr, momentum, clamp)
     x, buf = e0.clone(), torch.zeros_like(e0)
     side = torch.cuda.Stream(e0.device)
     side.wait_stream(torch.cuda.current_stream(e0.device))

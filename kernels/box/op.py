@@ -17,22 +17,24 @@ from ..validate import check_finite, check_image, check_radius
 from . import large_radius, torch_path
 
 
+def _kernels():
+    """The Triton entry points, :mod:`.triton_path`, imported on first use: its kernels load Triton (which may be
+    absent) and read ``TRITON_INTERPRET`` as they are defined."""
+    from . import triton_path  # lazy: its kernels load Triton; a `vision denoise` frame on CPU runs without them
+
+    return triton_path
+
+
 class _Triton:
     """The Triton kernels (imported on first use: Triton may be absent)."""
 
     @staticmethod
     def forward(x, radius, border):
-        # lazy: a `vision denoise` frame starts without vision.kernels.box.triton_path
-        from .triton_path import box_mean
-
-        return box_mean(x, radius, border)
+        return _kernels().box_mean(x, radius, border)
 
     @staticmethod
     def backward(g, radius, border):
-        # lazy: a `vision denoise` frame starts without vision.kernels.box.triton_path
-        from .triton_path import box_mean_adjoint
-
-        return box_mean_adjoint(g, radius, border)
+        return _kernels().box_mean_adjoint(g, radius, border)
 
 
 class _Torch:
@@ -44,11 +46,9 @@ class _Torch:
 
 
 def _triton_takes(dtype: torch.dtype, radius: int, **_) -> str | None:
-    from .triton_path import supported  # lazy: a `vision denoise` frame starts without vision.kernels.box.triton_path
-
     if dtype == torch.float64:
         return "float64 runs the PyTorch path (the kernels accumulate in float32)"
-    return None if supported(radius) else f"radius {radius} runs the PyTorch path"
+    return None if _kernels().supported(radius) else f"radius {radius} runs the PyTorch path"
 
 
 def _opencv_takes(dtype: torch.dtype, radius: int, image: torch.Tensor, border: str) -> str | None:

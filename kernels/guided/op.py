@@ -27,20 +27,24 @@ from . import cpu_banded, torch_path
 from .reference import low_res_radius, subsample_index
 
 
+def _kernels():
+    """The Triton entry points, :mod:`.triton_path`, imported on first use: its kernels load Triton (which may be
+    absent) and read ``TRITON_INTERPRET`` as they are defined."""
+    from . import triton_path  # lazy: its kernels load Triton; a `vision denoise` frame on CPU runs without them
+
+    return triton_path
+
+
 class _Triton:
     """The Triton kernels (imported on first use: Triton may be absent)."""
 
     @staticmethod
     def forward(I, p, eps, r, border, apply, need_grad=False):
-        from . import triton_path  # lazy: a `vision denoise` frame starts without vision.kernels.guided.triton_path
-
-        return triton_path.forward(I, p, eps, r, border, apply, need_grad=need_grad)
+        return _kernels().forward(I, p, eps, r, border, apply, need_grad=need_grad)
 
     @staticmethod
     def backward(saved, grads, eps, r, border, apply):
-        from . import triton_path  # lazy: a `vision denoise` frame starts without vision.kernels.guided.triton_path
-
-        return triton_path.backward(saved, grads, eps, r, border, apply)
+        return _kernels().backward(saved, grads, eps, r, border, apply)
 
 
 class _Torch:
@@ -77,11 +81,9 @@ class _Banded(_Torch):
 
 
 def _triton_takes(dtype: torch.dtype, radius: int, **_) -> str | None:
-    from . import triton_path  # lazy: a `vision denoise` frame starts without vision.kernels.guided.triton_path
-
     if dtype == torch.float64:
         return "float64 runs the PyTorch path (the kernels accumulate in float32)"
-    return None if triton_path.supported(radius, dtype) else f"radius {radius} runs the PyTorch path"
+    return None if _kernels().supported(radius, dtype) else f"radius {radius} runs the PyTorch path"
 
 
 def _banded_takes(dtype, r, I, p, border, scale, **_) -> str | None:
@@ -122,9 +124,7 @@ def _centres_itself(I: torch.Tensor, r: int, border: str, backend: str, grad: bo
     Triton kernels, which the backward uses only for q in "valid" mode."""
     if backend != "triton":
         return False
-    from . import triton_path  # lazy: a `vision denoise` frame starts without vision.kernels.guided.triton_path
-
-    return r > 0 and triton_path.supported(r, I.dtype) and (not grad or (apply and border == "valid"))
+    return r > 0 and _kernels().supported(r, I.dtype) and (not grad or (apply and border == "valid"))
 
 
 # A guide whose centred values exceed this would square past float32's range: such images are filtered as

@@ -19,7 +19,7 @@ import torch
 
 from ..box import triton_path as box
 from ..box.triton_path import MODES
-from . import torch_path, triton_backward, triton_backward_color
+from . import sliding, sliding_color, torch_path, triton_backward, triton_backward_color
 
 TRITON_BOX = SimpleNamespace(mean=box.box_mean, adjoint=box.box_mean_adjoint)
 
@@ -34,11 +34,7 @@ def fused_forward(I, p, eps, r, border, apply: bool, keep_ma: bool = False):
     Returns q (apply), or (mean a, mean b); ``keep_ma`` returns (q, mean a) for the fused backward."""
     mode = MODES[border]
     if I.shape[1] == 1:
-        from . import sliding  # lazy: vision.kernels.guided.sliding loads triton
-
         return sliding.forward_gray(I, p, eps.float().contiguous(), r, mode, apply, keep_ma)
-    from . import sliding_color  # lazy: vision.kernels.guided.sliding_color loads triton
-
     return sliding_color.forward_color(I, p, eps.float().contiguous(), r, mode, apply, keep_ma)
 
 

@@ -20,8 +20,8 @@ _forced: list[str] = []
 @lru_cache(maxsize=None)
 def triton_available() -> bool:
     try:
-        import triton  # noqa: F401  # lazy: Triton loads only for the GPU kernels (Linux x86_64 only)
-        import triton.language  # noqa: F401  # lazy: Triton loads only for the GPU kernels (Linux x86_64 only)
+        # lazy: a probe, asked for CUDA tensors or a forced Triton backend: a CPU run never loads Triton (Linux only)
+        import triton.language  # noqa: F401  (imports triton itself first)
     except Exception:  # ImportError, or a broken install that fails at import
         return False
     return True

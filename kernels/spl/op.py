@@ -8,7 +8,6 @@ kernel and a registered backward, it stays one node under ``torch.compile(fullgr
 """
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
@@ -50,14 +49,21 @@ def _opencv_takes(dtype: torch.dtype, device, **_) -> str | None:
     return None if opencv_available(device, dtype) else "needs CPU float32 and OpenCV"
 
 
+def _kernels():
+    """The Triton entry points, :mod:`.triton_path`, imported on first use: its kernels load Triton (which may be
+    absent) and read ``TRITON_INTERPRET`` as they are defined."""
+    from . import triton_path  # lazy: its kernels load Triton; `vision edit --help` and CPU runs go without them
+
+    return triton_path
+
+
 class _Triton:
     """The Triton kernels (imported on first use: Triton may be absent); 'valid' and float32 only."""
 
     @staticmethod
     def forward(source, edited, mask, radius, eps, bidirectional, detach, reduction, border, need_grad,
                 need_source_grad):
-        from . import triton_path  # lazy: vision.kernels.spl.triton_path loads triton
-
+        triton_path = _kernels()
         cS, cE = triton_path.centres(source, edited)
         out, planes, invw = triton_path.forward(source, edited, mask, cS, cE, eps, radius, bidirectional, detach,
                                                 reduction, need_grad, need_source_grad)
@@ -65,14 +71,11 @@ class _Triton:
 
     @staticmethod
     def backward(grad, source, edited, mask, cS, cE, planes, invw, radius, border, reduction):
-        from . import triton_path  # lazy: vision.kernels.spl.triton_path loads triton
-
-        return triton_path.backward(grad, source, edited, mask, cS, cE, planes, invw, radius, reduction)
+        return _kernels().backward(grad, source, edited, mask, cS, cE, planes, invw, radius, reduction)
 
     @staticmethod
     def value_and_grad(S, E, w, radius, eps, bidirectional, detach, grad_scale):
-        from . import triton_path  # lazy: vision.kernels.spl.triton_path loads triton
-
+        triton_path = _kernels()
         zero = torch.zeros(S.shape[0], device=S.device, dtype=torch.float32)
         M = triton_path.moments(S, E, w, zero, zero, radius)
         _, planes, part = triton_path.fit(M, w is not None, eps, radius, bidirectional, detach, False, 3, False)

@@ -1,8 +1,8 @@
 """Data: procedural scenes rendered with Mitsuba 3, multi-layer EXR frames, and a dataset over them.
 
-Mitsuba is imported only inside the functions that render, so ``import vision.data`` works without it. The names
-below resolve on first access (PEP 562), so light modules (``vision.data.fields``, the buffer table the command
-line reads) import without torch.
+Mitsuba is imported only by the modules that render (``render``, ``mitsuba_variant``), which ``import vision.data``
+does not load, so it works without Mitsuba. The names below resolve on first access (PEP 562), so light modules
+(``vision.data.fields``, the buffer table the command line reads) import without torch.
 """
 from vision.kernels._lazy import lazy_exports
 

@@ -1,5 +1,6 @@
 """Which Mitsuba 3 variant renders here: ``llvm_ad_rgb`` (vectorised, JIT-compiled; needs libLLVM >= 16, e.g.
 Debian's ``libllvm19``) when a probe render in a subprocess works, else ``scalar_rgb`` (always available, slower).
+This module imports Mitsuba (the [render] extra), as :mod:`.render`, its one user, does.
 """
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import os
 import re
 import subprocess
 import sys
+
+import mitsuba as mi
 
 FAST, SLOW = "llvm_ad_rgb", "scalar_rgb"
 
@@ -48,8 +51,6 @@ def choose_variant(variant: str = "auto", note=print) -> str:
     """
     if variant not in ("auto", FAST, SLOW):
         raise ValueError(f"unknown variant {variant!r}; choose auto, {FAST} or {SLOW}")
-    import mitsuba as mi  # lazy: the optional render extra
-
     if variant == "auto":
         if "auto" not in _variant_cache:
             _variant_cache["auto"] = _probe_llvm(note)

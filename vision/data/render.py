@@ -15,8 +15,8 @@ What is rendered, and how (the manifest records every number):
   Normals face the camera side of the surface. Pixels without a surface have albedo, normal,
   position and depth 0, AO 1 and ids 0.
 
-Variants: see :mod:`.mitsuba_variant` (``llvm_ad_rgb`` where it works, else ``scalar_rgb``). Mitsuba is imported lazily, so
-``import vision.data`` works without it.
+Variants: see :mod:`.mitsuba_variant` (``llvm_ad_rgb`` where it works, else ``scalar_rgb``). This module imports
+Mitsuba (the [render] extra); ``import vision.data`` does not import this module, so it works without Mitsuba.
 """
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import drjit as dr
+import mitsuba as mi
 import numpy as np
 from PIL import Image
 
@@ -139,8 +141,6 @@ def _shapes(mi, obj: SceneObject) -> dict:
 
 def scene_dict(spec: SceneSpec, width: int, height: int) -> dict:
     """The Mitsuba ``load_dict`` description of ``spec`` rendered at ``width`` x ``height``."""
-    import mitsuba as mi  # lazy: the optional render extra
-
     cam = spec.camera
     d = {
         "type": "scene",
@@ -165,8 +165,6 @@ def scene_dict(spec: SceneSpec, width: int, height: int) -> dict:
 
 
 def load_scene(spec: SceneSpec, width: int, height: int):
-    import mitsuba as mi  # lazy: the optional render extra
-
     # optimize=False: Mitsuba would otherwise merge meshes that share a BSDF into one shape, losing instances
     return mi.load_dict(scene_dict(spec, width, height), optimize=False)
 
@@ -175,15 +173,11 @@ def load_scene(spec: SceneSpec, width: int, height: int):
 # Passes
 
 def _is_scalar() -> bool:
-    import mitsuba as mi  # lazy: the optional render extra
-
     return mi.variant().startswith("scalar")
 
 
 def render_radiance(scene, spp: int, seed: int, max_depth: int = MAX_DEPTH, rr_depth: int = RR_DEPTH) -> np.ndarray:
     """Mean path-traced radiance over ``spp`` samples per pixel: (H, W, 3) float32."""
-    import mitsuba as mi  # lazy: the optional render extra
-
     integrator = mi.load_dict({"type": "path", "max_depth": int(max_depth), "rr_depth": int(rr_depth)})
     img = mi.render(scene, integrator=integrator, spp=int(spp), seed=int(seed))
     return np.array(img, dtype=np.float32)[..., :3]
@@ -191,9 +185,6 @@ def render_radiance(scene, spp: int, seed: int, max_depth: int = MAX_DEPTH, rr_d
 
 def _centre_hits(scene, width: int, height: int) -> dict:
     """First hit of one ray through each pixel centre (NumPy arrays, pixels in row-major order)."""
-    import drjit as dr  # lazy: comes with mitsuba, the optional render extra
-    import mitsuba as mi  # lazy: the optional render extra
-
     sensor = scene.sensors()[0]
     jj, ii = np.mgrid[0:height, 0:width]
     u = ((ii + 0.5) / width).ravel().astype(np.float32)
@@ -243,8 +234,6 @@ def _orthonormal(n: np.ndarray):
 
 def _occluded(scene, origins: np.ndarray, dirs: np.ndarray, maxt: float) -> np.ndarray:
     """Whether each ray (origin, unit direction) hits anything within ``maxt``: (M,) bool."""
-    import mitsuba as mi  # lazy: the optional render extra
-
     if len(origins) == 0:
         return np.zeros(0, bool)
     if not _is_scalar():
@@ -348,8 +337,6 @@ def render_scene(spec: SceneSpec, width: int, height: int | None = None, spp_ref
     """Render every pass of ``spec``; see the module docstring for what each one is."""
     height = width if height is None else height
     variant = choose_variant(variant)
-    import mitsuba as mi  # lazy: the optional render extra
-
     chunks = [REF_CHUNK] * (spp_ref // REF_CHUNK) + ([spp_ref % REF_CHUNK] if spp_ref % REF_CHUNK else [])
     seeds = scene_seeds(spec.seed, noisy_seeds, len(chunks))
     secs = {}
@@ -375,8 +362,6 @@ def render_scene(spec: SceneSpec, width: int, height: int | None = None, spp_ref
         acc += render_radiance(scene, n, s, max_depth) * (n / spp_ref)
     buffers["reference"] = acc.astype(np.float32)
     secs["reference"] = time.perf_counter() - t
-
-    import drjit as dr  # lazy: comes with mitsuba, the optional render extra
 
     settings = {
         "renderer": f"mitsuba {mi.__version__}", "drjit": dr.__version__, "variant": variant,

@@ -48,7 +48,7 @@ def area_down(x: torch.Tensor | None, u: int) -> torch.Tensor | None:
 def _area_down_opencv(x, u):
     """OpenCV's area resize by an integer factor is this block mean, 2-3x faster than avg_pool2d, and it reads HWC
     buffers (channels-last tensors) as they lie."""
-    import cv2  # here only: OpenCV is this registry path's engine, never a call site's choice
+    import cv2  # lazy: here only, OpenCV is this registry path's engine, never a call site's choice
 
     h, w = x.shape[-2:]
     size = (w // u, h // u)

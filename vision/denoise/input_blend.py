@@ -202,10 +202,17 @@ def _noise_cells_torch(noise: torch.Tensor, energy: torch.Tensor, cell: int, n: 
     return around.reshape(*around.shape[:4], -1).median(-1).values
 
 
+def _cpu():
+    """The numba loops of this module's paths, :mod:`.input_blend_cpu`."""
+    from . import input_blend_cpu as cpu  # lazy: numba (about 200 modules) loads when a numba path first runs
+
+    return cpu
+
+
 def _noise_cells_numba(noise: torch.Tensor, energy: torch.Tensor, cell: int, n: int) -> torch.Tensor:
     """The same in two numba passes (:mod:`.input_blend_cpu`): on a 1280 x 720 frame PyTorch's logarithm and median
     take 70 ms, these 3."""
-    from . import input_blend_cpu as cpu
+    cpu = _cpu()
 
     return cpu.noise_cells(noise, energy, cell, n)
 
@@ -235,7 +242,7 @@ def _lone_peaks_torch(ne: torch.Tensor, radius: int) -> torch.Tensor:
 def _lone_peaks_numba(ne: torch.Tensor, radius: int) -> torch.Tensor:
     """The same in one numba pass (:mod:`.input_blend_cpu`): PyTorch's 8 shifted copies and window max pool take
     300 ms on a 1280 x 720 frame."""
-    from . import input_blend_cpu as cpu
+    cpu = _cpu()
 
     return cpu.lone_peaks(ne, ISOLATION, radius)
 
@@ -350,7 +357,7 @@ def _towards_input_torch(out, color, factor, sharp, radius, emitters=None, cap=N
 def _towards_input_numba(out, color, factor, sharp, radius, emitters=None, cap=None):
     """The same in two numba passes (:mod:`.input_blend_cpu`) around the box filter, the cap and the frame's
     share."""
-    from . import input_blend_cpu as cpu
+    cpu = _cpu()
 
     sums = _capped(cpu.blend_sums(out, color, sharp, factor), radius, cap, out)
     trust = frame_share(sums[:, :1], sums[:, 1:2], emitters).sqrt()

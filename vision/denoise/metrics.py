@@ -39,10 +39,17 @@ def tonemap(x) -> np.ndarray:
     return np.clip(np.asarray(x, dtype=np.float64), 0.0, 1.0) ** (1.0 / GAMMA)
 
 
+def _kornia_metrics():
+    """``kornia.metrics``, which :func:`psnr` and :func:`ssim` run."""
+    import kornia.metrics  # lazy: kornia (about 400 modules) loads for the first metric, not for tonemap
+
+    return kornia.metrics
+
+
 def psnr(test, reference) -> float:
     """PSNR in dB on tonemapped images (see the module docstring; kornia's ``metrics.psnr`` with data range 1, in
     float64); inf for identical images."""
-    from kornia.metrics import psnr as kpsnr  # lazy: kornia (about 400 modules) loads for the first metric
+    kpsnr = _kornia_metrics().psnr
 
     x, y = _pair(test, reference)
     return float(kpsnr(torch.from_numpy(tonemap(x)), torch.from_numpy(tonemap(y)), 1.0))
@@ -56,7 +63,7 @@ def relmse(test, reference, eps: float = RELMSE_EPS) -> float:
 
 def ssim(test, reference) -> float:
     """SSIM on tonemapped images, 11x11 Gaussian window (sigma 1.5), data range 1, valid windows only."""
-    from kornia.metrics import ssim as kssim  # lazy: kornia (about 400 modules) loads for the first metric
+    kssim = _kornia_metrics().ssim
 
     x, y = _pair(test, reference)
     if x.ndim == 2:
@@ -70,7 +77,7 @@ def ssim(test, reference) -> float:
 
 def hdr_flip(test, reference) -> float:
     """Mean HDR-FLIP error (``flip_evaluator``; raises ImportError when it is not installed)."""
-    import flip_evaluator as flip  # the optional bench extra
+    import flip_evaluator as flip  # lazy: the optional [bench] extra
 
     x, y = _pair(test, reference)
     _, mean, _ = flip.evaluate(np.ascontiguousarray(np.maximum(y, 0), dtype=np.float32),

@@ -38,10 +38,15 @@ def repair_nonfinite(x: torch.Tensor, name: str, warn: bool = True) -> tuple[tor
     return fixed, count
 
 
-def _repair_triton(x: torch.Tensor, reads: bool):
-    from .fill_triton import fill  # lazy: Triton kernels read TRITON_INTERPRET as they load
+def _fill():
+    """The Triton refill, :func:`.fill_triton.fill`."""
+    from .fill_triton import fill  # lazy: Triton kernels read TRITON_INTERPRET as they load; CPU frames go without
 
-    return fill(x)
+    return fill
+
+
+def _repair_triton(x: torch.Tensor, reads: bool):
+    return _fill()(x)
 
 
 def _repair_torch(x: torch.Tensor, reads: bool):
@@ -74,9 +79,7 @@ def fill_from_neighbours(x: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
 
 
 def _fill_triton(x: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
-    from .fill_triton import fill  # lazy: Triton kernels read TRITON_INTERPRET as they load
-
-    return fill(x, bad)[0]  # per-pixel flags: one pass (x is finite here)
+    return _fill()(x, bad)[0]  # per-pixel flags: one pass (x is finite here)
 
 
 def _fill_torch(x: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:

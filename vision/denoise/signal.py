@@ -74,7 +74,7 @@ def _demodulate_torch(color: torch.Tensor, albedo: torch.Tensor | None, emission
 def _demodulate_numba(color, albedo, emission, fill_radius, floor=ALBEDO_FLOOR):
     """:func:`demodulate` in one numba pass (:mod:`.signal_numba`), the emitter fill on the rows around emitters only
     (1280 x 720 with a lamp in view: 42 against 91 ms of CPU time)."""
-    from . import signal_numba  # numba is optional: loaded when this path runs
+    from . import signal_numba  # lazy: numba (optional, about 200 modules) loads when this path first runs
 
     target, factor, mask, _, emission_p, hits = signal_numba.one_pass(color, albedo, emission, floor)
     fill_rows(target, factor, albedo, mask, hits, fill_radius, floor)

@@ -10,11 +10,13 @@ import torch
 import torch.nn.functional as F
 
 from vision.data import fields
+from vision.kernels.validate import as_float, check_float_tensor, check_positive
 
 from . import accumulate
 from . import buffers as B
 from .accumulate import History
-from .frame import _check_color, _check_spp, _positive_int, denoise
+from .flnr import load_flnr, placed
+from .frame import MODELS, _check_color, _check_spp, _positive_int, denoise
 from .input_blend import blend_towards_input, blends
 from .flr import DEFAULT_EPS, DEFAULT_RADIUS
 from .edge_history import CAP as EDGE_CAP, edge_history
@@ -44,8 +46,6 @@ class TemporalFLR:
 
     def __init__(self, radius: int = DEFAULT_RADIUS, eps: float = DEFAULT_EPS, scale: int = 1, alpha: float = 0.1,
                  threshold: float = 0.05, tile: int | None = None):
-        from vision.kernels.validate import as_float, check_positive
-
         radius, eps, scale, tile = _fit_settings(radius, eps, scale, tile)
         alpha = as_float(alpha, "alpha", "a number in (0, 1]")
         if not 0 < alpha <= 1:
@@ -165,8 +165,6 @@ class TemporalDenoiser:
                  scale: int | None = None, tile: int | None = None, max_history: int = 32,
                  tolerances: Tolerances = Tolerances(), change_sigmas: float = 4.0, convention: str = "cycles",
                  edge_frames: int = EDGE_CAP, shrink_radius: int = 0, input_blend: bool = True):
-        from .frame import MODELS
-
         if model not in MODELS:
             raise ValueError(f"unknown model {model!r}; choose from {', '.join(MODELS)}")
         if isinstance(max_history, bool) or not isinstance(max_history, int) or max_history < 1:
@@ -190,8 +188,6 @@ class TemporalDenoiser:
         self.convention = convention
         self.net = None
         if model == "flnr":
-            from .flnr import load_flnr
-
             self.net = load_flnr(weights)
         elif weights is not None:
             raise ValueError("weights are for model='flnr'")
@@ -261,8 +257,6 @@ class TemporalDenoiser:
         if denoised is None:
             acc = self._history.mean * floor + add
             if self.net is not None:  # placed once: a copy of the shared model on the frames' device and dtype
-                from .flnr import placed
-
                 self.net = placed(self.net, acc.device, acc.dtype)
             out = denoise(acc, **g, model=self.model, weights=self.net, radius=self.radius, eps=self.eps,
                           scale=self.scale, tile=self.tile, history=self._history.count, spp=spp,
@@ -347,8 +341,6 @@ def _take_denoised(denoised, signal: torch.Tensor) -> torch.Tensor:
 def _fit_settings(radius, eps, scale, tile) -> tuple:
     """The fit's settings as :func:`~vision.denoise.denoise` takes them (ints >= 1 or None; eps a positive finite
     number, a float tensor or None), refused at construction in one line naming the argument, not at a frame."""
-    from vision.kernels.validate import check_float_tensor, check_positive
-
     radius, scale, tile = (_positive_int(v, n) for v, n in ((radius, "radius"), (scale, "scale"), (tile, "tile")))
     if isinstance(eps, torch.Tensor):
         check_float_tensor(eps, "eps")

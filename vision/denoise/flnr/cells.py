@@ -52,7 +52,7 @@ def cells(buffers: list, target: torch.Tensor, mask: torch.Tensor, whole_frame: 
 
 
 def _cells_numba(buffers, target, mask):
-    from . import cells_numba  # numba is optional: loaded when this path runs
+    from . import cells_numba  # lazy: numba (optional, about 200 modules) loads when this path first runs
 
     stats, rest = cells_numba.cells(buffers, target, mask, CELL)
     return stats, lambda std: torch.cat([std, rest], 1)
@@ -118,7 +118,7 @@ def history_input(history: torch.Tensor | None, like: torch.Tensor) -> torch.Ten
 
 
 def _log1p_opencv(lt, grad):
-    import cv2  # here only: OpenCV is this registry path's engine, never a call site's choice
+    import cv2  # lazy: here only, OpenCV is this registry path's engine, never a call site's choice
 
     # OpenCV's vectorised log: ~10x faster than torch's log1p on CPU, within 3e-7 of it
     planes = lt.add_(1).view(-1, *lt.shape[-2:]).numpy()

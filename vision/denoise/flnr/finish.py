@@ -44,7 +44,7 @@ def blended_light(fitted, factor, blend, albedo, edge_gain, blend_max):
 
 
 def _finish_numba(fitted, factor, add, blend, albedo, edge_gain, blend_max, out):
-    from . import finish_numba  # numba is optional: loaded when this path runs
+    from . import finish_numba  # lazy: numba (optional, about 200 modules) loads when this path first runs
 
     return finish_numba.finish_frame(fitted, factor, add, blend, albedo, edge_gain, blend_max, out)
 
@@ -122,7 +122,7 @@ def local_contrast(x: torch.Tensor) -> torch.Tensor:
 
 
 def _contrast_opencv(x):
-    import cv2  # here only: OpenCV is this registry path's engine, never a call site's choice
+    import cv2  # lazy: here only, OpenCV is this registry path's engine, never a call site's choice
 
     # per plane in OpenCV: the mean, |difference| and channel sum without torch's per-op passes
     out = x.new_empty(x.shape[0], 1, *x.shape[2:])

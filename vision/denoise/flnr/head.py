@@ -42,7 +42,7 @@ def head(out: torch.Tensor, buffers: list, weight: torch.Tensor, bias: torch.Ten
 
 
 def _head_numba(out, buffers, weight, bias, layer, target):
-    from . import head_numba  # numba is optional: loaded when this path runs
+    from . import head_numba  # lazy: numba (optional, about 200 modules) loads when this path first runs
 
     width = weight.shape[-1]
     return head_numba.head(out[:, :width], buffers, weight, bias, layer, tuple(target.shape[-2:]), CELL), \

@@ -24,7 +24,7 @@ def prepare(color, albedo, emission, u: int, phase, fill_radius: int):
 
 
 def _prepare_numba(color, albedo, emission, u, phase, fill_radius):
-    from . import prepare_numba  # numba is optional: loaded when this path runs
+    from . import prepare_numba  # lazy: numba (optional, about 200 modules) loads when this path first runs
 
     return (color, *prepare_numba.prepare(color, albedo, emission, fill_radius, B.ALBEDO_FLOOR))
 
