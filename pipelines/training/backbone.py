@@ -21,6 +21,8 @@ import json
 from torch import nn
 import torch.hub
 
+from .run_config import _NAME, check_backbone_kwargs
+
 
 def _first_line(err: BaseException) -> str:
     text = str(err).strip()
@@ -32,9 +34,6 @@ def backbone_kwargs(cfg) -> list[dict]:
     with ``dynamic_img_size=True`` (so a ViT trained at 64 px predicts at any size: its position embedding
     is interpolated per input), the size alone, then neither (convolutional models take no size); each
     with ``cfg.extra`` on top."""
-    # lazy: `vision finetune --help` starts without vision.pipelines.training.run_config
-    from .run_config import check_backbone_kwargs
-
     extra = check_backbone_kwargs(cfg.extra, "backbone settings (extra)", "")
     tries = [dict(img_size=cfg.img_size, dynamic_img_size=True), dict(img_size=cfg.img_size), {}]
     return [dict(t, **extra) for t in tries]
@@ -96,7 +95,6 @@ def create_backbone(cfg) -> nn.Module:
     if not timm.is_model(cfg.backbone.split(".")[0]):
         raise ValueError(f"unknown backbone {cfg.backbone!r}; e.g. vig_tiny_patch16_224, hvig_tiny_224, "
                          "vit_small_patch16_224 (any timm model with features_only)")
-    from .run_config import _NAME  # lazy: `vision finetune --help` starts without vision.pipelines.training.run_config
 
     if not _NAME.match(cfg.backbone):  # no hub prefix or path: timm would fetch a config for one
         raise ValueError(f"--backbone {cfg.backbone!r:.80} is not a timm model name")

@@ -35,8 +35,14 @@ from pathlib import Path
 import inspect
 import shutil
 
+import safetensors
+import safetensors.torch  # its save_file and load_file looked up when called (tests stand in for them)
 import torch
 from torch import nn
+
+from vision.dense import TASKS
+
+from .run_config import check_head_kwargs, parse_config
 
 CONFIG = "config.json"
 BASE = "base.safetensors"
@@ -86,9 +92,6 @@ class DenseConfig:
     def from_json(cls, text: str, where: str = CONFIG) -> "DenseConfig":
         """The config ``text`` holds, every key checked against the allow-list of :mod:`.run_config` (types,
         bounds, no download switches); anything else is one ValueError line naming ``where`` and the key."""
-        # lazy: `vision finetune --help` starts without vision.pipelines.training.run_config
-        from .run_config import parse_config
-
         return cls(**parse_config(text, where))
 
     @property
@@ -146,8 +149,8 @@ from .backbone import add_lora, create_backbone, lora_config, lora_targets, plai
 def build_model(cfg: DenseConfig, base: dict | None = None) -> DenseModel:
     """The model a config describes, with freshly initialised head (and adapters); base weights as built, or
     ``base`` (a backbone state dict under timm's names, loaded before the adapters are added)."""
-    from vision.dense import TASKS  # lazy: `vision finetune --help` starts without vision.dense
-    from vision.heads import HEADS  # lazy: `vision finetune --help` starts without vision.heads
+    # lazy: vision.heads loads numba loops (half a second); `vision finetune --help` imports this module (DenseConfig)
+    from vision.heads import HEADS
 
     if cfg.task not in TASKS:
         raise ValueError(f"unknown task {cfg.task!r}; choose from {', '.join(TASKS)}")
@@ -176,8 +179,6 @@ def build_model(cfg: DenseConfig, base: dict | None = None) -> DenseModel:
     clash = sorted(set(cfg.head_kwargs) & set(fixed))
     if clash:
         raise ValueError(f"head arguments {clash} are set by the backbone and task; remove them from --head-kwargs")
-    # lazy: `vision finetune --help` starts without vision.pipelines.training.run_config
-    from .run_config import check_head_kwargs
 
     check_head_kwargs(cfg.head, cfg.head_kwargs, "--head-kwargs", "")
     try:
@@ -219,8 +220,6 @@ MERGED = "merged"
 def save_run_files(run: Path, cfg: DenseConfig, model: nn.Module, weights: dict[str, torch.Tensor] | None = None) -> None:
     """Write config.json, base.safetensors (once), model.safetensors and, for LoRA runs, adapter/ (peft's
     ``save_pretrained`` of the same ``weights``) into ``run``, each file atomically."""
-    from safetensors.torch import save_file  # lazy: `vision finetune --help` starts without safetensors.torch
-
     run.mkdir(parents=True, exist_ok=True)
     (run / CONFIG).write_text(cfg.to_json())
     backbone = getattr(model, "backbone", None)
@@ -231,10 +230,10 @@ def save_run_files(run: Path, cfg: DenseConfig, model: nn.Module, weights: dict[
         if lora:
             meta["format"] = BASE_FORMAT
         if base:
-            save_file(base, str(run / (BASE + ".tmp")), metadata=meta)
+            safetensors.torch.save_file(base, str(run / (BASE + ".tmp")), metadata=meta)
             (run / (BASE + ".tmp")).replace(run / BASE)
     weights = trainable_state(model) if weights is None else weights
-    save_file(weights, str(run / (WEIGHTS + ".tmp")), metadata={"task": cfg.task, "head": cfg.head,
+    safetensors.torch.save_file(weights, str(run / (WEIGHTS + ".tmp")), metadata={"task": cfg.task, "head": cfg.head,
                                                                  "backbone": cfg.backbone})
     (run / (WEIGHTS + ".tmp")).replace(run / WEIGHTS)
     if lora:
@@ -277,9 +276,6 @@ def load_run(run, device="cpu") -> tuple[DenseModel, DenseConfig]:
     run loads after the original file and the hub cache are gone. The folder is data: config.json is checked
     key by key (:mod:`.run_config`), its ``pretrained`` is a record that is never read, and timm is asked for
     no weights (``pretrained=False``), so loading a run reads no file outside it and makes no network request."""
-    from safetensors import safe_open  # lazy: `vision finetune --help` starts without safetensors
-    from safetensors.torch import load_file  # lazy: `vision finetune --help` starts without safetensors.torch
-
     run = Path(run)
     if not (run / CONFIG).is_file() or not (run / WEIGHTS).is_file():
         raise FileNotFoundError(f"{run} is not a finished `vision finetune` run (needs {CONFIG} and {WEIGHTS})")
@@ -292,13 +288,13 @@ def load_run(run, device="cpu") -> tuple[DenseModel, DenseConfig]:
     cfg = DenseConfig.from_json(text, str(run / CONFIG))
     state, plain = {}, None
     if (run / BASE).is_file():
-        with safe_open(str(run / BASE), framework="pt") as fh:
+        with safetensors.safe_open(str(run / BASE), framework="pt") as fh:
             meta = fh.metadata() or {}
         if meta.get("format") == BASE_FORMAT:
-            plain = load_file(str(run / BASE))
+            plain = safetensors.torch.load_file(str(run / BASE))
         else:
-            state.update(load_file(str(run / BASE)))
-    state.update(load_file(str(run / WEIGHTS)))
+            state.update(safetensors.torch.load_file(str(run / BASE)))
+    state.update(safetensors.torch.load_file(str(run / WEIGHTS)))
     if cfg.lora_rank > 0 and not any(k.startswith("backbone.base_model.model.") for k in state):
         # runs of earlier versions injected the adapters without peft's PeftModel wrapper
         state = {("backbone.base_model.model." + k[len("backbone."):] if k.startswith("backbone.") else k): v
