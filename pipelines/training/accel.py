@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from accelerate import Accelerator
-from accelerate.commands.config import default_config_file, load_config_from_file
+from accelerate.commands import config as accelerate_config  # its default_config_file read when called
 from accelerate.state import AcceleratorState, PartialState
 from accelerate.tracking import get_available_trackers
 
@@ -18,10 +18,10 @@ def configured_precision(flag: str | None) -> str:
         return flag
     if os.environ.get("ACCELERATE_MIXED_PRECISION"):
         return os.environ["ACCELERATE_MIXED_PRECISION"]
-
+    default_config_file = accelerate_config.default_config_file
     if os.path.isfile(default_config_file):
         try:
-            return str(load_config_from_file(default_config_file).mixed_precision or "no")
+            return str(accelerate_config.load_config_from_file(default_config_file).mixed_precision or "no")
         except (OSError, ValueError, TypeError, KeyError) as err:
             raise ValueError(f"{default_config_file} (accelerate config) cannot be read: {err}") from None
     return "no"
