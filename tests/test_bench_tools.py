@@ -95,3 +95,27 @@ def test_bench_compile_reports_each_kernel_against_the_target(tmp_path, capsys):
     assert all(r["stack_bytes"] == 0 and r["cpu_seconds"] > 0 for r in rows)
     text = capsys.readouterr().out
     assert "CPU seconds in all" in text and "target <= 10 s per kernel" in text
+
+
+def test_bench_help_lists_every_bench_without_torch():
+    """`vision bench --help` and `vision bench WHAT --help` build every bench's options from bench/commands/: no
+    torch, numpy or peer loads until a bench runs."""
+    import subprocess
+
+    code = ("import contextlib, io, sys\nfrom vision.pipelines.bench import BENCHES\nfrom vision.pipelines.cli import main\n"
+            "for argv in [['bench', '--help']] + [['bench', w, '--help'] for w in BENCHES]:\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        try:\n            main(argv)\n        except SystemExit as e:\n            assert e.code == 0, argv\n"
+            "print(sorted(m for m in ('torch', 'numpy', 'cv2', 'kornia', 'timm', 'diffusers') if m in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == "[]"
+
+
+def test_bench_options_name_what_the_benches_take():
+    """The option values that bench/commands/ spells without torch are the ones the benches use."""
+    from vision.pipelines.bench import commands, gpu, timing
+
+    assert set(commands.DTYPE_NAMES) == set(timing.DTYPES)
+    assert all(str(timing.DTYPES[n]) == f"torch.{n}" for n in commands.DTYPE_NAMES)
+    assert set(commands.GPU_GROUPS) == {c.group for c in gpu.CASES}

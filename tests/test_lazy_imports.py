@@ -29,12 +29,6 @@ UNMARKED_FOR_NOW: frozenset = frozenset({
     "pipelines/cli/denoise_report.py",
     "pipelines/cli/edit.py",
     "pipelines/cli/restore_structure.py",
-    "pipelines/editing/config.py",
-    "pipelines/editing/masks.py",
-    "pipelines/editing/pipeline.py",
-    "pipelines/editing/schedulers.py",
-    "pipelines/editing/spl_callback.py",
-    "pipelines/editing/spl_guidance.py",
 })
 
 

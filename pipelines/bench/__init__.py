@@ -1,29 +1,32 @@
 """``vision bench WHAT``: run ours and its peers on the same inputs in one process and print ratios.
 
-Each benchmark is a module here with the command plug-in protocol (``vision.pipelines.plugins``: ``DESCRIPTION``,
-``add_arguments(parser)``, ``run(args)``); it is named in ``BENCHES``. Results hold on noisy machines because
-every row is timed in the same run and reported as a ratio against a peer (see ``timing.py``).
+Each benchmark is a module here. Its command line is a module of ``commands/`` with the command plug-in protocol
+(``vision.pipelines.plugins``: ``DESCRIPTION``, ``add_arguments(parser)``, and ``run(args)``, which imports the
+bench), named in ``BENCHES``, so that ``vision bench --help`` lists every bench without loading torch. Results hold
+on noisy machines because every row is timed in the same run and reported as a ratio against a peer (see
+``timing.py``).
 """
 from __future__ import annotations
 
 import functools
 import importlib
 
+from vision.outputs import prepare_file
 from vision.pipelines.plugins import add_plugin, NON_NEGATIVE, POSITIVE, check_numbers
 
 # what -> module; a new benchmark adds its line here.
 BENCHES = {
-    "backbone": "vision.pipelines.bench.backbone",
-    "guided-filter": "vision.pipelines.bench.guided_filter",
-    "local-regression": "vision.pipelines.bench.local_regression",
-    "spl": "vision.pipelines.bench.spl",
-    "edit": "vision.pipelines.bench.edit",
-    "denoise": "vision.pipelines.bench.denoise",
-    "denoise-sequences": "vision.pipelines.bench.denoise_sequences",
-    "dense-head": "vision.pipelines.bench.dense_head",
-    "gpu": "vision.pipelines.bench.gpu",
-    "startup": "vision.pipelines.bench.startup",
-    "compile": "vision.pipelines.bench.compile_times",
+    "backbone": "vision.pipelines.bench.commands.backbone",
+    "guided-filter": "vision.pipelines.bench.commands.guided_filter",
+    "local-regression": "vision.pipelines.bench.commands.local_regression",
+    "spl": "vision.pipelines.bench.commands.spl",
+    "edit": "vision.pipelines.bench.commands.edit",
+    "denoise": "vision.pipelines.bench.commands.denoise",
+    "denoise-sequences": "vision.pipelines.bench.commands.denoise_sequences",
+    "dense-head": "vision.pipelines.bench.commands.dense_head",
+    "gpu": "vision.pipelines.bench.commands.gpu",
+    "startup": "vision.pipelines.bench.commands.startup",
+    "compile": "vision.pipelines.bench.commands.compile_times",
 }
 
 
@@ -56,8 +59,6 @@ def _checked_run(run, args) -> int:
     line before the bench runs, not after."""
     check_numbers(args, dict(eps=POSITIVE, radius=NON_NEGATIVE))
     if getattr(args, "json", None):
-        from vision.outputs import prepare_file  # lazy: `vision bench --help` starts without vision.outputs
-
         prepare_file(args.json, "--json")
     return run(args)
 

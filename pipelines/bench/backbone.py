@@ -9,73 +9,30 @@ recurrence (the test reference) and, on CUDA when installed, flash-linear-attent
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import gc
 import json
 import platform
 import time
 import weakref
-from pathlib import Path
 from typing import Callable
 
+import timm  # the [dense] extra: `vision bench backbone` says so without it
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 import torch.nn.functional as F
 
+from vision.kernels.linear_attention import gla, naive_recurrent_gla
+from vision.kernels.runtime import choose, use_backend
+
+from .commands import BACKBONE_MODELS, BACKBONE_QUICK_MODELS
 from .timing import (
     DTYPES, format_time, library_versions, print_table, resolve_device, synchronize,
     time_interleaved,
 )
-from vision.pipelines.extras import require
 
-DESCRIPTION = "linear-attention backbones (ViG, H-ViG, Mamba-style) against DeiT-T / ViT-S, and the GLA op"
-
-EPILOG = """\
-examples:
-  vision bench backbone                         # 224, 512, 1024; ViG-T/S, H-ViG-T, Mamba-style T, DeiT-T, ViT-S; GLA op
-  vision bench backbone --quick                 # 224 and 1024, tiny models only, GLA at T=4096 only
-  vision bench backbone --device cpu --threads 1 --clock cpu    # steady ratios on a busy shared machine
-  vision bench backbone --device cuda --dtype bfloat16 --batch 8 --json bench-out/backbone.json
-  vision bench backbone --skip-models --gla-t 1024 4096 16384   # the GLA op only
-
-Images/s use the same batch for every model; "x DeiT-T" is images/s over DeiT-T's at that size (above 1:
-faster), "mem x DeiT-T" peak memory over DeiT-T's (below 1: less). GLA rows give the best and the
-median of round-robin timed calls (ratios use the best). The CPU run ends with the
-acceptance checks: chunked GLA >= 20x faster than the naive recurrence at T = 4096, D = 64, and ViG-T at
-1024x1024 using less peak memory than DeiT-T; on CUDA: ViG-T at 1024x1024 >= 3x DeiT-T's images/s.
-"""
-
-DEFAULT_MODELS = ["vig_tiny_patch16_224", "vig_small_patch16_224", "hvig_tiny_224", "vig_mamba_tiny_patch16_224",
-                  "deit_tiny_patch16_224", "vit_small_patch16_224"]
-QUICK_MODELS = ["vig_tiny_patch16_224", "vig_mamba_tiny_patch16_224", "deit_tiny_patch16_224"]
 BASELINE = "deit_tiny_patch16_224"
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sizes", nargs="+", type=int, default=None, metavar="N",
-                   help="square input sizes (default: 224 512 1024; --quick: 224 1024)")
-    p.add_argument("--models", nargs="+", default=None, metavar="NAME", help="timm model names (default: "
-                   + " ".join(DEFAULT_MODELS) + ")")
-    p.add_argument("--batch", type=int, default=None, help="images per call, the same for every model "
-                   "(default: 8 on CUDA, 1 on CPU)")
-    p.add_argument("--repeat", type=int, default=None,
-                   help="timed calls per model (default: as many as fit, up to 5); rounds for the GLA op (default 10)")
-    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="model and input dtype (default float32)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
-    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                   help="wall time (default), or CPU time of the process (CPU device only; best with --threads 1)")
-    p.add_argument("--gla-t", nargs="+", type=int, default=None, metavar="T",
-                   help="sequence lengths for the GLA op (default: 1024 4096; --quick: 4096)")
-    p.add_argument("--gla-shape", nargs=3, type=int, default=(1, 1, 64), metavar=("B", "H", "D"),
-                   help="batch, heads and head width of the GLA op (default 1 1 64)")
-    p.add_argument("--skip-models", action="store_true", help="time the GLA op only")
-    p.add_argument("--skip-gla", action="store_true", help="time the models only")
-    p.add_argument("--quick", action="store_true", help="fewer sizes, models and repeats")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save every row as JSON here")
-    p.add_argument("--strict", action="store_true", help="exit with status 1 when an acceptance check FAILs")
 
 
 # ------------------------------------------------------------------------------------------- memory
@@ -133,8 +90,6 @@ def peak_memory(fn: Callable[[], object], device="cpu") -> int:
 # ------------------------------------------------------------------------------------------- models
 
 def _build(name: str, size: int, device, dtype):
-    import timm  # lazy: timm comes with the [dense] and [train-denoiser] extras
-
     model = timm.create_model(name, pretrained=False, img_size=size, num_classes=1000)
     return model.eval().to(device=device, dtype=dtype)
 
@@ -193,11 +148,6 @@ def _print_models(rows: list[dict], size: int, batch: int) -> None:
 # ------------------------------------------------------------------------------------------- GLA op
 
 def bench_gla(T: int, shape, args, device, dtype) -> list[dict]:
-    # lazy: `vision bench --help` starts without vision.kernels.linear_attention
-    from vision.kernels.linear_attention import gla, naive_recurrent_gla
-    # lazy: `vision bench --help` starts without vision.kernels.runtime
-    from vision.kernels.runtime import choose, use_backend
-
     B, H, D = shape
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(B, T, H, D, generator=gen) for _ in range(3))
@@ -306,7 +256,6 @@ def acceptance(model_rows, gla_rows, device) -> list[tuple[str, bool | None]]:
 
 
 def run(args) -> int:
-    require("timm")  # the models are timm's: without the [dense] extra, that is the one line to say
     device, dev = resolve_device(args.device)
     if args.clock == "cpu" and dev.type != "cpu":
         raise ValueError("--clock cpu measures CPU time; it cannot time a CUDA device")
@@ -316,7 +265,7 @@ def run(args) -> int:
     sizes = args.sizes or ([224, 1024] if args.quick else [224, 512, 1024])
     if any(s < 32 or s % 32 for s in sizes):
         raise ValueError(f"--sizes must be multiples of 32 (H-ViG's stride), got {sizes}")
-    names = args.models or (QUICK_MODELS if args.quick else DEFAULT_MODELS)
+    names = args.models or list(BACKBONE_QUICK_MODELS if args.quick else BACKBONE_MODELS)
     gla_ts = args.gla_t or ([4096] if args.quick else [1024, 4096])
     if any(t < 1 for t in gla_ts) or any(s < 1 for s in args.gla_shape):
         raise ValueError("--gla-t and --gla-shape must be positive")

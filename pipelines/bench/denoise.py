@@ -31,85 +31,27 @@ default parameters; column omitted when it is not installed), and the median wal
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vision.bundled import asset_path
+from vision.data import RenderedScenes
 from vision.data.fields import GUIDES, SCORED, SIGNAL
+from vision.denoise import TemporalDenoiser, buffers as B, denoise, load_flnr, metrics as M
 
+from . import denoise_device as DD
+from .denoise_files import load_manifest_frames, scene_checks, spp_tables
 from .denoise_targets import quality_targets, timing_targets, upsampling_targets
 from .timing import print_table
 
-DESCRIPTION = ("render-frame denoisers on rendered scenes vs their references: noisy, box, FLR, FLNR, OIDN "
-               "(PSNR, SSIM, relMSE, HDR-FLIP, time per frame)")
-
-EPILOG = """\
-examples:
-  vision bench denoise                          # the bundled scenes (3 scenes x 2 frames, 128x128)
-  vision bench denoise --data data/scenes --split test --json bench-denoise.json
-  vision render-scenes --out data/test --count 24 --size 128 --spp-ref 2048 --noisy-seeds 2 --seed 101
-  vision bench denoise --data data/test         # a vision render-scenes folder, e.g. scenes no model has seen
-  vision bench denoise --no-oidn --radius 6
-  vision bench denoise --frames data/eval_blender/manifest.json   # real Blender files (benchmarks/denoise/)
-  vision bench denoise --frames data/spp_eval/manifest.json --spp 1 4 16 64 256   # one table per sample count
-  vision bench denoise --time-size 1280x720 --threads 2       # also CPU time per 1280x720 frame (ratios)
-  vision bench denoise --no-oidn --cuda-size 1920x1080 --repeat 20   # also GPU time per 1920x1080 frame
-  vision bench denoise --cuda-size 1920x1080 --timing-only           # only the GPU rows (syncs, graph, kernels)
-  vision bench denoise --cuda-size 64x64 --device cpu --timing-only  # the same calls on CPU tensors
-
-Tonemap for PSNR/SSIM: clamp to [0, 1], then gamma 1/2.2. relMSE: mean((x-y)^2/(y^2+0.01)).
-Targets checked here (each printed with PASS or FAIL): FLR >= 12 dB above the 1-spp input on average; FLNR >= FLR + 2 dB,
-within 2 dB of OIDN high (albedo+normal, cleanAux), HDR-FLIP <= OIDN high's + 0.02, and (with
---time-size 1280x720) <= 1/5 of OIDN fast's CPU time; joint upsampling from 1/2-resolution colour
-(rows "1/2 mean": 2x2 means, "1/2 pick": one sample in four, "1/2 pick+phase": the same with its pixel
-known) <= 1.5 dB below full-resolution FLR; (with --cuda-size 1920x1080, on a GPU) FLR <= 1 ms and
-FLNR <= 5 ms per frame.
-"""
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", type=Path, default=None, help="vision render-scenes folder (default: bundled scenes)")
-    p.add_argument("--frames", type=Path, default=None, metavar="MANIFEST",
-                   help="renderer files as written (Blender Cycles, Mitsuba AOVs, PFM) listed in a JSON manifest "
-                        "with their references (see benchmarks/denoise/README.md); rows per scene and spp, OIDN "
-                        "with prefiltered (noisy) albedo and normal")
-    p.add_argument("--spp", type=int, nargs="+", default=None, metavar="N",
-                   help="with --frames: only the frames of these samples per pixel (e.g. 1 4 16 64 256), and one "
-                        "table per sample count (default: every frame, still one table per sample count)")
-    p.add_argument("--split", default="all", choices=("train", "val", "test", "all"),
-                   help="scenes of this split only (default all)")
-    p.add_argument("--radius", type=int, default=8, help="FLR and box radius (default 8)")
-    p.add_argument("--eps", type=float, default=1e-2, help="FLR ridge weight (default 0.01)")
-    p.add_argument("--repeat", type=int, default=3, help="timed calls per method and frame (median; default 3)")
-    p.add_argument("--no-oidn", action="store_true", help="skip the OIDN rows")
-    p.add_argument("--weights", type=Path, default=None, help="FLNR weights (default: the bundled ones)")
-    p.add_argument("--no-flnr", action="store_true", help="skip the FLNR row")
-    p.add_argument("--time-size", default=None, metavar="WxH",
-                   help="also time FLR, FLNR and OIDN fast on the first frame enlarged to this size, e.g. "
-                        "1280x720 (--repeat rounds, methods interleaved)")
-    p.add_argument("--cuda-size", default=None, metavar="WxH",
-                   help="also time FLR (scales 1, 2, 4) and FLNR on the GPU per frame of this size, the buffers "
-                        "resident there as tensors (targets at 1920x1080: FLR <= 1 ms, FLNR <= 5 ms)")
-    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
-                   help="where --cuda-size times the denoisers (default cuda; cpu runs the same calls on CPU "
-                        "tensors, e.g. with a small --cuda-size 64x64 to check the command)")
-    p.add_argument("--timing-only", action="store_true",
-                   help="with --cuda-size: only the device timing rows, no quality table")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save every row as JSON here")
-    p.add_argument("--strict", action="store_true", help="exit with status 1 when an acceptance check FAILs")
-
 
 def box_denoise(d: dict, radius: int) -> np.ndarray:
-    from vision.denoise import buffers as B  # lazy: `vision bench --help` starts without vision.denoise
-
     t = {k: B.to_bchw(d[k], k) for k in ("color", *SIGNAL) if k in d}  # the colour and what splits it
     target, factor, add = B.demodulate(t["color"], t.get("albedo"), t.get("emission"), radius)
     k = 2 * radius + 1
@@ -128,8 +70,6 @@ def half_color(d: dict, how: str, u: int = 2) -> np.ndarray:
 
 
 def methods(args, upsample: bool = False, quarter: bool = False) -> dict:
-    from vision.denoise import denoise  # lazy: `vision bench --help` starts without vision.denoise
-
     def full(d):
         return d["color"]
 
@@ -144,8 +84,6 @@ def methods(args, upsample: bool = False, quarter: bool = False) -> dict:
          "flr s=2": flr(2)}
     net = None
     if not getattr(args, "no_flnr", False):
-        from vision.denoise import load_flnr  # lazy: `vision bench --help` starts without vision.denoise
-
         net = load_flnr(getattr(args, "weights", None))
         m["flnr"] = run_on(full, model="flnr", weights=net)
     if getattr(args, "frames", None) is not None:  # renderer files at any sample count: what the input blend adds
@@ -185,15 +123,9 @@ def methods(args, upsample: bool = False, quarter: bool = False) -> dict:
 
 
 def load_frames(args) -> list[tuple[str, int, dict]]:
-    from vision.bundled import asset_path  # lazy: `vision bench --help` starts without vision.bundled
-    from vision.data import RenderedScenes  # lazy: `vision bench --help` starts without vision.data.dataset
-
     if getattr(args, "spp", None) and getattr(args, "frames", None) is None:
         raise ValueError("--spp picks frames of a --frames manifest by their samples per pixel; add --frames")
     if getattr(args, "frames", None) is not None:
-        # lazy: `vision bench --help` starts without vision.pipelines.bench.denoise_files
-        from .denoise_files import load_manifest_frames
-
         return load_manifest_frames(args.frames, getattr(args, "spp", None))
 
     root = args.data or asset_path("scenes")
@@ -254,8 +186,6 @@ def temporal_step(d: dict):
     """One ``vision denoise --temporal`` frame: :class:`vision.denoise.TemporalDenoiser` (FLNR) with a Cycles Vector
     pass of a sub-pixel camera pan (0.37, -0.21 px per frame), so every call reprojects, tests and accumulates a
     full history before the regression."""
-    from vision.denoise import TemporalDenoiser  # lazy: `vision bench --help` starts without vision.denoise
-
     den = TemporalDenoiser()
     h, w = d["color"].shape[:2]
     motion = np.broadcast_to(np.array([0.37, 0.21, -0.37, -0.21], np.float32), (h, w, 4)).copy()
@@ -280,11 +210,6 @@ def time_device(args, frames, device) -> dict:
     and its buffers resident there as (1, C, H, W) tensors, one row printed per method as it is measured
     (warm-up, host syncs per frame, per-call latency, GPU kernel and throughput time, CUDA graph or not: see
     :mod:`.denoise_device`). Returns the per-call seconds per method (an exception where a method failed)."""
-    from vision.denoise import denoise, load_flnr  # lazy: `vision bench --help` starts without vision.denoise
-
-    # lazy: `vision bench --help` starts without vision.pipelines.bench.denoise_device
-    from . import denoise_device as DD
-
     device = torch.device(device)
     w, h = frame_size(args.cuda_size, "--cuda-size")
     d = enlarge(frames[0][2], (h, w))
@@ -344,9 +269,6 @@ def run(args) -> int:
     ok &= quality_targets(means, real, has_flip, (w, h))
     spp_records = None
     if real:
-        # lazy: `vision bench --help` starts without vision.pipelines.bench.denoise_files
-        from .denoise_files import scene_checks, spp_tables
-
         ok &= scene_checks(per, sorted({s for s, _, _ in frames}), means)
         spp_records = spp_tables(per, frames, list(ms))
     ok &= upsampling_targets(means)
@@ -402,8 +324,6 @@ def _divisible(frames: list, u: int) -> bool:
 
 def _measure(frames: list, ms: dict, repeat: int, has_flip: bool) -> dict:
     """``{(scene, method): [metrics of each frame]}``: PSNR, SSIM, relMSE (HDR-FLIP) and the median time."""
-    from vision.denoise import metrics as M  # lazy: `vision bench --help` starts without vision.denoise
-
     per: dict[tuple[str, str], list[dict]] = {}
     for scene, k, d in frames:
         for name, fn in ms.items():

@@ -22,6 +22,8 @@ import warnings
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from vision.denoise import graphs
+
 from .timing import format_time
 
 WARMUP = 3
@@ -85,8 +87,6 @@ def kernel_time(fn, device, n: int) -> float | None:
 
 def measure(name: str, fn, device, repeat: int) -> dict:
     """The row of one method (see the module docstring); an exception becomes the row's ``error``."""
-    from vision.denoise import graphs  # lazy: vision --help imports this module
-
     row = {"method": name}
     try:
         before = (len(graphs._graphs), len(graphs._failed))

@@ -41,43 +41,15 @@ import torch
 from tqdm import tqdm
 
 from vision.data.fields import GUIDES, NAMES
+from vision.data.render_layers import read_channels, read_render_file, samples_per_pixel
+from vision.denoise import TemporalDenoiser, denoise
+from vision.denoise.flnr import load_flnr
+from vision.denoise.metrics import tonemap
+from vision.figures import side_by_side
+
+from .commands import SEQUENCE_METHODS
 from .timing import print_table
 
-HELP = "animation denoising (temporal FLNR) against per-frame OIDN on rendered sequences"
-DESCRIPTION = ("Per-frame PSNR, frame-to-frame stability and PSNR on disoccluded pixels of vision denoise "
-               "--temporal, per-frame FLNR / FLR and per-frame OIDN on Blender sequences with motion vectors.")
-EPILOG = """examples:
-  blender -b -noaudio --factory-startup -t 1 --python benchmarks/denoise/blender_seq.py -- data/seq
-  vision bench denoise-sequences data/seq
-  vision bench denoise-sequences data/seq --sequences orbit --methods temporal,flnr --json seq.json
-  vision bench denoise-sequences data/seq --methods flnr,temporal --weights my_flnr.safetensors
-  vision bench denoise-sequences data/seq --figures figs/   # figs/SEQ_frame.png, figs/SEQ_flicker.png
-
-columns: PSNR (mean per-frame dB, tonemapped), stability (dB of the frame-to-frame differences), disoccluded
-(dB on pixels disoccluded in the last two frames), flat (dB on pixels more than 2 from any edge of the normal,
-log depth, albedo or object index passes; the share of such pixels is printed per sequence), JOD
-(ColorVideoVDP, 24 fps, tonemapped frames on the standard_fhd display, 10 = no visible difference; "-" without
-pip install cvvdp), s/frame.
-
-Targets for `--temporal`: PSNR >= OIDN high's, stability >= OIDN high's + 4.8 dB, disoccluded PSNR >=
-per-frame FLNR's - 0.3 dB, per sequence.
-"""
-METHODS = ("oidn high", "oidn fast", "flnr", "flr", "temporal", "temporal flr")
-
-
-def add_arguments(p) -> None:
-    p.add_argument("folder", type=Path, metavar="DIR", help="a benchmarks/denoise/blender_seq.py output folder")
-    p.add_argument("--sequences", default=None, help="comma-separated sequence names (default: all)")
-    p.add_argument("--methods", default="oidn high,oidn fast,flnr,temporal",
-                   help=f"comma-separated, from: {', '.join(METHODS)} (default: oidn high,oidn fast,flnr,temporal)")
-    p.add_argument("--weights", type=Path, default=None, metavar="FILE",
-                   help="FLNR weights for flnr and temporal (a .safetensors file or save_pretrained folder; default: "
-                        "the bundled ones)")
-    p.add_argument("--from", dest="first", type=int, default=4, help="first scored frame (default 4)")
-    p.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
-    p.add_argument("--figures", type=Path, default=None, metavar="DIR",
-                   help="also write, per sequence, DIR/SEQ_frame.png (the last frame: noisy, each method, reference) "
-                        "and DIR/SEQ_flicker.png (each method's error in the last frame-to-frame difference)")
 
 
 def read_sequences(folder: Path, names=None) -> dict[str, list[dict]]:
@@ -107,9 +79,6 @@ def read_sequences(folder: Path, names=None) -> dict[str, list[dict]]:
 def load_frame(noisy: Path, reference: Path) -> dict:
     """The noisy frame's buffers, ``motion`` and ``index`` where the file has them, ``spp`` (its samples per pixel
     from the header, as ``vision denoise`` reads it, or None) and ``reference``."""
-    # lazy: `vision bench --help` starts without vision.data.render_layers
-    from vision.data.render_layers import read_render_file, read_channels, samples_per_pixel
-
     rf = read_render_file(noisy, {})
     layer = rf.layers[0]
     d = dict(layer.buffers)
@@ -228,8 +197,6 @@ def jod(test_frames, reference_frames, fps: float = JOD_FPS) -> float:
     display-encoded frames on cvvdp's ``standard_fhd`` display (24-inch 1920 x 1080, 200 cd/m^2, 0.6 m, 250 lux:
     37.8 pixels per degree), one frame pixel per display pixel, at ``fps`` frames per second (one frame: an
     image). 10 = no visible difference. Needs ``pycvvdp`` (ImportError otherwise); nothing is downloaded."""
-    from vision.denoise.metrics import tonemap  # lazy: `vision bench --help` starts without vision.denoise.metrics
-
     t = np.stack([tonemap(x) for x in test_frames]).astype(np.float32)
     r = np.stack([tonemap(x) for x in reference_frames]).astype(np.float32)
     if t.shape != r.shape or t.ndim != 4 or t.shape[-1] != 3:
@@ -239,8 +206,6 @@ def jod(test_frames, reference_frames, fps: float = JOD_FPS) -> float:
 
 
 def _mse(a, b, mask=None):
-    from vision.denoise.metrics import tonemap  # lazy: `vision bench --help` starts without vision.denoise.metrics
-
     d = (tonemap(a) - tonemap(b)) ** 2
     if mask is not None:
         d = d[mask]
@@ -252,8 +217,6 @@ def _db(mse):
 
 
 def methods(names, weights=None):
-    from vision.denoise import TemporalDenoiser, denoise  # lazy: `vision bench --help` starts without vision.denoise
-
     def per_frame(model):
         def run(d, state):
             t = {k: torch.from_numpy(d[k]) for k in GUIDES if k in d}
@@ -284,7 +247,7 @@ def methods(names, weights=None):
              "temporal flr": lambda: temporal("flr")}
     unknown = [n for n in names if n not in table]
     if unknown:
-        raise ValueError(f"--methods: unknown {', '.join(unknown)}; choose from {', '.join(METHODS)}")
+        raise ValueError(f"--methods: unknown {', '.join(unknown)}; choose from {', '.join(SEQUENCE_METHODS)}")
     return {n: table[n]() for n in names}
 
 
@@ -320,9 +283,6 @@ def score_sequence(frames: list[dict], runners: dict, first: int, progress=None,
                 a = acc[name]
                 a["psnr"].append(_db(_mse(out, d["reference"])))
                 if prev_out[name] is not None:
-                    # lazy: `vision bench --help` starts without vision.denoise.metrics
-                    from vision.denoise.metrics import tonemap
-
                     e = (tonemap(out) - tonemap(prev_out[name][0])) - (tonemap(d["reference"]) -
                                                                       tonemap(prev_out[name][1]))
                     a["diff"].append(float((e ** 2).mean()))
@@ -353,9 +313,6 @@ def write_figures(folder: Path, seq: str, last: dict, names: list[str]) -> list[
     """``SEQ_frame.png``: the last frame, noisy, each method and the reference, tonemapped; ``SEQ_flicker.png``:
     per method, ``|d out - d ref|`` (mean over channels, x4) of the last frame-to-frame difference, where flicker
     shows (black = the output changes as the reference does). Pixels doubled (nearest) for small renders."""
-    from vision.denoise.metrics import tonemap  # lazy: `vision bench --help` starts without vision.denoise.metrics
-    from vision.figures import side_by_side  # lazy: `vision bench --help` starts without vision.figures
-
     cur, prev = last.get("current"), last.get("previous")
     if cur is None:
         return []
@@ -375,8 +332,6 @@ def run(args) -> int:
     seqs = read_sequences(args.folder, None if args.sequences is None else args.sequences.split(","))
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     if args.weights is not None:
-        from vision.denoise.flnr import load_flnr  # lazy: `vision bench --help` starts without vision.denoise.flnr
-
         try:  # a missing or bad file: one line, now
             load_flnr(args.weights)
         except (OSError, ValueError, RuntimeError) as err:

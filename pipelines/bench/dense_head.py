@@ -11,61 +11,26 @@ all four. Images/s = batch / seconds per call.
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import gc
 import json
 import platform
 import time
-from pathlib import Path
 
+import timm  # the [dense] extra: `vision bench dense-head` says so without it
 import torch
+
+from vision.heads import DPTHead, LocalLinearReadout, TokenLocalHead, head_parameter_count
 
 from .timing import (DTYPES, format_time, library_versions, print_table, resolve_device, set_threads,
                      time_interleaved)
-
-DESCRIPTION = "dense-prediction heads: token-local and local-linear readout against a DPT-style decoder"
-
-EPILOG = """\
-examples:
-  vision bench dense-head                               # ViG-T features at 128 and 224, batch 8, K = 1
-  vision bench dense-head --threads 2 --device cpu
-  vision bench dense-head --sizes 224 512 --out-channels 3 --json bench-out/dense-head.json
-  vision bench dense-head --device cuda --dtype bfloat16
-
-"x DPT" columns are ours over the DPT-style head's: parameters (below 1: fewer) and images/s (above 1:
-faster). Targets: the token-local head has <= 1/10 of the DPT head's parameters and
->= 3x its throughput (forward and fwd+bwd, at every size).
-"""
 
 HEAD_NAMES = ("token-local", "local-linear", "local-linear +5 guides", "dpt")
 LEARNED_GUIDES = 5  # the "+5 guides" row: LocalLinearReadout(..., learned_guides=5), RGB + 5 learned channels
 BASELINE = "dpt"
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sizes", nargs="+", type=int, default=[128, 224], metavar="N",
-                   help="square image sizes, multiples of 16 (default: 128 224)")
-    p.add_argument("--batch", type=int, default=8, help="images per call (default 8)")
-    p.add_argument("--backbone", default="vig_tiny_patch16_224", help="timm backbone (features_only) to read "
-                   "features from (default vig_tiny_patch16_224)")
-    p.add_argument("--out-channels", type=int, default=1, help="K, output channels of every head (default 1)")
-    p.add_argument("--dpt-features", type=int, default=64, help="width of the DPT-style decoder (default 64)")
-    p.add_argument("--repeat", type=int, default=None, help="timed calls per head (default: as many as fit, up to 5)")
-    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
-                   help="heads and features dtype (default float32)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
-    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                   help="wall time (default), or CPU time of the process (CPU device only; best with --threads 1)")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save every row as JSON here")
-    p.add_argument("--strict", action="store_true", help="exit with status 1 when an acceptance check FAILs")
-
-
 def build_heads(dims: list[int], strides: list[int], out_channels: int, dpt_features: int) -> dict:
-    # lazy: `vision bench --help` starts without vision.heads
-    from vision.heads import DPTHead, LocalLinearReadout, TokenLocalHead
-
     dim, stride = dims[-1], strides[-1]
     return {"token-local": TokenLocalHead(dim, stride, out_channels),
             "local-linear": LocalLinearReadout(dim, stride, out_channels),
@@ -74,8 +39,6 @@ def build_heads(dims: list[int], strides: list[int], out_channels: int, dpt_feat
 
 
 def bench_size(size: int, backbone, heads: dict, args, device, dtype, clock) -> list[dict]:
-    from vision.heads import head_parameter_count  # lazy: `vision bench --help` starts without vision.heads
-
     gen = torch.Generator().manual_seed(size)
     image = torch.rand(args.batch, 3, size, size, generator=gen).to(device=device, dtype=dtype)
     with torch.no_grad():
@@ -158,8 +121,6 @@ def acceptance(rows: list[dict]) -> list[tuple[str, bool | None]]:
 
 
 def run(args) -> int:
-    import timm  # lazy: timm comes with the [dense] and [train-denoiser] extras
-
     device, dev = resolve_device(args.device)
     if args.clock == "cpu" and dev.type != "cpu":
         raise ValueError("--clock cpu measures CPU time; it cannot time a CUDA device")

@@ -9,19 +9,14 @@ on CUDA; on CPU only the ratio means anything.
 """
 from __future__ import annotations
 
-import argparse
 import time
 
+from diffusers import AutoencoderKL, UNet2DConditionModel  # the [edit] extra: `vision bench edit` says so without it
 import torch
 
-from .timing import format_time, print_table, resolve_device, set_threads, time_interleaved
+from vision.pipelines.editing.spl_guidance import LatentRestorer
 
-DESCRIPTION = "time one guided SPL stage (decode, optimise, encode) against one SD1.5 UNet step"
-EPILOG = """examples:
-  vision bench edit                          # 512 x 512, fp16 on CUDA (fp32 on CPU)
-  vision bench edit --size 256 --spl-steps 100 --repeat 3
-  vision bench edit --device cpu --threads 2 --repeat 1    # a CPU ratio on a shared machine
-"""
+from .timing import format_time, print_table, resolve_device, set_threads, time_interleaved
 
 # Stable Diffusion 1.5 (runwayml/stable-diffusion-v1-5) unet/config.json and vae/config.json
 SD15_UNET = dict(sample_size=64, in_channels=4, out_channels=4, layers_per_block=2,
@@ -33,23 +28,7 @@ SD15_VAE = dict(sample_size=512, in_channels=3, out_channels=3, latent_channels=
                 up_block_types=("UpDecoderBlock2D",) * 4, norm_num_groups=32, scaling_factor=0.18215)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--size", type=int, default=512, help="image side in pixels (default 512)")
-    p.add_argument("--spl-steps", type=int, default=100, help="optimisation steps per stage (default 100)")
-    p.add_argument("--repeat", type=int, default=None, help="timed samples per row (default: fit a budget)")
-    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
-    p.add_argument("--dtype", choices=("float16", "bfloat16", "float32"), default=None,
-                   help="model precision (default float16 on CUDA, float32 on CPU)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
-
-
 def run(args) -> int:
-    from diffusers import AutoencoderKL, UNet2DConditionModel  # lazy: diffusers comes with the [edit] extra
-
-    # lazy: `vision bench --help` starts without vision.pipelines.editing.spl_guidance
-    from vision.pipelines.editing.spl_guidance import LatentRestorer
-
-
     if args.size % 8 or args.size < 64:
         raise ValueError(f"--size must be a multiple of 8 and at least 64, got {args.size}")
     for name, value in (("--repeat", args.repeat), ("--threads", args.threads), ("--spl-steps", args.spl_steps)):

@@ -17,28 +17,24 @@ how the tests check this code. Targets come from the GPU-speed issue; a missed t
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 import sys
 
+from kornia.filters import guided_blur
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from .guided_filter import copy_bandwidth
+from vision import restore_structure
+from vision.kernels import box_filter, guided_filter, local_linear_apply, local_linear_fit, structure_loss
+from vision.kernels.runtime import use_backend
 
-DESCRIPTION = "each operator's kernel time, call latency, syncs and GB/s against the bandwidth floor (GPU method)"
-EPILOG = """examples:
-  vision bench gpu                          # every case on CUDA at the target sizes
-  vision bench gpu --only box guided        # some cases
-  vision bench gpu --device cpu --small     # the same code on CPU at small sizes (a check, not a measurement)
-  vision bench gpu --json gpu.json
-"""
+from .guided_filter import copy_bandwidth
+from .spl import unfused_structure_loss
 PLANE = 1024 * 1024 * 4  # one 1024^2 float32 plane, bytes
 
 
@@ -62,8 +58,6 @@ def _err(fast, slow) -> float:
 
 
 def _in_float64(fn, *tensors):
-    from vision.kernels.runtime import use_backend  # lazy: `vision bench --help` starts without vision.kernels.runtime
-
     with use_backend("torch"):
         return fn(*(t.double() for t in tensors))
 
@@ -71,8 +65,6 @@ def _in_float64(fn, *tensors):
 # ---------------------------------------------------------------------------------------------- the cases
 
 def _box(device, small):
-    from vision.kernels import box_filter  # lazy: `vision bench --help` starts without vision.kernels.box
-
     n = 128 if small else 1024
     x = _rand((1, 1, n, n), device, 0)
     return (lambda: box_filter(x, 8)), (lambda: _err(box_filter(x, 8), _in_float64(lambda t: box_filter(t, 8), x)))
@@ -80,8 +72,6 @@ def _box(device, small):
 
 def _guided(channels, size):
     def build(device, small):
-        from vision.kernels import guided_filter  # lazy: `vision bench --help` starts without vision.kernels.guided
-
         h, w = (96, 128) if small else size
         g, s = _rand((1, channels, h, w), device, 1), _rand((1, channels, h, w), device, 2)
         f = lambda a, b: guided_filter(a, b, 8, 1e-2)  # noqa: E731
@@ -90,17 +80,12 @@ def _guided(channels, size):
 
 
 def _kornia_guided(device, small):
-    from kornia.filters import guided_blur  # lazy: kornia loads slowly; only this path needs it
-
     n = 128 if small else 1024
     g, s = _rand((1, 1, n, n), device, 1), _rand((1, 1, n, n), device, 2)
     return (lambda: guided_blur(g, s, 17, 1e-2, border_type="reflect", separable=True)), None
 
 
 def _regression(device, small):
-    # lazy: `vision bench --help` starts without vision.kernels.local_linear
-    from vision.kernels import local_linear_apply, local_linear_fit
-
     h, w = (64, 96) if small else (1080, 1920)
     f, p = _rand((1, 6, h, w), device, 3), _rand((1, 3, h, w), device, 4)
     run = lambda a, b: local_linear_apply(a, local_linear_fit(a, b, 8, 1e-2))  # noqa: E731
@@ -109,16 +94,10 @@ def _regression(device, small):
 
 def _spl(size, peer=False):
     def build(device, small):
-        # lazy: `vision bench --help` starts without vision.kernels.spl.structure_loss
-        from vision.kernels import structure_loss
-
         n = 64 if small else size
         src = _rand((1, 3, n, n), device, 5)
         edit = _rand((1, 3, n, n), device, 6).requires_grad_(True)
-        if peer:
-            from .spl import unfused_structure_loss as loss  # lazy: binds this branch's local `loss`
-        else:
-            loss = structure_loss
+        loss = unfused_structure_loss if peer else structure_loss
 
         def call():
             return torch.autograd.grad(loss(src, edit), edit)[0]
@@ -126,9 +105,6 @@ def _spl(size, peer=False):
         def err():
             ours = call()
             e64 = edit.detach().double().requires_grad_(True)
-            # lazy: `vision bench --help` starts without vision.kernels.runtime
-            from vision.kernels.runtime import use_backend
-
             with use_backend("torch"):
                 ref = torch.autograd.grad(structure_loss(src.double(), e64), e64)[0]
             return _err(ours, ref) / max(float(ref.abs().max()), 1e-30)  # relative: gradients are tiny
@@ -138,8 +114,6 @@ def _spl(size, peer=False):
 
 
 def _restore(device, small):
-    from vision import restore_structure  # lazy: `vision bench --help` starts without vision.restore
-
     n = 64 if small else 512
     src, edit = _rand((1, 3, n, n), device, 7), _rand((1, 3, n, n), device, 8)
     return (lambda: restore_structure(src, edit, steps=100)), None
@@ -333,14 +307,6 @@ def triton_resources() -> list[dict]:
 
 def _fmt(v, spec=".1f"):
     return "-" if v is None else format(v, spec)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--only", nargs="+", default=None, choices=sorted({c.group for c in CASES}),
-                   help="measure only these groups of cases")
-    p.add_argument("--small", action="store_true", help="small inputs (for a quick check on CPU)")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save the rows as JSON here")
 
 
 def run(args) -> int:

@@ -8,73 +8,33 @@ BORDER_REFLECT = our "symmetric"; kornia: "reflect"; the Deep-Guided-Filter-styl
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import gc
 import json
 import platform
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
+import cv2
+from kornia.filters import guided_blur
+import numpy as np
 import torch
 
-import numpy as np
+from vision.io import check_pixels
+from vision.kernels import guided_filter
+from vision.kernels.runtime import backend_for
 
+from .huge_radius import run_from_args
+from .peers import cumsum_guided_filter, cumsum_guided_filter_color
 from .timing import (
     DTYPES, format_time, library_versions, print_table, resolve_device, set_threads, time_call,
     time_interleaved,
 )
 
-DESCRIPTION = "guided filter: ours against OpenCV ximgproc, kornia and a cumsum (Deep Guided Filter style) filter"
-
-EPILOG = """\
-examples:
-  vision bench guided-filter                          # 1024x1024 and 4K (3840x2160), gray and colour guide
-  vision bench guided-filter --quick                  # 1024x1024 only, fewer repeats
-  vision bench guided-filter --sizes 512 1920x1080 --radius 16 --eps 1e-3
-  vision bench guided-filter --device cpu --threads 2 --json gf-cpu.json
-  vision bench guided-filter --device cpu --threads 1 --clock cpu   # steady ratios on a busy shared machine
-  vision bench guided-filter --device cuda --dtype bfloat16 --peak-gbs 3350   # H100 SXM peak
-  vision bench guided-filter --huge-radius --sizes 512   # box and guided: r = 10^6 / r = 128 per border
-
-Sizes are N (N x N) or WIDTHxHEIGHT. Ratios ours/peer below 1 mean ours is faster. "ours/peer" uses
-ours in the peer's border mode; "valid/peer" uses our default border. On CUDA, ours is also reported
-in GB/s against the minimum traffic (forward: read guide and src, write the output; forward+backward:
-also read the output gradient and write the two input gradients), as % of --peak-gbs and of a
-device-to-device copy measured in the same run. On CPU the run ends with the acceptance checks at
-1024x1024, r = 8: ours <= 1.5x OpenCV's time and >= 5x faster than kornia (separable).
-"""
-
 DEFAULT_SIZES = ["1024", "3840x2160"]
 KINDS = {"gray": (1, 1), "colour": (3, 3)}  # guide channels, src channels
 PASSES = ("forward", "forward+backward")
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sizes", nargs="+", default=None, metavar="SIZE",
-                   help="image sizes, N or WIDTHxHEIGHT (default: 1024 3840x2160)")
-    p.add_argument("--repeat", type=int, default=None,
-                   help="timed calls per entry (default: 20 on CUDA; on CPU up to 5, fewer for slow calls; "
-                        "entries are timed round-robin)")
-    p.add_argument("--radius", type=int, default=8, help="window radius r (window 2r+1; default 8)")
-    p.add_argument("--eps", type=float, default=1e-2, help="regularisation eps (default 1e-2)")
-    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
-                   help="tensor dtype of the inputs (default float32; OpenCV always gets float32)")
-    p.add_argument("--quick", action="store_true", help="1024x1024 only, fewer repeats")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save every row as JSON here")
-    p.add_argument("--peak-gbs", type=float, default=4800.0,
-                   help="nominal memory bandwidth in GB/s for the roofline (default 4800, an H200)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch and OpenCV (default: theirs)")
-    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                   help="wall time (default), or CPU time of the process (all threads summed; CPU device only): "
-                        "steadier on a shared machine, best with --threads 1")
-    p.add_argument("--strict", action="store_true", help="exit with status 1 when an acceptance check FAILs")
-    p.add_argument("--huge-radius", action="store_true",
-                   help="instead of the peers: time box_filter and guided_filter at radius 10^6 against radius 128 "
-                        "in every border mode (first size only) and print the ratios (target < 2x)")
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -93,7 +53,6 @@ def parse_size(text: str) -> tuple[int, int]:
         raise ValueError(f"--sizes: {text!r} is not N or WIDTHxHEIGHT") from None
     if w < 1 or h < 1:
         raise ValueError(f"--sizes: {text!r} must be positive")
-    from vision.io import check_pixels  # lazy: `vision bench --help` starts without vision.io
 
     check_pixels("--sizes", (h, w))  # before anything is allocated
     return h, w
@@ -123,8 +82,6 @@ class Entry:
 
 
 def _ours_entries(radius, eps):
-    from vision.kernels import guided_filter  # lazy: `vision bench --help` starts without vision.kernels.guided
-
     def make(border):
         return lambda g, s: guided_filter(g, s, radius, eps, border=border)
 
@@ -133,10 +90,8 @@ def _ours_entries(radius, eps):
 
 def _opencv_entry(radius, eps, device):
     try:
-        import cv2  # lazy: `vision bench --help` starts without OpenCV
-
         gf = cv2.ximgproc.guidedFilter
-    except (ImportError, AttributeError):
+    except AttributeError:
         return Entry("opencv ximgproc", "symmetric", None, backward=False, numpy=True,
                      missing="cv2.ximgproc not available (needs opencv-contrib-python-headless)")
     if torch.device(device).type != "cpu":
@@ -145,11 +100,6 @@ def _opencv_entry(radius, eps, device):
 
 
 def _kornia_entry(radius, eps):
-    try:
-        from kornia.filters import guided_blur  # lazy: kornia loads slowly; only this path needs it
-    except ImportError:
-        return Entry("kornia separable", "reflect", None, missing="kornia not installed")
-
     def fn(g, s):
         return guided_blur(g, s, 2 * radius + 1, eps, border_type="reflect", separable=True)
 
@@ -157,9 +107,6 @@ def _kornia_entry(radius, eps):
 
 
 def _cumsum_entries(radius, eps, kind):
-    # lazy: `vision bench --help` starts without vision.pipelines.bench.peers
-    from .peers import cumsum_guided_filter, cumsum_guided_filter_color
-
     entries = [Entry("cumsum DGF-style" + (" (channel-wise)" if kind == "colour" else ""), "valid",
                      lambda g, s: cumsum_guided_filter(g, s, radius, eps), comparable=kind == "gray")]
     if kind == "colour":
@@ -377,11 +324,7 @@ def run(args) -> int:
     dtype = DTYPES[args.dtype]
     set_threads(args.threads)
     if args.huge_radius:
-        # lazy: `vision bench --help` starts without vision.pipelines.bench.huge_radius
-        from .huge_radius import run_from_args
-
         return run_from_args(args, "guided-filter", sizes[0], dev, dtype, ("box", "guided"))
-    from vision.kernels.runtime import backend_for  # lazy: `vision bench --help` starts without vision.kernels.runtime
 
     cuda = dev.type == "cuda"
     saved_tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
@@ -394,12 +337,7 @@ def run(args) -> int:
             torch.backends.cudnn.allow_tf32 = False
         copy_gbs = copy_bandwidth(dev) if cuda else None
         probe = torch.empty(1, device=dev)
-        try:
-            import cv2  # lazy: `vision bench --help` starts without OpenCV
-
-            cv_threads = cv2.getNumThreads()
-        except ImportError:
-            cv_threads = None
+        cv_threads = cv2.getNumThreads()
         name = torch.cuda.get_device_name(dev) if cuda else platform.processor() or platform.machine()
         print(f"guided filter: r={args.radius} (window {2 * args.radius + 1}), eps={args.eps:g}, dtype={args.dtype}, "
               f"device={device} ({name}), our backend={backend_for(probe)}")

@@ -14,8 +14,10 @@ import time
 
 import torch
 
-from .timing import format_time, print_table, time_interleaved
+from vision.denoise.flr import flr
 from vision.kernels import box_filter, guided_filter, local_linear_fit
+
+from .timing import format_time, print_table, time_interleaved
 
 HUGE, BASE = 10**6, 128
 BORDERS = ("valid", "reflect", "replicate", "symmetric")
@@ -37,8 +39,6 @@ def cases(names: tuple[str, ...], h: int, w: int, device, dtype) -> dict[str, Ca
 
 
 def _flr(color, f, r):
-    from vision.denoise.flr import flr  # lazy: vision --help imports this module
-
     return flr(color, {"albedo": f[:, :3], "normal": f[:, 3:]}, r)
 
 

@@ -10,61 +10,23 @@ outputs (forward+backward: of the gradients w.r.t. features and target), the cor
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import gc
 import json
 import platform
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from vision.kernels import local_linear_apply, local_linear_fit
+from vision.kernels.guided.reference import low_res_radius
+from vision.kernels.runtime import backend_for
+
+from .huge_radius import run_from_args
 from .timing import DTYPES, format_time, print_table, resolve_device, set_threads, time_interleaved
 
-DESCRIPTION = ("local linear regression (fit + apply, K features, C targets): ours against plain PyTorch "
-               "(box moments + torch.linalg.solve)")
-
-EPILOG = """\
-examples:
-  vision bench local-regression                       # 1280x720 on CPU (1920x1080 on CUDA), K=6, C=3, r=8, scales 1 and 4
-  vision bench local-regression --scales 4 --repeat 10
-  vision bench local-regression --size 1920x1080 --features 8 --targets 3 --radius 16
-  vision bench local-regression --device cpu --threads 2 --json llr-cpu.json
-  vision bench local-regression --threads 1 --clock cpu      # steady ratios on a busy shared machine
-  vision bench local-regression --huge-radius --size 256     # fit and FLR: r = 10^6 / r = 128 per border
-
-Rows: "fit" = local_linear_fit alone, "fit+apply" = local_linear_apply(f, local_linear_fit(f, p, ...)).
-The peer runs fit+apply only. Ratios below 1 mean ours is faster. Targets: on CPU at
-1280x720, K=6, C=3, r=8: fit+apply at scale 1 >= 3x faster than the peer (forward), and fit+apply at
-scale 4 <= 150 ms; on CUDA at 1920x1080, scale 4: fit+apply <= 1 ms.
-"""
-
 PASSES = ("forward", "forward+backward")
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--size", default=None, help="WIDTHxHEIGHT or N (default 1280x720 on CPU, 1920x1080 on CUDA)")
-    p.add_argument("--features", type=int, default=6, help="K feature channels (default 6)")
-    p.add_argument("--targets", type=int, default=3, help="C target channels (default 3)")
-    p.add_argument("--radius", type=int, default=8, help="window radius r in full-resolution pixels (default 8)")
-    p.add_argument("--eps", type=float, default=1e-2, help="ridge weight eps (default 1e-2)")
-    p.add_argument("--scales", type=int, nargs="+", default=[1, 4], help="fit scales (default 1 4)")
-    p.add_argument("--repeat", type=int, default=None,
-                   help="timed calls per entry (default: 20 on CUDA; on CPU up to 5, fewer for slow calls)")
-    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="input dtype (default float32)")
-    p.add_argument("--no-peer", action="store_true", help="time ours only")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch and OpenCV (default: theirs)")
-    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                   help="wall time, or CPU seconds of this process (steadier on a shared machine; "
-                        "use with --threads 1, since waiting threads spin)")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save every row as JSON here")
-    p.add_argument("--strict", action="store_true", help="exit with status 1 when an acceptance check FAILs")
-    p.add_argument("--huge-radius", action="store_true",
-                   help="instead of the peer: time local_linear_fit (every border mode) and the FLR denoiser at "
-                        "radius 10^6 against radius 128 and print the ratios (target < 2x)")
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -104,9 +66,6 @@ def _box_valid(x: torch.Tensor, r: int) -> torch.Tensor:
 
 def plain_local_linear_fit(f: torch.Tensor, p: torch.Tensor, radius: int, eps: float, scale: int = 1):
     """Plain PyTorch fit ("valid" border): every moment image, box means, ``torch.linalg.solve``."""
-    # lazy: `vision bench --help` starts without vision.kernels.guided.reference
-    from vision.kernels.guided.reference import low_res_radius
-
     B, K, H, W = f.shape
     C = p.shape[1]
     cf, cp = f.detach().mean((2, 3), keepdim=True), p.detach().mean((2, 3), keepdim=True)
@@ -145,9 +104,6 @@ def plain_local_linear_apply(f: torch.Tensor, coeffs: torch.Tensor, scale: int =
 # ---------------------------------------------------------------------------------------------- run
 
 def _entries(args):
-    # lazy: `vision bench --help` starts without vision.kernels.local_linear
-    from vision.kernels import local_linear_apply, local_linear_fit
-
     r, eps = args.radius, args.eps
     out = []
     for s in args.scales:
@@ -277,11 +233,7 @@ def run(args) -> int:
     dtype = DTYPES[args.dtype]
     set_threads(args.threads)
     if args.huge_radius:
-        # lazy: `vision bench --help` starts without vision.pipelines.bench.huge_radius
-        from .huge_radius import run_from_args
-
         return run_from_args(args, "local-regression", (h, w), dev, dtype, ("local_linear_fit", "flr"))
-    from vision.kernels.runtime import backend_for  # lazy: `vision bench --help` starts without vision.kernels.runtime
 
     cuda = dev.type == "cuda"
     name = torch.cuda.get_device_name(dev) if cuda else platform.processor() or platform.machine()

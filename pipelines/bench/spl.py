@@ -12,54 +12,26 @@ momentum 0.9, SPL + chroma loss) against the same loop built on the peer loss.
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import platform
 import time
-from pathlib import Path
 
 import torch
 
+from vision.kernels import structure_loss
+from vision.kernels.runtime import backend_for
 from vision.kernels.spl.defaults import SPL_DEFAULTS
+from vision.losses import color_preservation_loss
+from vision.restore import restore_structure
 
+from .peers import cumsum_box_mean, window_count
 from .timing import (
     format_time, library_versions, print_table, resolve_device, set_threads, synchronize,
     time_interleaved,
 )
 
-DESCRIPTION = "structure preservation loss: ours (fused) against an unfused cumsum implementation of the same math"
-
-EPILOG = """\
-examples:
-  vision bench spl                                    # loss+gradient at 512^2 and 1024^2, 100-step restore at 512^2
-  vision bench spl --sizes 256 2048 --restore-size 1024
-  vision bench spl --device cpu --threads 2 --json spl-cpu.json
-  vision bench spl --device cpu --threads 1 --clock cpu       # steady ratios on a busy shared machine
-  vision bench spl --device cuda --strict             # exit 1 when an acceptance check fails
-
-Ratios are peer time / our time (above 1: ours is faster). Acceptance (printed at the end):
-CPU: ours >= 2x faster than the unfused implementation for loss+gradient at every size;
-CUDA: >= 5x, and 100 restore steps at 512^2 in <= 50 ms.
-"""
-
 DEFAULT_SIZES = ["512", "1024"]
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sizes", nargs="+", default=None, metavar="SIZE",
-                   help="loss+gradient sizes, N or WIDTHxHEIGHT (default: 512 1024)")
-    p.add_argument("--restore-size", default="512", metavar="SIZE", help="size of the restore run (default 512)")
-    p.add_argument("--steps", type=int, default=100, help="steps of the restore run (default 100)")
-    p.add_argument("--radius", type=int, default=5, help="window radius (default 5)")
-    p.add_argument("--eps", type=float, default=1e-4, help="eps (default 1e-4)")
-    p.add_argument("--repeat", type=int, default=None, help="timed calls per entry (default: by time budget)")
-    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch and OpenCV (default: theirs)")
-    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                   help="wall time (default), or this process's CPU time (CPU only; steadier on a busy shared machine)")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save the rows as JSON here")
-    p.add_argument("--strict", action="store_true", help="exit with status 1 when an acceptance check fails")
 
 
 # ---------------------------------------------------------------------------------------------- the peer
@@ -67,9 +39,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def unfused_structure_loss(source: torch.Tensor, edited: torch.Tensor, radius: int = SPL_DEFAULTS.radius,
                            eps: float = SPL_DEFAULTS.eps) -> torch.Tensor:
     """Bidirectional SPL with detached coefficients, every mean a cumsum box filter, autograd backward."""
-    # lazy: `vision bench --help` starts without vision.pipelines.bench.peers
-    from .peers import cumsum_box_mean, window_count
-
     S = source.mean(1, keepdim=True)
     E = edited.mean(1, keepdim=True)
     n = window_count(S, radius)
@@ -90,8 +59,6 @@ def unfused_structure_loss(source: torch.Tensor, edited: torch.Tensor, radius: i
 
 def unfused_restore(source, edited, steps: int, radius: int, eps: float):
     """The published optimisation loop on the peer loss: SGD(lr 1, momentum 0.9), SPL 1e4 + CPL 1e3."""
-    from vision.losses import color_preservation_loss  # lazy: `vision bench --help` starts without vision.losses
-
     x = edited.clone().requires_grad_(True)
     opt = torch.optim.SGD([x], lr=1.0, momentum=0.9)
     scale = source.shape[0] * source.shape[-2] * source.shape[-1] / (512 * 512)  # same objective as ours
@@ -187,8 +154,6 @@ def _check_args(args, dev) -> None:
 
 def _print_header(args, device: str, dev, name: str, versions: dict) -> None:
     """Print the settings, the device and our backend on it, the threads, the clock and the library versions."""
-    from vision.kernels.runtime import backend_for  # lazy: `vision bench --help` starts without vision.kernels.runtime
-
     probe = torch.empty(1, device=dev)
     print(f"structure preservation loss: r={args.radius} (window {2 * args.radius + 1}), eps={args.eps:g}, "
           f"bidirectional, stop-gradient, device={device} ({name}), our backend={backend_for(probe)}, "
@@ -200,9 +165,6 @@ def _print_header(args, device: str, dev, name: str, versions: dict) -> None:
 
 def _loss_rows(sizes: list, dev, device: str, r: int, eps: float, repeat, budget: float, clock) -> tuple:
     """``(rows, checks)``: loss + gradient, ours against the unfused loss, at each size (h, w)."""
-    # lazy: `vision bench --help` starts without vision.kernels.spl.structure_loss
-    from vision.kernels import structure_loss
-
     cuda = dev.type == "cuda"
     rows, checks = [], []
     need = 5.0 if cuda else 2.0
@@ -229,8 +191,6 @@ def _loss_rows(sizes: list, dev, device: str, r: int, eps: float, repeat, budget
 
 def _restore_row(args, dev, device: str, r: int, eps: float, repeat, budget: float, clock) -> tuple:
     """``(row, check)``: ``--steps`` of restore_structure against the unfused loop at ``--restore-size``."""
-    from vision.restore import restore_structure  # lazy: `vision bench --help` starts without vision.restore
-
     cuda = dev.type == "cuda"
     h, w = parse_size(args.restore_size)
     src, edit = make_pair(h, w, dev, seed=1)

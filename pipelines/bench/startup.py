@@ -10,7 +10,6 @@ run compiles them, once), target within torch's import time + 2 s.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import statistics
@@ -23,27 +22,14 @@ from pathlib import Path
 
 import numpy as np
 
-DESCRIPTION = ("start-up time of the vision command against importing torch (fresh processes), and how fast "
-               "vision edit fails on a missing model")
-EPILOG = """examples:
-  vision bench startup
-  vision bench startup --repeat 9 --json startup.json
+from vision.data.exr import write_frame
+from vision.io import write_image
 
-Targets: vision --help and vision denoise --help within torch's import time + 1.5 s; vision edit on a model
-missing from an empty Hugging Face cache fails (status 2) in under 2 s, before torch loads; vision denoise of one
-64 x 64 frame within torch's import time + 2 s (python -X importtime -m vision.pipelines.cli denoise ... says where
-the time goes).
-"""
 TARGET_S = 1.5
 EDIT_MISSING = "vision edit (missing model)"
 EDIT_MISSING_TARGET_S = 2.0
 DENOISE_ONE = "vision denoise (one 64x64 frame)"
 DENOISE_TARGET_S = 2.0
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--repeat", type=int, default=5, help="runs of each command (default 5)")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save the rows as JSON here")
 
 
 def commands(work: Path | None = None) -> dict[str, list[str]]:
@@ -71,10 +57,7 @@ def commands(work: Path | None = None) -> dict[str, list[str]]:
 
 def _edit_work(folder: Path) -> dict:
     """An input image and an empty Hugging Face cache in ``folder``: the environment of the missing-model row."""
-    from vision.io import write_image  # lazy: `vision bench --help` starts without vision.io
-
     write_image(folder / "in.png", np.full((16, 16, 3), 0.5, np.float32))
-    from vision.data.exr import write_frame  # lazy: `vision bench --help` starts without vision.data.exr
 
     rng = np.random.default_rng(0)
     ones = np.ones((64, 64, 1), np.float32)

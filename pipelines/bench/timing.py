@@ -7,7 +7,10 @@ import time
 from typing import Callable
 import platform
 
+import cv2
 import torch
+
+from .commands import DTYPE_NAMES
 
 
 def synchronize(device: torch.device | str | None) -> None:
@@ -124,7 +127,7 @@ def time_interleaved(calls: dict, *, device=None, repeat: int | None = None, bud
     return result
 
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}  # --dtype NAME -> torch dtype
 
 
 def set_threads(n: int | None) -> None:
@@ -132,12 +135,7 @@ def set_threads(n: int | None) -> None:
     if not n:
         return
     torch.set_num_threads(n)
-    try:
-        import cv2  # lazy: `vision bench --help` starts without OpenCV
-
-        cv2.setNumThreads(n)
-    except ImportError:
-        pass
+    cv2.setNumThreads(n)
 
 
 def library_versions(*modules: str) -> dict:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from dataclasses import dataclass
 
 from vision.kernels.spl.config import SPLConfig
@@ -169,8 +170,6 @@ def warn_if_no_step_is_guided(who: str, n: int, start: float, sgd_steps: int) ->
     """A ``UserWarning`` when a call of ``n`` steps would guide none at ``start`` (e.g. LCM's default 4 steps at
     the default start 0.8): it says how many steps, or which start, would guide one. Nothing when ``sgd_steps``
     is 0 (guidance switched off on purpose)."""
-    import warnings
-
     if sgd_steps <= 0 or n <= 0 or guided_indices(n, start):
         return
     fix = f"use start <= {(n - 1) / n:.2f}"

@@ -8,9 +8,15 @@ may change it; ``invert=True`` flips it.
 """
 from __future__ import annotations
 
+import cv2
 import numpy as np
+from PIL import Image
 import torch
 import torch.nn.functional as F
+
+from vision.kernels import guided_filter
+
+from .attention_control import attention_input, attention_output  # shared with the editing pipeline's processor
 
 
 def to_image_tensor(image) -> torch.Tensor:
@@ -20,11 +26,7 @@ def to_image_tensor(image) -> torch.Tensor:
     uint8 arrays are divided by 255; float tensors with negative values are taken as [-1, 1]
     (the diffusers convention), other floats as [0, 1].
     """
-    try:
-        from PIL import Image
-    except ImportError:  # pragma: no cover - pillow is a dependency
-        Image = None
-    if Image is not None and isinstance(image, Image.Image):
+    if isinstance(image, Image.Image):
         image = np.asarray(image.convert("RGB"))
     if isinstance(image, np.ndarray):
         arr = image
@@ -70,15 +72,9 @@ def load_mask(mask, size=None, *, invert: bool = False, threshold: float | None 
         threshold: optional binarisation after resizing.
     """
     if isinstance(mask, str) or hasattr(mask, "__fspath__"):
-        from PIL import Image
-
         with Image.open(mask) as im:
             mask = np.asarray(im.convert("L"))
-    try:
-        from PIL import Image
-    except ImportError:  # pragma: no cover
-        Image = None
-    if Image is not None and isinstance(mask, Image.Image):
+    if isinstance(mask, Image.Image):
         mask = np.asarray(mask.convert("L"))
     if isinstance(mask, np.ndarray):
         arr = mask
@@ -141,9 +137,6 @@ class _StoreCrossAttention:
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, temb=None,
                  *args, **kwargs):
-        # shared with the editing pipeline's processor (imported here: that package imports this module)
-        from .attention_control import attention_input, attention_output
-
         residual, hidden_states, shape = attention_input(attn, hidden_states, temb)
         batch, seq, _ = hidden_states.shape if encoder_hidden_states is None else encoder_hidden_states.shape
         attention_mask = attn.prepare_attention_mask(attention_mask, seq, batch)
@@ -182,8 +175,6 @@ def word_token_indices(tokenizer, prompt: str, words) -> list[int]:
 def upsample_mask(mask: torch.Tensor, guide: torch.Tensor, eps: float = 1e-2) -> torch.Tensor:
     """Upsample a rough (B, 1, h, w) mask to ``guide``'s size: x2 per level, each level guided-filtered
     with the gray guide at that size (radius 1, 2, 3, ... as in Gong et al.'s mask upsampling)."""
-    from vision.kernels import guided_filter
-
     gray = guide.float().mean(1, keepdim=True)
     H, W = gray.shape[-2:]
     m, radius = mask.float(), 1
@@ -237,9 +228,6 @@ def refine_attention_map(maps: torch.Tensor, *, gamma: float = 1.0, threshold: f
     if threshold == "mean":
         level = m.flatten(1).mean(1).view(-1, 1, 1, 1)
     elif threshold == "otsu":
-        import cv2
-        import numpy as np
-
         levels = []
         for one in m:
             u8 = np.ascontiguousarray((one[0].cpu().numpy() * 255).round().astype(np.uint8))

@@ -32,6 +32,7 @@ import torch
 
 from diffusers import AutoencoderKL, DiffusionPipeline, ImagePipelineOutput, LCMScheduler, UNet2DConditionModel
 from diffusers.image_processor import VaeImageProcessor
+from diffusers.utils.dynamic_modules_utils import get_cached_module_file
 from diffusers.utils.torch_utils import randn_tensor
 
 from vision.pipelines.editing.config import (StructurePreservationConfig, StructurePreservationReport, guided_indices,
@@ -344,8 +345,4 @@ _SHIM = ('"""Written by StructurePreservingEditPipeline.save_pretrained: the cla
 
 def _accepts_trust_remote_code() -> bool:
     """diffusers >= 0.35 asks for trust_remote_code before it runs a folder's pipeline.py; older ones run it."""
-    try:
-        from diffusers.utils.dynamic_modules_utils import get_cached_module_file
-    except ImportError:  # pragma: no cover
-        return False
     return "trust_remote_code" in inspect.signature(get_cached_module_file).parameters

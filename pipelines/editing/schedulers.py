@@ -24,7 +24,7 @@ def use_guidable_scheduler(pipe, name: str | None = None, flag: str = "--schedul
     None. Raises ValueError (naming ``flag``) for a flow-matching scheduler on a noise-prediction model or the
     reverse, or when the result still cannot be guided (thresholding, for example).
     """
-    import diffusers
+    import diffusers  # lazy: the [edit] extra; spl_guidance imports this module without it
 
     old, asked = type(pipe.scheduler).__name__, name is not None
     if name is None:

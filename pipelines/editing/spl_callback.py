@@ -34,7 +34,7 @@ def _refuse_pipelines_without_denoised(frame) -> None:
 
 
 def _pipeline_callback_base():
-    from diffusers.callbacks import PipelineCallback
+    from diffusers.callbacks import PipelineCallback  # lazy: the [edit] extra; this module imports without it
 
     return PipelineCallback
 

@@ -61,6 +61,7 @@ import inspect
 import types
 import weakref
 
+from PIL import Image
 import torch
 
 from .config import StructurePreservationConfig, StructurePreservationReport, guided_indices, warn_if_no_step_is_guided
@@ -191,12 +192,8 @@ def _prepared_source(pipe, image, height=None, width=None) -> torch.Tensor:
     proc = getattr(pipe, "image_processor", None)
     if proc is None:
         return source_tensor(image)
-    try:
-        from PIL import Image
-    except ImportError:  # pragma: no cover
-        Image = None
-    pil = Image is not None and (isinstance(image, Image.Image)
-                                 or (isinstance(image, (list, tuple)) and image and isinstance(image[0], Image.Image)))
+    pil = (isinstance(image, Image.Image)
+           or (isinstance(image, (list, tuple)) and image and isinstance(image[0], Image.Image)))
     # tensors and arrays go through source_tensor first: [0, 1] floats (a [-1, 1] tensor handed to the
     # processor draws diffusers' FutureWarning)
     size = dict(height=height, width=width) if height is not None and width is not None else {}

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import os
 
+from accelerate import Accelerator
+from accelerate.commands import config as accelerate_config  # its default_config_file read when called
+from accelerate.state import AcceleratorState, PartialState
+from accelerate.tracking import get_available_trackers
+
 
 def configured_precision(flag: str | None) -> str:
     """The mixed precision to train in: ``--mixed-precision``, else what ``accelerate launch`` exported,
@@ -13,12 +18,10 @@ def configured_precision(flag: str | None) -> str:
         return flag
     if os.environ.get("ACCELERATE_MIXED_PRECISION"):
         return os.environ["ACCELERATE_MIXED_PRECISION"]
-    # lazy: accelerate comes with an optional extra
-    from accelerate.commands.config import default_config_file, load_config_from_file
-
+    default_config_file = accelerate_config.default_config_file
     if os.path.isfile(default_config_file):
         try:
-            return str(load_config_from_file(default_config_file).mixed_precision or "no")
+            return str(accelerate_config.load_config_from_file(default_config_file).mixed_precision or "no")
         except (OSError, ValueError, TypeError, KeyError) as err:
             raise ValueError(f"{default_config_file} (accelerate config) cannot be read: {err}") from None
     return "no"
@@ -29,17 +32,12 @@ def accelerator_for(cfg, run=None, **extra):
     ``accelerate launch`` set), ``cpu`` (else CUDA or MPS when present), ``grad_accum`` and ``log_with``
     (trackers, writing into ``run``), each refused with one line when it cannot be honoured. ``extra`` goes
     to ``Accelerator`` as it is."""
-    from accelerate import Accelerator  # lazy: accelerate comes with an optional extra
-    from accelerate.state import AcceleratorState, PartialState  # lazy: accelerate comes with an optional extra
-
     if cfg.grad_accum < 1:
         raise ValueError(f"--grad-accum must be >= 1, got {cfg.grad_accum}")
     if cfg.mixed_precision not in (None, "no", "fp16", "bf16", "fp8"):
         raise ValueError(f"--mixed-precision {cfg.mixed_precision}: choose no, fp16, bf16 or fp8")
     log_with = getattr(cfg, "log_with", None)
     if log_with:
-        from accelerate.tracking import get_available_trackers  # lazy: accelerate comes with an optional extra
-
         available = {str(t) for t in get_available_trackers()}
         if log_with != "all" and log_with not in available:
             raise ValueError(f"--log-with {log_with}: that tracker is not installed here "

@@ -21,6 +21,8 @@ import json
 from torch import nn
 import torch.hub
 
+from .run_config import _NAME, check_backbone_kwargs
+
 
 def _first_line(err: BaseException) -> str:
     text = str(err).strip()
@@ -32,9 +34,6 @@ def backbone_kwargs(cfg) -> list[dict]:
     with ``dynamic_img_size=True`` (so a ViT trained at 64 px predicts at any size: its position embedding
     is interpolated per input), the size alone, then neither (convolutional models take no size); each
     with ``cfg.extra`` on top."""
-    # lazy: `vision finetune --help` starts without vision.pipelines.training.run_config
-    from .run_config import check_backbone_kwargs
-
     extra = check_backbone_kwargs(cfg.extra, "backbone settings (extra)", "")
     tries = [dict(img_size=cfg.img_size, dynamic_img_size=True), dict(img_size=cfg.img_size), {}]
     return [dict(t, **extra) for t in tries]
@@ -47,8 +46,9 @@ def resolve_pretrained(spec: str) -> tuple[str | None, str]:
     if Path(spec).is_file():
         return None, spec
 
-    import timm  # lazy: timm comes with the [dense] and [train-denoiser] extras
-    from huggingface_hub import try_to_load_from_cache  # lazy: huggingface_hub comes with an optional extra
+    # lazy: the [dense] extra's (timm takes seconds); `vision finetune --help` imports this module via dense_model
+    import timm
+    from huggingface_hub import try_to_load_from_cache  # lazy: as above
 
     def cached(repo: str, names) -> str | None:
         for name in names:
@@ -91,12 +91,11 @@ def resolve_pretrained(spec: str) -> tuple[str | None, str]:
 def create_backbone(cfg) -> nn.Module:
     """``timm.create_model(cfg.backbone, features_only=True, ...)`` with :func:`backbone_kwargs`, loading
     ``cfg.pretrained`` (see :func:`resolve_pretrained`). timm's own errors become one ValueError line."""
-    import timm  # lazy: timm comes with the [dense] and [train-denoiser] extras
+    import timm  # lazy: as in resolve_pretrained
 
     if not timm.is_model(cfg.backbone.split(".")[0]):
         raise ValueError(f"unknown backbone {cfg.backbone!r}; e.g. vig_tiny_patch16_224, hvig_tiny_224, "
                          "vit_small_patch16_224 (any timm model with features_only)")
-    from .run_config import _NAME  # lazy: `vision finetune --help` starts without vision.pipelines.training.run_config
 
     if not _NAME.match(cfg.backbone):  # no hub prefix or path: timm would fetch a config for one
         raise ValueError(f"--backbone {cfg.backbone!r:.80} is not a timm model name")
@@ -151,7 +150,7 @@ def lora_config(cfg, backbone: nn.Module):
     """peft's ``LoraConfig`` of a run: rank, alpha (default = rank), dropout, and targets: every linear
     projection (every convolution where there is none), or ``cfg.lora_targets`` (a list of module-name
     suffixes as peft matches them, or one regular expression that must match whole module names)."""
-    from peft import LoraConfig  # lazy: peft comes with the [dense] extra
+    from peft import LoraConfig  # lazy: LoRA runs only; a merged run loads and predicts without peft
 
     targets = cfg.lora_targets if cfg.lora_targets else lora_targets(backbone)
     if not targets:
@@ -173,7 +172,7 @@ def plain_state(backbone: nn.Module) -> dict:
 
 def add_lora(backbone: nn.Module, config) -> nn.Module:
     """Freeze ``backbone`` and wrap it as a ``peft.PeftModel`` with LoRA adapters (``config``)."""
-    from peft import get_peft_model  # lazy: peft comes with the [dense] extra
+    from peft import get_peft_model  # lazy: LoRA runs only; a merged run loads and predicts without peft
 
     try:
         model = get_peft_model(backbone, config)

@@ -187,15 +187,21 @@ def damaged_file(folder) -> tuple[Path, str] | None:
                     for key in fh.keys():
                         fh.get_tensor(key)
             elif path.suffix in (".bin", ".pkl"):
-                try:
-                    from accelerate.utils import load  # lazy: accelerate is optional; its torch.load allows RNG states
-                except ImportError:
-                    from torch import load  # lazy: the fallback where accelerate is missing
-                load(str(path), map_location="cpu", weights_only=True)
+                _weights_only_load()(str(path), map_location="cpu", weights_only=True)
         except load_errors() as err:
             why = ("not a weights-only torch file" if isinstance(err, pickle.UnpicklingError) else first_line(err))
             return path, why
     return None
+
+
+def _weights_only_load():
+    """Accelerate's ``load`` (``torch.load`` that lets the RNG and NumPy states of its save folders through with
+    ``weights_only=True``), or ``torch.load`` where Accelerate is not installed."""
+    try:
+        from accelerate.utils import load  # lazy: accelerate is optional here (the checks run without it)
+    except ImportError:
+        return torch.load
+    return load
 
 
 RNG_STATES = "random_states_{}.pkl"  # Accelerate's file of one process's RNG states in a save_state folder
@@ -210,10 +216,7 @@ def restore_rng(folder, rank: int) -> tuple[Path, str] | None:
     path = Path(folder) / RNG_STATES.format(rank)
     if not path.exists():
         return None
-    try:
-        from accelerate.utils import load  # lazy: accelerate is optional; its torch.load allows NumPy's state
-    except ImportError:
-        load = torch.load
+    load = _weights_only_load()
     saved = (random.getstate(), np.random.get_state(), torch.get_rng_state())
     try:
         states = load(str(path), map_location="cpu", weights_only=True)

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from accelerate import DistributedDataParallelKwargs
 import torch
 from safetensors import SafetensorError
 import safetensors.torch  # its save_file and load_file looked up when called (tests stand in for them)
@@ -39,6 +40,7 @@ from tqdm import tqdm
 from . import checkpoint as C
 from .signals import StopOnSignal as _StopOnSignal, agree as _agree
 from .denoiser_data import FLNR_GUIDES, loss_fn, sample_batch, scene_groups, subsample, validate
+from vision.denoise.flnr import frame_stats, parameter_count
 from vision.outputs import atomic_path
 from .accel import accelerator_for
 
@@ -269,9 +271,6 @@ def _check_resume(cfg: DenoiserTraining, out) -> tuple:
 
 def _make_accelerator(cfg: DenoiserTraining):
     """The run's Accelerator on ``cfg.device`` (one schedule step per optimiser step, unused parameters allowed)."""
-    from accelerate import DistributedDataParallelKwargs  # lazy: accelerate comes with an optional extra
-
-
     if cfg.device and str(cfg.device).startswith("cuda:") and torch.cuda.is_available():
         torch.cuda.set_device(torch.device(cfg.device))  # Accelerate's single-process "cuda" is the current one
     return accelerator_for(cfg, None, step_scheduler_with_optimizer=False,  # one schedule step per optimiser step
@@ -280,8 +279,6 @@ def _make_accelerator(cfg: DenoiserTraining):
 
 def _prepare_frames(cfg: DenoiserTraining, acc, train_frames: list, val_frames: list, say) -> tuple:
     """``(train_frames, val_frames, stats, groups, steps)``: frames on the device, their statistics, scene groups."""
-    from vision.denoise.flnr import frame_stats  # lazy: vision --help imports this module
-
     move = (lambda fs: [{k: (v.to(acc.device) if hasattr(v, "to") else v) for k, v in f.items()} for f in fs])
     if not val_frames:
         say("(no val scenes in this folder: validating on the training frames)")
@@ -295,8 +292,6 @@ def _prepare_frames(cfg: DenoiserTraining, acc, train_frames: list, val_frames: 
 
 def _announce(cfg: DenoiserTraining, acc, model, train_frames, val_frames, steps: int, folder: Path, say) -> None:
     """Say what is about to train: parameters, frames, epochs and steps, device, precision, checkpoint folder."""
-    from vision.denoise.flnr import parameter_count  # lazy: vision --help imports this module
-
     say(f"FLNR: {parameter_count(model)} parameters; {len(train_frames)} train / {len(val_frames)} val frames; "
         f"{cfg.epochs} epochs x {steps} steps, batch {cfg.batch}" + (f" x {acc.num_processes} processes"
         if acc.num_processes > 1 else "") + f", crop {cfg.crop}; {acc.device}, {acc.mixed_precision} mixed "
@@ -305,9 +300,9 @@ def _announce(cfg: DenoiserTraining, acc, model, train_frames, val_frames, steps
 
 def _prepare_model(cfg: DenoiserTraining, acc, model, total: int) -> tuple:
     """``(model, opt, sched, core, ema)``: Adam on the cosine schedule, prepared by Accelerate, autocast, the EMA."""
-    from timm.utils import ModelEmaV3  # lazy: timm comes with the [dense] and [train-denoiser] extras
-    # lazy: transformers comes with an optional extra
-    from transformers.optimization import get_cosine_schedule_with_warmup
+    # lazy: seconds to import; they load once the run's inputs and checkpoint have been checked
+    from timm.utils import ModelEmaV3
+    from transformers.optimization import get_cosine_schedule_with_warmup  # lazy: as above
 
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     sched = get_cosine_schedule_with_warmup(opt, 0, total)

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import torch
+
+from vision.data import RenderedScenes
 from vision.data.fields import CHANNELS, FLNR_GUIDES, FLNR_LAYOUT, FLNR_TRAINING, RADIANCE
+from vision.denoise.metrics import psnr
 
 
 def load_frames(root: Path, split: str) -> list[dict]:
     """Every frame of ``split`` as a dict of (1, C, H, W) float32 tensors plus ``scene``."""
-    from vision.data import RenderedScenes  # lazy: `vision train-denoiser --help` starts without vision.data.dataset
-
     ds = RenderedScenes(root, split=split, fields=list(FLNR_TRAINING))
     out = []
     for i in range(len(ds)):
@@ -54,8 +57,6 @@ def history_map(size: tuple[int, int], most: int, gen):
     """A random per-pixel history length (1, 1, H, W) in 1..``most``, as a temporal denoiser's looks: one length
     for most of the crop, younger rectangles where the history restarted (a disocclusion, an object that moved in);
     a share :data:`SINGLE_SHARE` of the maps is 1 everywhere (a first frame, or a single one)."""
-    import torch  # lazy: `vision train-denoiser --help` starts without torch
-
     h, w = size
     if most <= 1 or float(torch.rand(1, generator=gen)) < SINGLE_SHARE:
         return torch.ones(1, 1, h, w)
@@ -71,8 +72,6 @@ def history_map(size: tuple[int, int], most: int, gen):
 def averaged(colors, n):
     """Per pixel the mean of the first ``n`` of the (S, 1, 3, H, W) noisy ``colors``: what a history of n frames
     holds where the camera stood still (n a (1, 1, H, W) map of lengths 1..S)."""
-    import torch  # lazy: `vision train-denoiser --help` starts without torch
-
     sums = colors.cumsum(0)
     index = (n.long() - 1).clamp(0, colors.shape[0] - 1).expand(1, 1, 3, *n.shape[-2:])
     return torch.gather(sums, 0, index)[0] / n
@@ -85,8 +84,6 @@ def sample_batch(frames, stats, batch: int, crop: int, gen, drop_ao: float = 0.0
     per pixel, the mean of the first n of its scene's noisy frames in a random order, n from :func:`history_map`
     (at most ``history`` and the scene's frames; ``groups``: :func:`scene_groups` of ``frames``), and the batch has
     ``"history"``: those n, (B, 1, c, c)."""
-    import torch  # lazy: `vision train-denoiser --help` starts without torch
-
     picks = torch.randint(len(frames), (batch,), generator=gen).tolist()
     out = {k: [] for k in FLNR_TRAINING}
     if history > 1:
@@ -128,8 +125,6 @@ def sample_batch(frames, stats, batch: int, crop: int, gen, drop_ao: float = 0.0
 def subsample(color, gen, factor: int = 2):
     """One sample of every u x u block (u = ``factor``), at a random phase: 1/u-resolution colour for joint
     upsampling. Returns the colour and the phase (dy, dx), the sample's pixel in its block."""
-    import torch  # lazy: `vision train-denoiser --help` starts without torch
-
     phase = tuple(int(v) for v in torch.randint(factor, (2,), generator=gen))
     return pick(color, phase, factor).contiguous(), phase
 
@@ -159,12 +154,6 @@ def validate(model, frames, upsample_prob: float = 0.0, factor: int = 2,
     full-resolution PSNR. With ``history > 1`` the full-resolution score is the mean of the single-frame PSNR and
     the PSNR from the mean of each frame and the next ``min(history, VAL_HISTORY) - 1`` of its scene, told that
     history length."""
-    import numpy as np  # lazy: `vision train-denoiser --help` starts without numpy
-    import torch  # lazy: `vision train-denoiser --help` starts without torch
-
-    # lazy: `vision train-denoiser --help` starts without vision.denoise.metrics
-    from vision.denoise.metrics import psnr
-
     def score(color, f, phase=None, n=None):
         guides = {k: f[k] for k in FLNR_GUIDES}
         if n is not None:

@@ -28,76 +28,21 @@ Run folder (written by ``vision finetune``, read by ``vision predict`` and :func
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 import inspect
 import shutil
 
+import safetensors
+import safetensors.torch  # its save_file and load_file looked up when called (tests stand in for them)
 import torch
 from torch import nn
 
-CONFIG = "config.json"
-BASE = "base.safetensors"
-BASE_FORMAT = "vision-finetune-base/2"  # base.safetensors holding the plain timm backbone (LoRA runs)
-BASE_REFERENCE = "../" + BASE  # adapter_config.json's base_model_name_or_path: the base weights, from RUN/adapter
-WEIGHTS = "model.safetensors"
+from vision.dense import TASKS
 
-
-@dataclass
-class DenseConfig:
-    """What a run is: the task, the model, and how it was trained (the CLI's options)."""
-    task: str = "depth"
-    backbone: str = "vig_tiny_patch16_224"
-    head: str = "token-local"
-    img_size: int = 128
-    lora_rank: int = 16          # 0: the whole backbone is trainable (no LoRA)
-    lora_alpha: float | None = None  # LoRA scale alpha / rank; default alpha = rank
-    lora_dropout: float = 0.0
-    lora_targets: list | str | None = None  # module-name suffixes, or one full-match regex; default every Linear
-    pretrained: str | None = None  # a local file, a cached timm name or a cached hf-hub: name (never downloaded)
-    epochs: int = 10
-    batch_size: int = 8
-    lr: float = 1e-3
-    backbone_lr: float | None = None  # default lr / 10 for a fully trainable backbone, lr for LoRA
-    weight_decay: float = 0.05
-    warmup: float = 0.05          # share of the steps with a linear warmup
-    ema: float = 0.999            # 0: no EMA
-    clip: float = 1.0
-    tta: bool = True
-    select_best: bool = True      # model.safetensors = the epoch with the best validation primary metric
-    seed: int = 0
-    limit: int | None = None
-    max_minutes: float | None = None
-    stop_after: int | None = None  # end after this epoch, on the schedule of ``epochs`` (resume continues it)
-    grad_accum: int = 1           # micro-batches per optimiser step
-    mixed_precision: str | None = None  # no / fp16 / bf16; None: what `accelerate config` / launch set
-    cpu: bool = False             # force the CPU even when CUDA or MPS is present
-    log_with: str | None = None   # an accelerate tracker (tensorboard, wandb, ...)
-    data: str | None = None
-    val_fraction: float = 0.1     # shares of the data's names (by a hash of each) held out for validation
-    test_fraction: float = 0.1    # ... and for `vision evaluate --split test`; the rest trains
-    extra: dict = field(default_factory=dict)  # extra timm.create_model kwargs (e.g. depth=2 for a tiny model)
-    head_kwargs: dict = field(default_factory=dict)  # extra head arguments (e.g. cells=4 for local-linear)
-    task_kwargs: dict = field(default_factory=dict)  # task field overrides (e.g. gradient_weight=0.5)
-
-    @classmethod
-    def from_json(cls, text: str, where: str = CONFIG) -> "DenseConfig":
-        """The config ``text`` holds, every key checked against the allow-list of :mod:`.run_config` (types,
-        bounds, no download switches); anything else is one ValueError line naming ``where`` and the key."""
-        # lazy: `vision finetune --help` starts without vision.pipelines.training.run_config
-        from .run_config import parse_config
-
-        return cls(**parse_config(text, where))
-
-    @property
-    def fractions(self) -> tuple[float, float, float]:
-        """(train, val, test) shares of the data, as :class:`vision.data.dense.DenseSamples` takes them."""
-        return (1.0 - self.val_fraction - self.test_fraction, self.val_fraction, self.test_fraction)
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=1)
+from .dense_config import (  # noqa: F401 (the run folder's names and DenseConfig, re-exported)
+    ADAPTER, BASE, BASE_FORMAT, BASE_REFERENCE, CONFIG, MERGED, WEIGHTS, DenseConfig)
+from .run_config import check_head_kwargs
 
 
 class DenseModel(nn.Module):
@@ -146,8 +91,8 @@ from .backbone import add_lora, create_backbone, lora_config, lora_targets, plai
 def build_model(cfg: DenseConfig, base: dict | None = None) -> DenseModel:
     """The model a config describes, with freshly initialised head (and adapters); base weights as built, or
     ``base`` (a backbone state dict under timm's names, loaded before the adapters are added)."""
-    from vision.dense import TASKS  # lazy: `vision finetune --help` starts without vision.dense
-    from vision.heads import HEADS  # lazy: `vision finetune --help` starts without vision.heads
+    # lazy: vision.heads loads numba loops (half a second); `vision finetune --help` imports this module (DenseConfig)
+    from vision.heads import HEADS
 
     if cfg.task not in TASKS:
         raise ValueError(f"unknown task {cfg.task!r}; choose from {', '.join(TASKS)}")
@@ -176,8 +121,6 @@ def build_model(cfg: DenseConfig, base: dict | None = None) -> DenseModel:
     clash = sorted(set(cfg.head_kwargs) & set(fixed))
     if clash:
         raise ValueError(f"head arguments {clash} are set by the backbone and task; remove them from --head-kwargs")
-    # lazy: `vision finetune --help` starts without vision.pipelines.training.run_config
-    from .run_config import check_head_kwargs
 
     check_head_kwargs(cfg.head, cfg.head_kwargs, "--head-kwargs", "")
     try:
@@ -212,15 +155,11 @@ def base_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {n: t.detach().contiguous().cpu() for n, t in frozen.items()}
 
 
-ADAPTER = "adapter"
-MERGED = "merged"
 
 
 def save_run_files(run: Path, cfg: DenseConfig, model: nn.Module, weights: dict[str, torch.Tensor] | None = None) -> None:
     """Write config.json, base.safetensors (once), model.safetensors and, for LoRA runs, adapter/ (peft's
     ``save_pretrained`` of the same ``weights``) into ``run``, each file atomically."""
-    from safetensors.torch import save_file  # lazy: `vision finetune --help` starts without safetensors.torch
-
     run.mkdir(parents=True, exist_ok=True)
     (run / CONFIG).write_text(cfg.to_json())
     backbone = getattr(model, "backbone", None)
@@ -231,10 +170,10 @@ def save_run_files(run: Path, cfg: DenseConfig, model: nn.Module, weights: dict[
         if lora:
             meta["format"] = BASE_FORMAT
         if base:
-            save_file(base, str(run / (BASE + ".tmp")), metadata=meta)
+            safetensors.torch.save_file(base, str(run / (BASE + ".tmp")), metadata=meta)
             (run / (BASE + ".tmp")).replace(run / BASE)
     weights = trainable_state(model) if weights is None else weights
-    save_file(weights, str(run / (WEIGHTS + ".tmp")), metadata={"task": cfg.task, "head": cfg.head,
+    safetensors.torch.save_file(weights, str(run / (WEIGHTS + ".tmp")), metadata={"task": cfg.task, "head": cfg.head,
                                                                  "backbone": cfg.backbone})
     (run / (WEIGHTS + ".tmp")).replace(run / WEIGHTS)
     if lora:
@@ -277,9 +216,6 @@ def load_run(run, device="cpu") -> tuple[DenseModel, DenseConfig]:
     run loads after the original file and the hub cache are gone. The folder is data: config.json is checked
     key by key (:mod:`.run_config`), its ``pretrained`` is a record that is never read, and timm is asked for
     no weights (``pretrained=False``), so loading a run reads no file outside it and makes no network request."""
-    from safetensors import safe_open  # lazy: `vision finetune --help` starts without safetensors
-    from safetensors.torch import load_file  # lazy: `vision finetune --help` starts without safetensors.torch
-
     run = Path(run)
     if not (run / CONFIG).is_file() or not (run / WEIGHTS).is_file():
         raise FileNotFoundError(f"{run} is not a finished `vision finetune` run (needs {CONFIG} and {WEIGHTS})")
@@ -292,13 +228,13 @@ def load_run(run, device="cpu") -> tuple[DenseModel, DenseConfig]:
     cfg = DenseConfig.from_json(text, str(run / CONFIG))
     state, plain = {}, None
     if (run / BASE).is_file():
-        with safe_open(str(run / BASE), framework="pt") as fh:
+        with safetensors.safe_open(str(run / BASE), framework="pt") as fh:
             meta = fh.metadata() or {}
         if meta.get("format") == BASE_FORMAT:
-            plain = load_file(str(run / BASE))
+            plain = safetensors.torch.load_file(str(run / BASE))
         else:
-            state.update(load_file(str(run / BASE)))
-    state.update(load_file(str(run / WEIGHTS)))
+            state.update(safetensors.torch.load_file(str(run / BASE)))
+    state.update(safetensors.torch.load_file(str(run / WEIGHTS)))
     if cfg.lora_rank > 0 and not any(k.startswith("backbone.base_model.model.") for k in state):
         # runs of earlier versions injected the adapters without peft's PeftModel wrapper
         state = {("backbone.base_model.model." + k[len("backbone."):] if k.startswith("backbone.") else k): v

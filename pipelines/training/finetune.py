@@ -28,8 +28,9 @@ from pathlib import Path
 from types import SimpleNamespace
 import warnings
 
-import torch
+from accelerate.utils import set_seed
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from . import checkpoint as _checkpoint, checkpoint
@@ -199,11 +200,9 @@ def train(cfg: DenseConfig, run_dir, *, train_set=None, val_set=None, resume: bo
 
 
 def _train(cfg, run, task, acc, where, saved, train_set, val_set, progress, log, command) -> list[dict]:
-    from accelerate.utils import set_seed  # lazy: accelerate comes with an optional extra
-    from timm.utils import ModelEmaV3  # lazy: timm comes with the [dense] and [train-denoiser] extras
-    # lazy: transformers comes with an optional extra
-    from transformers.optimization import get_cosine_schedule_with_warmup
-
+    # lazy: seconds to import, for training only (`vision evaluate` imports this module for predict_samples)
+    from timm.utils import ModelEmaV3
+    from transformers.optimization import get_cosine_schedule_with_warmup  # lazy: as above
 
     set_seed(cfg.seed)
     if train_set is None:

@@ -9,7 +9,7 @@ import torch
 
 from vision.dense.edges import edge_band
 from vision.outputs import write_text_atomic
-from .dense_model import ADAPTER, BASE, WEIGHTS
+from .dense_config import ADAPTER, BASE, WEIGHTS
 
 
 def edge_metrics(task, samples, pred, width: int = 4) -> dict | None:

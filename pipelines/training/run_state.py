@@ -22,7 +22,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 import safetensors.torch  # its save_file looked up when called (tests stand in for it)
 
-from .dense_model import ADAPTER, BASE, CONFIG, WEIGHTS
+from .dense_config import ADAPTER, BASE, CONFIG, WEIGHTS
 from vision.outputs import atomic_path, in_run
 from . import checkpoint
 from .checkpoint import check_state

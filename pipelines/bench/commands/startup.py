@@ -1,0 +1,29 @@
+"""The options of ``vision bench startup``; the bench itself is ``bench/startup.py``."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DESCRIPTION = ("start-up time of the vision command against importing torch (fresh processes), and how fast "
+               "vision edit fails on a missing model")
+
+EPILOG = """examples:
+  vision bench startup
+  vision bench startup --repeat 9 --json startup.json
+
+Targets: vision --help and vision denoise --help within torch's import time + 1.5 s; vision edit on a model
+missing from an empty Hugging Face cache fails (status 2) in under 2 s, before torch loads; vision denoise of one
+64 x 64 frame within torch's import time + 2 s (python -X importtime -m vision.pipelines.cli denoise ... says where
+the time goes).
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repeat", type=int, default=5, help="runs of each command (default 5)")
+    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save the rows as JSON here")
+
+
+def run(args) -> int:
+    from .. import startup  # lazy: `vision bench --help` builds these options without torch
+
+    return startup.run(args)
