@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import cv2
 import torch
+from kornia.metrics import psnr as kornia_psnr
 
 from vision.bundled import asset_path
 from vision.figures import side_by_side
@@ -49,9 +50,7 @@ def damage(img: np.ndarray, sigma: float = 1.5, quality: int = 30, shift=(0.4, 0
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     """PSNR in dB of images in [0, 1] (kornia's ``metrics.psnr``, float64)."""
-    from kornia.metrics import psnr as kpsnr  # lazy: kornia takes 0.4 s to import; only the PSNR needs it
-
-    return float(kpsnr(torch.from_numpy(a.astype(np.float64)), torch.from_numpy(b.astype(np.float64)), 1.0))
+    return float(kornia_psnr(torch.from_numpy(a.astype(np.float64)), torch.from_numpy(b.astype(np.float64)), 1.0))
 
 
 def heat(d: np.ndarray, top: float) -> np.ndarray:
