@@ -235,9 +235,9 @@ def test_edit_model_index_that_is_not_json(tmp_path, capsys):
 # --------------------------------------------------------------------------- vision evaluate --json
 
 def test_evaluate_json_is_checked_before_scoring(run_dir, tmp_path, capsys, monkeypatch):
-    from vision.pipelines.cli import predict as predict_cli
+    from vision.pipelines.cli import predict_run
 
-    monkeypatch.setattr(predict_cli, "load_run_for_cli", lambda *a, **k: pytest.fail("runs loaded before the check"))
+    monkeypatch.setattr(predict_run, "load_run_for_cli", lambda *a, **k: pytest.fail("runs loaded before the check"))
     data = tmp_path / "data"
     data.mkdir()
     (tmp_path / "dir.json").mkdir()
