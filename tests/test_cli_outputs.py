@@ -146,12 +146,12 @@ def test_predict_bad_files_folders_and_devices_are_one_line(run_dir, tmp_path, c
 
 
 def test_ctrl_c_is_one_quiet_line_and_exit_130(tmp_path, capsys, monkeypatch):
-    import vision.io
+    from vision.pipelines.cli import restore_structure_run
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(vision.io, "read_image", interrupted)
+    monkeypatch.setattr(restore_structure_run, "read_image", interrupted)
     a, b = picture(tmp_path / "a.png"), picture(tmp_path / "b.png", 1)
     assert main(["restore-structure", "--source", str(a), "--edited", str(b), "-o", str(tmp_path / "c.png")]) == 130
     captured = capsys.readouterr()
@@ -161,9 +161,9 @@ def test_ctrl_c_is_one_quiet_line_and_exit_130(tmp_path, capsys, monkeypatch):
 # --------------------------------------------------------------------------- restore-structure
 
 def test_restore_structure_bad_inputs_and_outputs(tmp_path, capsys, monkeypatch):
-    import vision.restore
+    from vision.pipelines.cli import restore_structure_run
 
-    monkeypatch.setattr(vision.restore, "restore_structure",
+    monkeypatch.setattr(restore_structure_run, "restore_structure",
                         lambda *a, **k: pytest.fail("compute ran before the output was checked"))
     a, b = picture(tmp_path / "a.png"), picture(tmp_path / "b.png", 1)
     (tmp_path / "bad.png").write_bytes(b"")
