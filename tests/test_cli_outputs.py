@@ -193,7 +193,7 @@ def test_restore_structure_bad_inputs_and_outputs(tmp_path, capsys, monkeypatch)
 
 def test_edit_refuses_mask_as_output_and_bad_files_before_loading(tmp_path, capsys, monkeypatch):
     pytest.importorskip("diffusers")
-    import vision.pipelines.cli.edit as edit_cli
+    import vision.pipelines.cli.edit_run as edit_cli
 
     monkeypatch.setattr(edit_cli, "load_pipeline", lambda *a, **k: pytest.fail("model loaded before the checks"))
     img = picture(tmp_path / "in.png")
