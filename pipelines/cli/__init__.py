@@ -12,7 +12,6 @@ with 2 (:mod:`vision.pipelines.extras`).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import importlib
 import os
 import sys
@@ -186,6 +185,8 @@ def tune_for_denoising(words: list[str]) -> None:
     if "torch" not in sys.modules and "OMP_WAIT_POLICY" not in os.environ:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     if sys.platform.startswith("linux"):
+        import ctypes  # lazy: 3-9 ms that `vision --help` and the other commands start without
+
         try:
             libc = ctypes.CDLL("libc.so.6")
             libc.mallopt(-3, 256 << 20)  # M_MMAP_THRESHOLD

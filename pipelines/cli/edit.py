@@ -12,7 +12,6 @@ import argparse
 import glob
 from pathlib import Path
 
-from vision.io import WRITE_BITS, read_image
 from vision.outputs import output_stems, prepare_file, prepare_folder, refuse_inputs
 from vision.pipelines.cli import read_input
 from vision.pipelines.cli.hub_cache import check_model, hub_offline
@@ -133,19 +132,19 @@ def _expand(paths: list[Path]) -> list[Path]:
     return out
 
 
-def _targets(images: list[Path], output: Path, several: bool) -> list[Path]:
+def _targets(images: list[Path], output: Path, several: bool, extensions) -> list[Path]:
     """One output per image: ``-o`` itself (a file) for one IMAGE, else (several images, or a glob) the folder
-    ``-o`` with ``<whole stem>.png`` for each."""
+    ``-o`` with ``<whole stem>.png`` for each; ``extensions``: the image extensions a file ``-o`` may have."""
     if not several:
         if output.is_dir():
             raise ValueError(f"-o {output} is a folder; give a file name (for example {output / 'edit.png'}), "
                              "or several images / a glob to write one file per image there")
-        if output.suffix.lower() not in WRITE_BITS:
+        if output.suffix.lower() not in extensions:
             raise ValueError(f"-o {output}: unsupported image extension {output.suffix or '(none)'!r}; "
-                             f"use one of {', '.join(WRITE_BITS)}")
+                             f"use one of {', '.join(extensions)}")
         prepare_file(output, "-o")
         return [output]
-    if output.suffix.lower() in WRITE_BITS and not output.is_dir():
+    if output.suffix.lower() in extensions and not output.is_dir():
         raise ValueError(f"-o {output}: with {len(images)} images -o is a folder (one PNG per image)")
     prepare_folder(output, "-o")
     return [output / f"{stem}.png" for stem in output_stems(images, "IMAGE")]
@@ -167,8 +166,10 @@ def run(args) -> int:
                                          spl_weight=args.spl_weight, color_weight=args.color_weight,
                                          post_process=not args.no_post_process, invert_mask=args.invert_mask)
     images = _expand(args.images)
+    from vision.io import WRITE_BITS, read_image  # lazy: vision.io loads numpy, which `vision edit --help` does without
+
     several = len(images) > 1 or any(glob.has_magic(str(p)) for p in args.images)
-    targets = _targets(images, args.output, several)
+    targets = _targets(images, args.output, several, WRITE_BITS)
     inputs = [("IMAGE", p) for p in images] + [("--mask", args.mask)]
     for t in targets:
         refuse_inputs(t, inputs)
