@@ -24,11 +24,6 @@ CEILING = 333  # in-function imports, all folders together; lower it as imports 
 # the denoiser's and the editing pipeline's modules and the commands on them, not yet given the marker: their lazy
 # imports (numba loops, the Triton fill, OpenEXR, diffusers, the SPL settings) are being rearranged with them
 UNMARKED_FOR_NOW: frozenset = frozenset({
-    "pipelines/cli/denoise.py",
-    "pipelines/cli/denoise_io.py",
-    "pipelines/cli/denoise_report.py",
-    "pipelines/cli/edit.py",
-    "pipelines/cli/restore_structure.py",
     "pipelines/editing/config.py",
     "pipelines/editing/masks.py",
     "pipelines/editing/pipeline.py",
