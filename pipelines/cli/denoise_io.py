@@ -93,8 +93,8 @@ def output_path(out: Path, frame: Path, suffix: str) -> Path:
         raise ValueError(f"--suffix {suffix!r} must not contain a path separator; outputs stay in -o {out}")
     stem = frame.name[:-4] if frame.name.lower().endswith(".exr") else frame.stem
     name = f"{stem}{suffix}.exr"
-    # the output is written under a temporary name beside it (write_atomic): refuse before any work a name whose
-    # temporary file the file system could not hold
+    # the output is written under a temporary name beside it (denoise_frames.write_atomic): refuse before any work
+    # a name whose temporary file the file system could not hold
     temporary = len(f".{stem}{suffix}.00000000.tmp.exr".encode())
     if temporary > NAME_MAX:
         raise ValueError(f"{frame}: the output name {name[:40]}... is too long ({len(name.encode())} bytes; with the "
@@ -144,9 +144,10 @@ def parse_settings(text: str) -> dict[str, str]:
 
 
 def remove_stale_temps(out: Path, targets, age: float = 60.0) -> int:
-    """Remove the temporary files :func:`write_atomic` left in ``out`` when a run was killed: only names of
-    exactly its pattern (``.<stem>.<8 hex>.tmp.exr``) for a stem of ``targets`` (this run's outputs), and only
-    when older than ``age`` seconds (a run writing the same frame now keeps its file). Returns how many."""
+    """Remove the temporary files :func:`~vision.pipelines.cli.denoise_frames.write_atomic` left in ``out`` when a
+    run was killed: only names of exactly its pattern (``.<stem>.<8 hex>.tmp.exr``) for a stem of ``targets`` (this
+    run's outputs), and only when older than ``age`` seconds (a run writing the same frame now keeps its file).
+    Returns how many."""
     stems = {Path(t).stem for t in targets}
     pattern = re.compile(r"\.(?P<stem>.+)\.[0-9a-f]{8}\.tmp\.exr")
     removed = 0
@@ -169,7 +170,7 @@ def remove_stale_temps(out: Path, targets, age: float = 60.0) -> int:
 
 
 class Terminated(SystemExit):
-    """SIGTERM during a run: unwinds like Ctrl-C (every ``finally`` runs: :func:`write_atomic` removes its
+    """SIGTERM during a run: unwinds like Ctrl-C (every ``finally`` runs: ``denoise_frames.write_atomic`` removes its
     temporary file), then exits 143. ``leave_now``: once it has unwound to the command line's ``main`` in a
     process of its own, the process ends there (``os._exit``) without the interpreter's shutdown, whose exit
     handlers include native thread pools' finalizers (numba's TBB layer can spin in them for ever)."""
