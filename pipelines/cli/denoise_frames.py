@@ -152,4 +152,3 @@ def written_rgb(target: Path, names: list[str]) -> np.ndarray | None:
         return np.stack([np.asarray(ch[n], dtype=np.float32) for n in names], -1)
     except (OSError, ValueError, KeyError):
         return None
-

@@ -37,6 +37,7 @@ def check_model(model: str) -> None:
 
 
 def missing_model_message(model: str) -> str:
+    """The one line for a Hub id that is not in the local cache: how to get it there, or to give a folder."""
     return (f"model {model!r} is neither a local folder nor in the local Hugging Face cache; download it once "
             f"with `hf download {model}` (or pass --model with a folder written by save_pretrained)")
 
