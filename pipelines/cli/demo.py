@@ -6,7 +6,6 @@ one line naming the extra, and the others run; asked for by ``--only``, it is an
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 import time
