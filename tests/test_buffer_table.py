@@ -29,7 +29,7 @@ ALLOWED = {
         "NEEDED: what the command refuses to run without, a policy of the command",
     ("vision/data/dataset.py", ("color", "reference")):
         "RenderedScenes' default fields, spelt in its signature for its users",
-    ("pipelines/cli/evaluate.py", ("segment", "depth")):
+    ("pipelines/cli/evaluate_run.py", ("segment", "depth")):
         "the extra layers the dense metrics read (per-instance scores, depth-binned errors)",
     ("pipelines/demos/dense.py", ("segment", "depth")):
         "the extra layers the dense metrics read (per-instance scores, depth-binned errors)",

@@ -146,12 +146,12 @@ def test_predict_bad_files_folders_and_devices_are_one_line(run_dir, tmp_path, c
 
 
 def test_ctrl_c_is_one_quiet_line_and_exit_130(tmp_path, capsys, monkeypatch):
-    import vision.io
+    from vision.pipelines.cli import restore_structure_run
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(vision.io, "read_image", interrupted)
+    monkeypatch.setattr(restore_structure_run, "read_image", interrupted)
     a, b = picture(tmp_path / "a.png"), picture(tmp_path / "b.png", 1)
     assert main(["restore-structure", "--source", str(a), "--edited", str(b), "-o", str(tmp_path / "c.png")]) == 130
     captured = capsys.readouterr()
@@ -161,9 +161,9 @@ def test_ctrl_c_is_one_quiet_line_and_exit_130(tmp_path, capsys, monkeypatch):
 # --------------------------------------------------------------------------- restore-structure
 
 def test_restore_structure_bad_inputs_and_outputs(tmp_path, capsys, monkeypatch):
-    import vision.restore
+    from vision.pipelines.cli import restore_structure_run
 
-    monkeypatch.setattr(vision.restore, "restore_structure",
+    monkeypatch.setattr(restore_structure_run, "restore_structure",
                         lambda *a, **k: pytest.fail("compute ran before the output was checked"))
     a, b = picture(tmp_path / "a.png"), picture(tmp_path / "b.png", 1)
     (tmp_path / "bad.png").write_bytes(b"")
@@ -193,7 +193,7 @@ def test_restore_structure_bad_inputs_and_outputs(tmp_path, capsys, monkeypatch)
 
 def test_edit_refuses_mask_as_output_and_bad_files_before_loading(tmp_path, capsys, monkeypatch):
     pytest.importorskip("diffusers")
-    import vision.pipelines.cli.edit as edit_cli
+    import vision.pipelines.cli.edit_run as edit_cli
 
     monkeypatch.setattr(edit_cli, "load_pipeline", lambda *a, **k: pytest.fail("model loaded before the checks"))
     img = picture(tmp_path / "in.png")
@@ -235,9 +235,9 @@ def test_edit_model_index_that_is_not_json(tmp_path, capsys):
 # --------------------------------------------------------------------------- vision evaluate --json
 
 def test_evaluate_json_is_checked_before_scoring(run_dir, tmp_path, capsys, monkeypatch):
-    from vision.pipelines.cli import predict as predict_cli
+    from vision.pipelines.cli import predict_run
 
-    monkeypatch.setattr(predict_cli, "load_run_for_cli", lambda *a, **k: pytest.fail("runs loaded before the check"))
+    monkeypatch.setattr(predict_run, "load_run_for_cli", lambda *a, **k: pytest.fail("runs loaded before the check"))
     data = tmp_path / "data"
     data.mkdir()
     (tmp_path / "dir.json").mkdir()

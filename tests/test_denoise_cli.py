@@ -11,7 +11,7 @@ from vision.data.exr import read_exr_header
 from vision.data.render_layers import read_render_file
 from vision.denoise import metrics as M
 from vision.pipelines.cli import main as cli_main
-from vision.pipelines.cli.denoise import expand_frames, parse_shard, shard
+from vision.pipelines.cli.denoise_io import expand_frames, parse_shard, shard
 
 SCENE = "scene_00001"
 
@@ -207,13 +207,13 @@ def test_phase_of_half_resolution_colour(seq, tmp_path, capsys):
 
 
 def test_failed_write_leaves_no_partial_output(seq, tmp_path, monkeypatch):
-    import vision.data as vd
+    from vision.pipelines.cli import denoise_frames
 
     def boom(path, channels, header=None):
         path.write_bytes(b"partial")
         raise OSError("disk full")
 
-    monkeypatch.setattr(vd, "write_exr", boom)
+    monkeypatch.setattr(denoise_frames, "write_exr", boom)
     # an OS error is one line and exit 2 (vision.pipelines.cli.main), not a traceback, and leaves nothing
     assert main(["denoise", str(seq / "frame_00.exr"), "-o", str(tmp_path / "o"), "-q"]) == 2
     assert not (tmp_path / "o").exists() or list((tmp_path / "o").iterdir()) == []

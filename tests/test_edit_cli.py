@@ -68,7 +68,7 @@ def test_working_size_edits_small_and_post_processes_full(tmp_path, tiny_model):
     from diffusers import StableDiffusionImg2ImgPipeline
 
     from vision.kernels import structure_loss
-    from vision.pipelines.cli.edit import edit
+    from vision.pipelines.cli.edit_run import edit
 
     pipe = StableDiffusionImg2ImgPipeline.from_pretrained(tiny_model, local_files_only=True, safety_checker=None,
                                                           requires_safety_checker=False)
@@ -187,7 +187,7 @@ def test_a_model_path_that_does_not_exist_is_called_a_path(tmp_path):
 
 
 def test_three_images_load_the_model_once(tmp_path, tiny_model, monkeypatch, capsys):
-    import vision.pipelines.cli.edit as edit_cli
+    import vision.pipelines.cli.edit_run as edit_cli
 
     loads = []
     real = edit_cli.load_pipeline
@@ -245,7 +245,7 @@ def test_an_unguidable_scheduler_is_swapped_for_ddim_on_the_same_schedule():
 @pytest.mark.slow
 def test_a_model_with_an_unguidable_scheduler_samples_with_ddim_and_says_so(tmp_path, pndm_model, capsys,
                                                                                monkeypatch):
-    import vision.pipelines.cli.edit as edit_cli
+    import vision.pipelines.cli.edit_run as edit_cli
 
     used = []
     real = edit_cli.edit

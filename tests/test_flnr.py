@@ -622,7 +622,7 @@ def test_train_denoiser_help(capsys):
 
 @pytest.mark.parametrize("tonemapped", ["l1", "rmse"])
 def test_training_loss_against_hand_computed_values(tonemapped):
-    from vision.pipelines.cli.train_denoiser import loss_fn
+    from vision.pipelines.training.denoiser_data import loss_fn
 
     out = torch.tensor([0.25, 2.0, 0.0, 0.5], dtype=torch.float64)
     ref = torch.tensor([0.5, 0.75, 0.0, 0.5], dtype=torch.float64)
@@ -637,7 +637,7 @@ def test_training_loss_against_hand_computed_values(tonemapped):
 
 @pytest.mark.parametrize("u", [2, 4])
 def test_subsample_takes_one_sample_of_every_block_at_a_random_phase(u):
-    from vision.pipelines.cli.train_denoiser import subsample
+    from vision.pipelines.training.denoiser_data import subsample
 
     h, w = 2 * u + 1, 3 * u + 1  # the partial last blocks are dropped
     x = torch.arange(h * w * 1.0).view(1, 1, h, w)
@@ -676,7 +676,7 @@ def test_train_denoiser_with_half_resolution_colour_steps(tmp_path, capsys):
 
 
 def test_train_denoiser_ctrl_c_still_writes_the_best_weights(tmp_path, monkeypatch, capsys):
-    from vision.pipelines.cli import train_denoiser as T
+    from vision.pipelines.cli import train_denoiser_run as T
     from vision.pipelines.cli import main
 
     calls = {"n": 0}
@@ -733,7 +733,7 @@ def test_half_resolution_colour_takes_the_bundled_upsampling_weights_when_there_
 def test_validation_score_weighs_full_and_low_resolution_as_the_training_steps(size, prob, u, want):
     """validate() against hand-computed PSNRs: a stub model returns grey 0.25 from full-resolution colour
     and grey 0.5 from 1/u-resolution colour; the reference is grey 0.25 + a ramp."""
-    from vision.pipelines.cli.train_denoiser import validate
+    from vision.pipelines.training.denoiser_data import validate
 
     h, w = size
     ref = 0.25 + 0.01 * torch.arange(h * w, dtype=torch.float32).reshape(1, 1, h, w).expand(1, 3, h, w)
@@ -767,7 +767,7 @@ def test_drop_ao_crops_look_like_frames_without_ao():
     import torch
 
     from vision.denoise.flnr.cells import FLNR_LAYOUT, frame_stats
-    from vision.pipelines.cli.train_denoiser import AO_CHANNEL, FLNR_TRAINING, sample_batch
+    from vision.pipelines.training.denoiser_data import AO_CHANNEL, FLNR_TRAINING, sample_batch
 
     assert sum({"normal": 3, "depth": 1}[g] for g in FLNR_LAYOUT[:FLNR_LAYOUT.index("ao")]) == AO_CHANNEL
     g = torch.Generator().manual_seed(0)

@@ -113,7 +113,7 @@ def test_sigterm_and_a_full_disk_rescue_the_weights_beside_the_checkpoint(tmp_pa
     import os
     import signal
 
-    from vision.pipelines.cli import train_denoiser as T
+    from vision.pipelines.cli import train_denoiser_run as T
 
     out = tmp_path / "w.safetensors"
     calls, real = {"n": 0}, T.loss_fn

@@ -157,7 +157,7 @@ def test_vision_edit_hands_one_config_object_down_to_the_loss(tmp_path, tiny_mod
     import tiny_diffusers as tiny
     from vision import restore
     from vision.io import write_image
-    from vision.pipelines.cli import edit as edit_cli
+    from vision.pipelines.cli import edit_run as edit_cli
 
     built, losses, kernel_calls = [], [], []
     real_edit, real_init, real_vg = edit_cli.edit, restore.RestoreObjective.__init__, restore.value_and_grad

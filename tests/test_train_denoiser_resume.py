@@ -83,7 +83,7 @@ def test_resume_after_sigkill_ends_with_the_uninterrupted_weights(tmp_path):
 
 
 def test_a_checkpoint_left_mid_write_is_ignored_and_the_last_complete_one_used(tmp_path, monkeypatch):
-    from vision.pipelines.cli import train_denoiser as T
+    from vision.pipelines.cli import train_denoiser_run as T
 
     tiny = _tiny(tmp_path, epochs=2)
     full, cut = tmp_path / "full.safetensors", tmp_path / "cut.safetensors"
@@ -143,7 +143,7 @@ def test_sigterm_saves_a_checkpoint_exits_143_and_resumes_bit_for_bit(tmp_path):
 
 
 def test_ctrl_c_finishes_the_step_saves_mid_epoch_and_exits_130(tmp_path, monkeypatch, capsys):
-    from vision.pipelines.cli import train_denoiser as T
+    from vision.pipelines.cli import train_denoiser_run as T
 
     tiny = _tiny(tmp_path, epochs=2)
     full, cut = tmp_path / "full.safetensors", tmp_path / "cut.safetensors"

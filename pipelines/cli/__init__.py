@@ -133,7 +133,7 @@ def _main(argv: list[str] | None) -> int:
         try:
             if level is None:
                 return int(args.func(args) or 0)
-            # lazy: `vision blender-addon --help` starts without vision.kernels.runtime
+            # lazy: vision.kernels.runtime loads torch, which `vision blender-addon` never needs
             from vision.kernels.runtime import verbosity
 
             with verbosity(level):  # this command only (main may run in a caller's process)
@@ -185,7 +185,7 @@ def tune_for_denoising(words: list[str]) -> None:
     if "torch" not in sys.modules and "OMP_WAIT_POLICY" not in os.environ:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     if sys.platform.startswith("linux"):
-        import ctypes  # lazy: `vision blender-addon --help` starts without ctypes
+        import ctypes  # lazy: 3-9 ms that `vision --help` and the other commands start without
 
         try:
             libc = ctypes.CDLL("libc.so.6")
@@ -198,7 +198,7 @@ def tune_for_denoising(words: list[str]) -> None:
 def torch_device(text: str | None, flag: str = "--device"):
     """The torch device a ``--device`` value names (None: cuda when available, else cpu), refused with
     one line when it is malformed or absent from this machine, before anything is loaded onto it."""
-    import torch  # lazy: `vision blender-addon --help` starts without torch
+    import torch  # lazy: `vision COMMAND --help` builds the parsers without torch
 
     if text is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -2,9 +2,11 @@
 for 4.2 and later), from the add-on source shipped with this package (``pipelines/blender_addon/vision_denoise``)."""
 from __future__ import annotations
 
+import io
 import zipfile
 from pathlib import Path
-import io
+
+from vision.outputs import atomic_path, prepare_file
 
 HELP = "build the Blender add-on (zip) that sets up, renders and denoises animations with vision denoise"
 DESCRIPTION = ("Build the Blender add-on Vision Denoise as a zip: install it in Blender 3.4+ with Edit > Preferences > "
@@ -32,9 +34,6 @@ def source() -> Path:
 
 def build_zip(out: Path) -> list[str]:
     """Write the add-on zip to ``out`` (atomically); returns the archive's names (``vision_denoise/...``)."""
-    # lazy: `vision blender-addon --help` starts without vision.outputs
-    from vision.outputs import atomic_path, prepare_file
-
     folder = source()
     files = sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts
                    and p.suffix not in (".pyc", ".zip"))

@@ -6,7 +6,6 @@ one line naming the extra, and the others run; asked for by ``--only``, it is an
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 import time
@@ -42,10 +41,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import torch  # lazy: `vision demo --help` starts without torch
-
-
-    device = str(torch_device(args.device)) if args.device else ("cuda" if torch.cuda.is_available() else "cpu")
+    device = str(torch_device(args.device))  # None: cuda when available, else cpu
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     names = args.only or list(SECTIONS)

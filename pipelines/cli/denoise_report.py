@@ -12,10 +12,14 @@ Example of the stream (one object per line; ``event`` says which)::
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sys
 
+from tqdm import tqdm
+
 from vision.data.fields import IN_BLENDER  # where each pass is turned on in Blender, said by the line that stops a run
+from vision.kernels.runtime import get_verbosity
 
 SAVE_AS = "saved as OpenEXR MultiLayer (Output Properties > Output > File Format)"
 # what every mode needs: the regression's two main guides (Cycles' Denoising Data holds both, and depth)
@@ -84,8 +88,6 @@ class Report:
         if self.json:
             self.emit("info", message=text)
         else:
-            from tqdm import tqdm
-
             tqdm.write(f"vision denoise: {text}", file=sys.stdout)
 
     def warning(self, text: str, frame=None) -> None:
@@ -100,17 +102,11 @@ class Report:
         self._say(text if frame is None else f"{frame}: {text}")
 
     def _say(self, text: str) -> None:
-        import logging
-
-        from vision.kernels.runtime import get_verbosity
-
         if self.quiet or get_verbosity() > logging.WARNING:
             return
         if self.json:
             self.emit("warning", message=text)
         else:
-            from tqdm import tqdm
-
             tqdm.write(f"vision denoise: warning: {text}", file=sys.stderr)
 
     def finish(self) -> str:

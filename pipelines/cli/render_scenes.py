@@ -9,16 +9,11 @@ folder without a manifest stops the command, named, before anything is rendered.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import shutil
 import sys
-import time
-import uuid
 from pathlib import Path
 
-from vision.data.scenes import KINDS, make_scene, scene_seed
+from vision.data.scenes import KINDS
 
 EPILOG = """examples:
   vision render-scenes --out data/scenes --count 100 --size 128 --spp-ref 1024
@@ -28,9 +23,6 @@ EPILOG = """examples:
 needs Mitsuba 3:  pip install 'locallinear-vision[render]'
 fast variant:     llvm_ad_rgb needs libLLVM >= 16 (Debian/Ubuntu: apt-get install libllvm19); else scalar_rgb is used
 """
-
-# settings that must match for a folder to be resumed (count may grow)
-_SETTINGS = ("size", "spp_ref", "noisy_seeds", "seed", "kinds", "ao_rays", "max_depth")
 
 
 HELP = "render procedural scenes (Mitsuba 3): noisy frames, guide buffers, references, labels"
@@ -81,23 +73,6 @@ def check_args(args) -> list[str]:
     return kinds
 
 
-def command_line(args, kinds) -> str:
-    """The full command line with every option spelled out (recorded in each manifest)."""
-    return (f"vision render-scenes --out {args.out} --count {args.count} --size {args.size} --spp-ref {args.spp_ref} "
-            f"--noisy-seeds {args.noisy_seeds} --seed {args.seed} --kinds {','.join(kinds)} --ao-rays {args.ao_rays} "
-            f"--max-depth {args.max_depth} --variant {args.variant}")
-
-
-def _read_index(path: Path) -> dict:
-    try:
-        index = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path} is not the JSON index render-scenes writes ({err}); use another --out") from None
-    if not isinstance(index, dict):
-        raise ValueError(f"{path} is not the index render-scenes writes; use another --out")
-    return index
-
-
 def run(args) -> int:
     kinds = check_args(args)
     out = Path(args.out)
@@ -114,65 +89,7 @@ def run(args) -> int:
     except ImportError:
         print("vision render-scenes: error: needs Mitsuba 3: pip install 'locallinear-vision[render]'", file=sys.stderr)
         return 2
-    from tqdm import tqdm  # lazy: `vision render-scenes --help` starts without tqdm
+    # lazy: `vision render-scenes --help` starts without the renderer's modules (vision.data.render, tqdm)
+    from vision.pipelines.cli import render_scenes_run
 
-    # lazy: `vision render-scenes --help` starts without vision.data.render
-    from vision.data.render import choose_variant, render_scene, write_scene
-    from vision.outputs import write_text_atomic  # lazy: `vision render-scenes --help` starts without vision.outputs
-
-    settings = {"size": args.size, "spp_ref": args.spp_ref, "noisy_seeds": args.noisy_seeds, "seed": args.seed,
-                "kinds": kinds, "ao_rays": args.ao_rays, "max_depth": args.max_depth}
-    index_path = out / "dataset.json"
-    if index_path.exists():
-        old = _read_index(index_path).get("settings", {})
-        diff = [k for k in _SETTINGS if k in old and old[k] != settings[k]]
-        if diff:
-            k = diff[0]
-            raise ValueError(f"{out} holds scenes rendered with --{k.replace('_', '-')} {old[k]}, not {settings[k]}; "
-                             f"use another --out, or the same settings to resume")
-
-    variant = choose_variant(args.variant, note=lambda msg: print(msg, file=sys.stderr))
-    skipped = args.count - len(todo)
-    cmd = command_line(args, kinds)
-
-    times = []
-    bar = tqdm(total=args.count, initial=skipped, unit="scene", desc="render-scenes", dynamic_ncols=True)
-    for i in todo:
-        kind = kinds[i % len(kinds)]
-        spec = make_scene(kind, scene_seed(args.seed, i))
-        t0 = time.perf_counter()
-        render = render_scene(spec, args.size, spp_ref=args.spp_ref, noisy_seeds=args.noisy_seeds,
-                              ao_rays=args.ao_rays, max_depth=args.max_depth, variant=variant)
-        # write into a fresh temporary folder of this run, then rename: a folder with a manifest is always
-        # complete, and only what this run created is ever removed
-        tmp = out / f".{names[i]}.partial-{uuid.uuid4().hex[:12]}"
-        tmp.mkdir()  # not mkdtemp: the scene keeps the user's umask, not 0700
-        try:
-            write_scene(render, tmp, names[i], extra={"index": i, "command": cmd})
-            final = out / names[i]
-            if os.path.lexists(final):
-                raise ValueError(f"{final} appeared while rendering; left as it is, this scene is not written")
-            tmp.rename(final)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp)
-        times.append(time.perf_counter() - t0)
-        bar.set_postfix_str(f"{kind}, {times[-1]:.1f} s")
-        bar.update(1)
-    bar.close()
-
-    index = {"command": cmd, "settings": settings, "variant": variant,
-             "scenes": [n for n in names if (out / n / "manifest.json").exists()]}
-    if index_path.exists():  # keep scenes of earlier, larger runs
-        old = _read_index(index_path)
-        index["scenes"] = sorted(set(index["scenes"]) | {n for n in old.get("scenes", []) if (out / n / "manifest.json").exists()})
-    write_text_atomic(index_path, json.dumps(index, indent=1))
-
-    if times:
-        total = sum(times)
-        print(f"rendered {len(times)} scenes in {total:.1f} s: {total / len(times):.2f} s per scene "
-              f"({variant}, {args.size}x{args.size}, {args.spp_ref}-spp reference, {args.noisy_seeds} noisy frames); "
-              f"{skipped} already done; output in {out}")
-    else:
-        print(f"all {args.count} scenes already rendered in {out}; nothing to do")
-    return 0
+    return render_scenes_run.render_missing(args, kinds, names, todo)

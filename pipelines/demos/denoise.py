@@ -14,8 +14,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vision.data.fields import FLNR_GUIDES
 from vision.bundled import asset_path
+from vision.data import read_frame
+from vision.data.fields import FLNR_GUIDES
+from vision.denoise import denoise
+from vision.denoise.metrics import psnr, tonemap
 from vision.figures import side_by_side
 from vision.io import write_image
 from vision.kernels.runtime import get_logger
@@ -33,7 +36,7 @@ def oidn(frame: dict):
     """Open Image Denoise on ``frame`` (pyoidn: HDR colour, albedo and normal, cleanAux, high quality), or None
     when pyoidn is not installed."""
     try:
-        import pyoidn  # lazy: OIDN is an optional [bench] peer
+        import pyoidn  # lazy: OIDN is an optional peer (the [bench] extra); without it the demo runs on
     except ImportError:
         return None
     return pyoidn.denoise(frame["color"], frame["albedo"], frame["normal"], hdr=True, clean_aux=True, quality="high")
@@ -45,10 +48,6 @@ def _big(img, k: int = 2):
 
 
 def run(out_dir: Path, device: str) -> list[Path]:
-    from vision.data import read_frame  # lazy: vision.data.read_frame needs an optional package
-    from vision.denoise import denoise  # lazy: vision --help imports this module
-    from vision.denoise.metrics import psnr, tonemap  # lazy: vision --help imports this module
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written, footer = [], None

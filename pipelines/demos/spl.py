@@ -13,10 +13,12 @@ from pathlib import Path
 import numpy as np
 import cv2
 import torch
+from kornia.metrics import psnr as kornia_psnr
 
 from vision.bundled import asset_path
 from vision.figures import side_by_side
 from vision.io import read_image, to_image, to_tensor, write_image
+from vision.kernels import structure_loss
 from vision.restore import restore_structure
 
 TITLE = "structure preservation loss: restoring a distorted tone edit (Gong et al. 2026)"
@@ -48,9 +50,7 @@ def damage(img: np.ndarray, sigma: float = 1.5, quality: int = 30, shift=(0.4, 0
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     """PSNR in dB of images in [0, 1] (kornia's ``metrics.psnr``, float64)."""
-    from kornia.metrics import psnr as kpsnr  # lazy: kornia loads slowly; only this path needs it
-
-    return float(kpsnr(torch.from_numpy(a.astype(np.float64)), torch.from_numpy(b.astype(np.float64)), 1.0))
+    return float(kornia_psnr(torch.from_numpy(a.astype(np.float64)), torch.from_numpy(b.astype(np.float64)), 1.0))
 
 
 def heat(d: np.ndarray, top: float) -> np.ndarray:
@@ -65,8 +65,6 @@ def _rgb(img: np.ndarray) -> str:
 
 
 def run(out_dir: Path, device: str) -> list[Path]:
-    from vision.kernels import structure_loss  # lazy: vision.kernels.spl.structure_loss needs an optional package
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     photo = read_image(asset_path(*PHOTO))[:, :, :3]
