@@ -349,6 +349,20 @@ def test_light_modules_load_without_torch(module):
     assert res.stdout.split() == ["False", "True"], f"import {module}: torch loaded, names listed: {res.stdout}"
 
 
+def test_help_loads_no_torch():
+    """``vision --help`` and every ``vision COMMAND --help`` print their text without loading torch (nor numba,
+    diffusers, timm): a command module keeps its parser light and hands its work to the modules that need them."""
+    commands = list(_plugins(ROOT / "pipelines" / "cli" / "__init__.py", "COMMANDS"))
+    code = ("import contextlib, io, sys\nfrom vision.pipelines.cli import main\nheavy = ('torch', 'numba', 'diffusers', "
+            "'timm')\nfor words in [['--help']] + [[c, '--help'] for c in %r]:\n    with contextlib.redirect_stdout("
+            "io.StringIO()):\n        try:\n            main(words)\n        except SystemExit:\n            pass\n"
+            "    print(' '.join(words), [m for m in heavy if m in sys.modules])\n" % commands)
+    res = _run(code)
+    assert res.returncode == 0, res.stderr[-2000:]
+    loaded = [line for line in res.stdout.splitlines() if not line.endswith("[]")]
+    assert len(res.stdout.splitlines()) == len(commands) + 1 and not loaded, f"first to load them: {loaded[:1]}"
+
+
 def _headings(doc: Path) -> list[str]:
     return [line.lstrip("#").strip() for line in doc.read_text().splitlines() if line.startswith("#")]
 
