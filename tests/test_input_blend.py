@@ -323,7 +323,7 @@ def test_capped_noise_still_takes_fireflies_for_noise():
         assert float(told[0, :, y, x].max()) < 0.3 + 0.1, (y, x)
 
 
-def _blend_reference(out, color, albedo, sharp, radius=None, cap=None):
+def _blend_reference(out, color, albedo, sharp, radius=None, cap=None, after_step=False):
     """The blend written out in float64 from its definition (module docstring of input_blend): window sums by
     explicit shifts, the noise energy as the 3 x 3 second difference k k^T / 6 at interior pixels, copied outwards."""
     from vision.denoise.input_blend import DEFAULT_RADIUS
@@ -362,15 +362,26 @@ def _blend_reference(out, color, albedo, sharp, radius=None, cap=None):
         v = torch.minimum(v, cap * torch.stack([_regional_reference(v[i:i + 1].float(), level[i:i + 1].float())
                                                 for i in range(len(v))])[:, None] + peak)
     trust = frame_share(e.float(), v.float()).double().sqrt()
-    s = (1 - v / (e * trust)).nan_to_num(0, 0, 0).clamp(0, 1)
     w = ((box[:, 2:3] - SHARP_LEVERAGE * v) / box[:, 3:4]).nan_to_num(0, 0, 0).clamp(0, 1) * trust
+    if after_step:  # the factor of each window's m = out + w d (w the window's own): the window mean of (y - m)^2,
+        # summed over channels and taken pixel by pixel over the window (clipped at the frame's edge), and the noise
+        # (1 - h w) v the step leaves in it
+        b, _, hh, ww = o.shape
+        e = torch.zeros_like(v)
+        for i in range(hh):
+            for j in range(ww):
+                rows, cols = slice(max(0, i - radius), i + radius + 1), slice(max(0, j - radius), j + radius + 1)
+                wc = w[:, :, i, j][..., None, None]
+                e[:, 0, i, j] = ((r[..., rows, cols] - wc * d[..., rows, cols]) ** 2).sum(1).mean((-2, -1))
+        v = (1 - SHARP_LEVERAGE * w) * v
+    s = (1 - v / (e * trust)).nan_to_num(0, 0, 0).clamp(0, 1)
     return o + s * r + w * (1 - s) * d
 
 
 @pytest.mark.parametrize("size", [(29, 41), (3, 17), (2, 9)])
 def test_fused_cpu_blend_matches_the_float64_definition(size):
     """The CPU path (two numba passes around the box filter) against the blend written out in float64."""
-    from vision.kernels.runtime import explain
+    from vision.kernels.runtime import explain, use_numba
 
     g = torch.Generator().manual_seed(3)
     h, w = size
@@ -381,9 +392,12 @@ def test_fused_cpu_blend_matches_the_float64_definition(size):
     sharp[0, :, : h // 2] = color[0, :, : h // 2]  # noise-free windows: the input wins there
     albedo = torch.rand(2, 3, h, w, generator=g)
     assert "torch+numba" in str(explain("denoise.input_blend", out, tensors=(out, color, sharp, albedo)))
-    for cap in (None, 2.0):
-        got = towards_input(out, color, albedo, sharp, cap=cap)
-        want = _blend_reference(out, color, albedo, sharp, cap=cap)
+    for cap, after_step in ((None, False), (2.0, False), (None, True), (8.0, True)):
+        want = _blend_reference(out, color, albedo, sharp, cap=cap, after_step=after_step)
+        got = towards_input(out, color, albedo, sharp, cap=cap, after_step=after_step)
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+        with use_numba(False):  # the PyTorch path
+            got = towards_input(out, color, albedo, sharp, cap=cap, after_step=after_step)
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
 
 
@@ -400,3 +414,18 @@ def test_the_window_shrinks_once_the_noise_is_known_to_be_light(spp, radius, mon
     denoise(clean, albedo=albedo, normal=normal, model="flr", spp=spp)
     assert seen == [radius]
 
+
+
+@pytest.mark.parametrize("model, spp, after", [("flnr", None, False), ("flnr", 4, True), ("flnr", 16, False),
+                                               ("flr", 4, False), ("flr", None, False)])
+def test_flnr_measures_its_factor_after_the_step_below_16_spp(model, spp, after, monkeypatch):
+    """Below 16 spp (the count known) FLNR's factor towards the input is measured after its step towards the sharp
+    fit; FLR's, and any frame's from 16 spp up or of unknown count, on the fit's own residual."""
+    import vision.denoise.input_blend as IB
+
+    seen = []
+    real = IB.towards_input
+    monkeypatch.setattr(IB, "towards_input", lambda *a, **k: seen.append(k["after_step"]) or real(*a, **k))
+    clean, albedo, normal = _scene(32)
+    denoise(clean, albedo=albedo, normal=normal, model=model, spp=spp)
+    assert seen == [after]

@@ -246,7 +246,7 @@ def _model(c, *present, names, model, net, radius, eps, scale, tile, phase, repa
             out = flr_tiled(c, guides, radius, eps, scale, tile, phase=phase)
         else:
             out = flr(c, guides, radius, eps, scale, phase=phase)
-        return blend_towards_input(out, c, guides, tile, spp) if blend else out
+        return blend_towards_input(out, c, guides, tile, spp, model) if blend else out
 
 
 def _dtype_name(x) -> str:

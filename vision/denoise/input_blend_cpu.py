@@ -65,23 +65,28 @@ def blend_sums_planes(out, color, sharp, factor, sums):
                 row[k, x] = big if v != v else min(max(v, -big), big)
 
 
-@kernel(f"void({_ANY4}, {_ANY4}, {_ANY4}, float32[:, :, :, ::1], float32[::1], float32, float32[:, :, :, ::1])")
-def blend_apply_planes(out, color, sharp, sums, trust, leverage, result):
+@kernel(f"void({_ANY4}, {_ANY4}, {_ANY4}, float32[:, :, :, ::1], float32[::1], float32, int64, "
+        "float32[:, :, :, ::1])")
+def blend_apply_planes(out, color, sharp, sums, trust, leverage, after_step, result):
     """``result`` (B, 3, H, W) = ``out + s r + w (1 - s) d`` with the window sums ``sums`` (B, 4, H, W, as
     :func:`blend_sums_planes` writes them, box-filtered), ``trust`` (B,) the square root of each image's
-    :func:`~vision.denoise.input_blend.frame_share`, ``s = unit(1 - v / (e trust))`` and ``w = unit((rd -
-    leverage v) / dd) trust`` (``unit``: clamped into [0, 1], NaN and inf as 0)."""
+    :func:`~vision.denoise.input_blend.frame_share`, ``w = unit((rd - leverage v) / dd) trust`` and ``s = unit(1 -
+    v / (e trust))``, or with ``after_step`` (1) ``s = unit(1 - (1 - leverage w) v / (e' trust))``, ``e' = max(0, e -
+    2 w rd + w^2 dd)`` (``unit``: clamped into [0, 1], NaN and inf as 0)."""
     B, C, H, W = out.shape
-    zero, one = np.float32(0.0), np.float32(1.0)
+    zero, one, two = np.float32(0.0), np.float32(1.0), np.float32(2.0)
     for n in prange(B * H):
         b, y = n // H, n % H
         t = trust[b]
         for x in range(W):
             e, v, rd, dd = sums[b, 0, y, x], sums[b, 1, y, x], sums[b, 2, y, x], sums[b, 3, y, x]
-            s = one - v / (e * t)
-            s = zero if not np.isfinite(s) else min(max(s, zero), one)
             w = (rd - leverage * v) / dd
             w = zero if not np.isfinite(w) else min(max(w, zero), one) * t
+            if after_step:
+                e = max(e - two * w * rd + w * w * dd, zero)
+                v = (one - leverage * w) * v
+            s = one - v / (e * t)
+            s = zero if not np.isfinite(s) else min(max(s, zero), one)
             ws = w * (one - s)
             for c in range(C):
                 o = out[b, c, y, x]
@@ -192,9 +197,9 @@ def blend_sums(out: torch.Tensor, color: torch.Tensor, sharp: torch.Tensor, fact
 
 
 def blend_apply(out: torch.Tensor, color: torch.Tensor, sharp: torch.Tensor, sums: torch.Tensor,
-                trust: torch.Tensor, leverage: float) -> torch.Tensor:
+                trust: torch.Tensor, leverage: float, after_step: bool = False) -> torch.Tensor:
     """:func:`blend_apply_planes` into a new (B, 3, H, W) tensor; ``trust`` (B, 1, 1, 1)."""
     result = torch.empty(out.shape, dtype=out.dtype)
     blend_apply_planes(out, color, sharp, sums.contiguous(), trust.reshape(-1).contiguous(), float(leverage),
-                       result)
+                       int(bool(after_step)), result)
     return result

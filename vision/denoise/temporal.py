@@ -270,7 +270,7 @@ class TemporalDenoiser:
             if denoised is None:
                 out = result
         if blend:  # towards this frame's colour, whose noise is independent per pixel
-            out = blend_towards_input(out, signal * floor + add, g, self.tile, spp)
+            out = blend_towards_input(out, signal * floor + add, g, self.tile, spp, self.model)
         if self.edge_frames > 1 and (blend or denoised is not None):  # the frame as returned (or written) is the
             self._edges = torch.cat([out, self._edges[:, 3:]], 1)    # edges' history
         return B.like(out, color)
