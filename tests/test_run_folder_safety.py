@@ -202,13 +202,13 @@ def test_denoise_removes_stale_temporary_files_of_its_frames_only(tmp_path):
 def test_sigterm_during_denoise_exits_143_and_leaves_no_temporary_file(tmp_path):
     frames, out = _frames(tmp_path), tmp_path / "out"
     code = ("import os, signal, sys, time\n"
-            "import vision.data as data\n"
-            "write = data.write_exr\n"
+            "import vision.pipelines.cli.denoise_frames as frames\n"
+            "write = frames.write_exr\n"
             "def slow(path, channels, header=None):\n"  # SIGTERM arrives while the temporary file exists
             "    write(path, channels, header)\n"
             "    os.kill(os.getpid(), signal.SIGTERM)\n"
             "    time.sleep(30)\n"
-            "data.write_exr = slow\n"
+            "frames.write_exr = slow\n"
             "from vision.pipelines.cli import main\n"
             "sys.exit(main(sys.argv[1:]))\n")
     res = subprocess.run([sys.executable, "-c", code, "denoise", str(frames / "frame_00.exr"), "-o", str(out),
