@@ -6,6 +6,9 @@ and its options both need live here, beside them.
 """
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 DTYPE_NAMES = ("bfloat16", "float16", "float32")  # --dtype; bench.timing.DTYPES maps each to its torch dtype
 
 # vision bench backbone --models: the default and --quick sets, and the model every ratio is against
@@ -18,3 +21,13 @@ SEQUENCE_METHODS = ("oidn high", "oidn fast", "flnr", "flr", "temporal", "tempor
 
 # vision bench gpu --only: the groups of bench.gpu.CASES
 GPU_GROUPS = ("box", "guided", "regression", "restore", "spl")
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    """``--json PATH``: every bench saves its rows as JSON there when asked."""
+    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save every row as JSON here")
+
+
+def add_strict(p: argparse.ArgumentParser) -> None:
+    """``--strict``: a bench with acceptance checks exits with 1 when one fails."""
+    p.add_argument("--strict", action="store_true", help="exit with status 1 when an acceptance check FAILs")

@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from . import BACKBONE_MODELS, DTYPE_NAMES
+from . import BACKBONE_MODELS, DTYPE_NAMES, add_json, add_strict
 
 DESCRIPTION = "linear-attention backbones (ViG, H-ViG, Mamba-style) against DeiT-T / ViT-S, and the GLA op"
 
@@ -45,8 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-models", action="store_true", help="time the GLA op only")
     p.add_argument("--skip-gla", action="store_true", help="time the models only")
     p.add_argument("--quick", action="store_true", help="fewer sizes, models and repeats")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save every row as JSON here")
-    p.add_argument("--strict", action="store_true", help="exit with status 1 when an acceptance check FAILs")
+    add_json(p)
+    add_strict(p)
 
 
 def run(args) -> int:

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+
+from . import add_json
 
 DESCRIPTION = "cold compile time, registers and spills of every Triton kernel for sm_80/86/89/90, without a GPU"
 
@@ -23,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel", default=None, metavar="TEXT",
                    help="only the kernels whose name contains TEXT (e.g. guided, _fit_color_kernel)")
     p.add_argument("--workers", type=int, default=2, help="compile processes (default 2)")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save the rows as JSON here")
+    add_json(p)
 
 
 def run(args) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from . import add_json, add_strict
+
 DESCRIPTION = ("render-frame denoisers on rendered scenes vs their references: noisy, box, FLR, FLNR, OIDN "
                "(PSNR, SSIM, relMSE, HDR-FLIP, time per frame)")
 
@@ -60,8 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timing-only", action="store_true",
                    help="with --cuda-size: only the device timing rows, no quality table")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save every row as JSON here")
-    p.add_argument("--strict", action="store_true", help="exit with status 1 when an acceptance check FAILs")
+    add_json(p)
+    add_strict(p)
 
 
 def run(args) -> int:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import SEQUENCE_METHODS
+from . import SEQUENCE_METHODS, add_json
 
 HELP = "animation denoising (temporal FLNR) against per-frame OIDN on rendered sequences"
 
@@ -37,7 +37,7 @@ def add_arguments(p) -> None:
                    help="FLNR weights for flnr and temporal (a .safetensors file or save_pretrained folder; default: "
                         "the bundled ones)")
     p.add_argument("--from", dest="first", type=int, default=4, help="first scored frame (default 4)")
-    p.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
+    add_json(p)
     p.add_argument("--figures", type=Path, default=None, metavar="DIR",
                    help="also write, per sequence, DIR/SEQ_frame.png (the last frame: noisy, each method, reference) "
                         "and DIR/SEQ_flicker.png (each method's error in the last frame-to-frame difference)")

@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from . import DTYPE_NAMES
+from . import DTYPE_NAMES, add_json, add_strict
 
 DESCRIPTION = "dense-prediction heads: token-local and local-linear readout against a DPT-style decoder"
 
@@ -36,8 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's)")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="wall time (default), or CPU time of the process (CPU device only; best with --threads 1)")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save every row as JSON here")
-    p.add_argument("--strict", action="store_true", help="exit with status 1 when an acceptance check FAILs")
+    add_json(p)
+    add_strict(p)
 
 
 def run(args) -> int:

@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from . import GPU_GROUPS
+from . import GPU_GROUPS, add_json
 
 DESCRIPTION = "each operator's kernel time, call latency, syncs and GB/s against the bandwidth floor (GPU method)"
 
@@ -21,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", nargs="+", default=None, choices=GPU_GROUPS,
                    help="measure only these groups of cases")
     p.add_argument("--small", action="store_true", help="small inputs (for a quick check on CPU)")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save the rows as JSON here")
+    add_json(p)
 
 
 def run(args) -> int:

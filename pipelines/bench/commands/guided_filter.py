@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from . import DTYPE_NAMES
+from . import DTYPE_NAMES, add_json, add_strict
 
 DESCRIPTION = "guided filter: ours against OpenCV ximgproc, kornia and a cumsum (Deep Guided Filter style) filter"
 
@@ -39,14 +38,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=DTYPE_NAMES, default="float32",
                    help="tensor dtype of the inputs (default float32; OpenCV always gets float32)")
     p.add_argument("--quick", action="store_true", help="1024x1024 only, fewer repeats")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save every row as JSON here")
+    add_json(p)
     p.add_argument("--peak-gbs", type=float, default=4800.0,
                    help="nominal memory bandwidth in GB/s for the roofline (default 4800, an H200)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch and OpenCV (default: theirs)")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="wall time (default), or CPU time of the process (all threads summed; CPU device only): "
                         "steadier on a shared machine, best with --threads 1")
-    p.add_argument("--strict", action="store_true", help="exit with status 1 when an acceptance check FAILs")
+    add_strict(p)
     p.add_argument("--huge-radius", action="store_true",
                    help="instead of the peers: time box_filter and guided_filter at radius 10^6 against radius 128 "
                         "in every border mode (first size only) and print the ratios (target < 2x)")

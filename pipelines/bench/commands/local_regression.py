@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from . import DTYPE_NAMES
+from . import DTYPE_NAMES, add_json, add_strict
 
 DESCRIPTION = ("local linear regression (fit + apply, K features, C targets): ours against plain PyTorch "
                "(box moments + torch.linalg.solve)")
@@ -41,8 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="wall time, or CPU seconds of this process (steadier on a shared machine; "
                         "use with --threads 1, since waiting threads spin)")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save every row as JSON here")
-    p.add_argument("--strict", action="store_true", help="exit with status 1 when an acceptance check FAILs")
+    add_json(p)
+    add_strict(p)
     p.add_argument("--huge-radius", action="store_true",
                    help="instead of the peer: time local_linear_fit (every border mode) and the FLR denoiser at "
                         "radius 10^6 against radius 128 and print the ratios (target < 2x)")

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+
+from . import add_json, add_strict
 
 DESCRIPTION = "structure preservation loss: ours (fused) against an unfused cumsum implementation of the same math"
 
@@ -32,8 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch and OpenCV (default: theirs)")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="wall time (default), or this process's CPU time (CPU only; steadier on a busy shared machine)")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save the rows as JSON here")
-    p.add_argument("--strict", action="store_true", help="exit with status 1 when an acceptance check fails")
+    add_json(p)
+    add_strict(p)
 
 
 def run(args) -> int:

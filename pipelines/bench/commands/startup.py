@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+
+from . import add_json
 
 DESCRIPTION = ("start-up time of the vision command against importing torch (fresh processes), and how fast "
                "vision edit fails on a missing model")
@@ -20,7 +21,7 @@ the time goes).
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat", type=int, default=5, help="runs of each command (default 5)")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save the rows as JSON here")
+    add_json(p)
 
 
 def run(args) -> int:
