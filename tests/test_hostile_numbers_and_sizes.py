@@ -270,3 +270,19 @@ def test_restore_structure_checks_an_exr_data_window_before_reading(tmp_path, ca
     out = tmp_path / "r.exr"
     _refused(capsys, ["restore-structure", "--source", str(path), "--edited", str(path), "-o", str(out)],
              "--source", "big.exr", "16x16", "limit", out=out)
+
+
+@pytest.mark.parametrize("words, prog", [
+    (["predict", "run", "photo.png", "-o", "out", "--bogus"], "vision predict"),
+    (["bench", "denoise", "--bogus", "1"], "vision bench denoise"),
+    (["denoise", "frame.exr", "-o", "out", "--radius", "3", "--bogus"], "vision denoise"),
+    (["--bogus"], "vision"),
+])
+def test_an_unknown_option_is_refused_by_the_command_it_was_given_to(words, prog, capsys):
+    """argparse leaves words no option takes to ``vision`` itself ("vision: error: unrecognized arguments", pointing
+    at ``vision --help``); the command they were given to refuses them, and its help is the one named."""
+    with pytest.raises(SystemExit) as stop:
+        main(words)
+    assert stop.value.code == 2
+    line = one_line_error(capsys, f"{prog}: error: unrecognized arguments: --bogus", f"(options: {prog} --help)")
+    assert line.startswith(prog + ":")

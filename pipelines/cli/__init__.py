@@ -67,6 +67,26 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _parse(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Namespace:
+    """``parser.parse_args(words)``, except that words no option takes are refused by the (sub)command they were
+    given to (``vision predict: error: unrecognized arguments: --bogus (options: vision predict --help)``), not by
+    ``vision`` itself as argparse does."""
+    args, extra = parser.parse_known_args(words)
+    if extra:
+        _innermost(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub)command ``args`` ran: ``vision``'s, a command's or a bench's."""
+    while True:
+        chosen = [a.choices[getattr(args, a.dest)] for a in parser._actions
+                  if isinstance(a, argparse._SubParsersAction) and getattr(args, a.dest, None) in a.choices]
+        if not chosen:
+            return parser
+        parser = chosen[0]
+
+
 def _unavailable(args) -> int:
     raise args.import_error  # main reports it: the extra to install, or the import error itself
 
@@ -125,7 +145,7 @@ def _main(argv: list[str] | None) -> int:
         if argv is None:  # the process is the command's own (not a caller's that runs main in process)
             tune_for_denoising(words)
         parser = build_parser(words[0] if words and words[0] in COMMANDS else None)
-        args = parser.parse_args(words)
+        args = _parse(parser, words)
         if not getattr(args, "func", None):
             parser.print_help()
             return 2
