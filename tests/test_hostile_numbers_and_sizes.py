@@ -286,3 +286,22 @@ def test_an_unknown_option_is_refused_by_the_command_it_was_given_to(words, prog
     assert stop.value.code == 2
     line = one_line_error(capsys, f"{prog}: error: unrecognized arguments: --bogus", f"(options: {prog} --help)")
     assert line.startswith(prog + ":")
+
+
+def test_a_bench_error_names_the_bench(capsys):
+    """A bench's refusal names the bench (``vision bench guided-filter: error: ...``), not only ``vision bench``."""
+    assert main(["bench", "guided-filter", "--sizes", "0"]) == 2
+    one_line_error(capsys, "vision bench guided-filter: error:", "--sizes")
+
+
+@pytest.mark.parametrize("flag, value, says", [("--epochs", "0", ">= 1"), ("--batch", "0", ">= 1"),
+                                               ("--crop", "8", ">= 16"), ("--lr", "-1", "> 0"),
+                                               ("--upsample-prob", "2", "in [0, 1]")])
+def test_train_denoiser_names_the_one_bad_number(flag, value, says, tmp_path, capsys):
+    """Each out-of-range training number is refused by name with its value, not in one sentence listing them all."""
+    from vision.bundled import asset_path
+
+    out = tmp_path / "w.safetensors"
+    assert main(["train-denoiser", "--data", str(asset_path("scenes")), "-o", str(out), flag, value]) == 2
+    one_line_error(capsys, f"{flag} {value}: must be {says}")
+    assert not out.exists()

@@ -168,17 +168,17 @@ def _main(argv: list[str] | None) -> int:
             return 2
         except (ValueError, FileNotFoundError, FileExistsError) as err:
             # Bad input is the user's to fix: one clear line, no traceback.
-            print(f"vision {args.command}: error: {err}", file=sys.stderr)
+            print(f"vision {' '.join(_words(args))}: error: {err}", file=sys.stderr)
             return 2
         except OSError as err:  # permissions, full disks, folders where files belong: the system's words
             where = f"{err.filename}: " if getattr(err, "filename", None) else ""
-            print(f"vision {args.command}: error: {where}{err.strerror or err}", file=sys.stderr)
+            print(f"vision {' '.join(_words(args))}: error: {where}{err.strerror or err}", file=sys.stderr)
             return 2
         except RuntimeError as err:  # Path.resolve's way (before Python 3.13) to say that links lead in a circle
             if not str(err).startswith("Symlink loop from "):
                 raise
             where = str(err)[len("Symlink loop from "):]
-            print(f"vision {args.command}: error: {where}: symbolic links that lead to each other (a loop)",
+            print(f"vision {' '.join(_words(args))}: error: {where}: symbolic links that lead to each other (a loop)",
                   file=sys.stderr)
             return 2
     except KeyboardInterrupt:

@@ -156,8 +156,8 @@ def run(args) -> int:
 
 def _check_args(args) -> list[int] | None:
     """Refuse bad flags, network sizes, outputs, ``--init`` files and devices before any data is read; the widths."""
-    if args.epochs < 1 or args.batch < 1 or args.crop < 16 or args.lr <= 0 or not 0 <= args.upsample_prob <= 1:
-        raise ValueError("--epochs and --batch must be >= 1, --crop >= 16, --lr > 0 and --upsample-prob in [0, 1]")
+    check_numbers(args, dict(epochs=dict(low=1), batch=dict(low=1), crop=dict(low=16), lr=POSITIVE,
+                             upsample_prob=dict(low=0, high=1)))
     if args.upsample_prob > 0 and args.crop % args.upsample_factor:
         raise ValueError(f"--upsample-prob needs a --crop divisible by --upsample-factor {args.upsample_factor}, "
                          f"got {args.crop}")
