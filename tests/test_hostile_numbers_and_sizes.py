@@ -305,3 +305,14 @@ def test_train_denoiser_names_the_one_bad_number(flag, value, says, tmp_path, ca
     assert main(["train-denoiser", "--data", str(asset_path("scenes")), "-o", str(out), flag, value]) == 2
     one_line_error(capsys, f"{flag} {value}: must be {says}")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("flag", ["--epochs", "--batch-size"])
+def test_finetune_names_the_one_bad_count(flag, tmp_path, capsys):
+    """``vision finetune`` names the bad count and its value, as every other numeric option, before anything loads."""
+    from vision.bundled import asset_path
+
+    out = tmp_path / "run"
+    assert main(["finetune", "--task", "depth", "--data", str(asset_path("scenes")), "-o", str(out), flag, "0"]) == 2
+    one_line_error(capsys, f"{flag} 0: must be >= 1")
+    assert not out.exists()

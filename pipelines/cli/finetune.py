@@ -163,19 +163,17 @@ def run(args) -> int:
 
 def _check_arguments(args):
     """Every numeric option in range (NaN and inf refused), the LoRA target pattern compiled: one line, before
-    anything loads. Returns ``--lora-targets`` as :func:`lora_targets` reads it."""
-    if args.epochs < 1 or args.batch_size < 1:
-        raise ValueError("--epochs and --batch-size must be >= 1")
-    check_numbers(args, dict(lr=POSITIVE, backbone_lr=POSITIVE, weight_decay=NON_NEGATIVE,
-                             ema=dict(low=0, high=1, high_open=True), clip=NON_NEGATIVE, lora_alpha=POSITIVE,
-                             lora_dropout=dict(low=0, high=1, high_open=True), max_minutes=POSITIVE,
-                             img_size=dict(low=MIN_IMG_SIZE), threads=dict(low=1), grad_accum=dict(low=1),
-                             lora_rank=NON_NEGATIVE, stop_after=dict(low=1), limit=dict(low=1),
+    anything loads. Returns ``--lora-targets`` as :func:`parse_lora_targets` reads it."""
+    check_numbers(args, dict(epochs=dict(low=1), batch_size=dict(low=1), lr=POSITIVE, backbone_lr=POSITIVE,
+                             weight_decay=NON_NEGATIVE, ema=dict(low=0, high=1, high_open=True), clip=NON_NEGATIVE,
+                             lora_alpha=POSITIVE, lora_dropout=dict(low=0, high=1, high_open=True),
+                             max_minutes=POSITIVE, img_size=dict(low=MIN_IMG_SIZE), threads=dict(low=1),
+                             grad_accum=dict(low=1), lora_rank=NON_NEGATIVE, stop_after=dict(low=1), limit=dict(low=1),
                              val_fraction=dict(low=0, high=0.9), test_fraction=dict(low=0, high=0.9)))
     if args.val_fraction + args.test_fraction >= 0.95:
         raise ValueError(f"--val-fraction {args.val_fraction} + --test-fraction {args.test_fraction} leave too little "
                          "to train on (their sum must be below 0.95)")
-    targets = lora_targets(args.lora_targets)
+    targets = parse_lora_targets(args.lora_targets)
     if isinstance(targets, str):
         try:
             re.compile(targets)
@@ -184,7 +182,7 @@ def _check_arguments(args):
     return targets
 
 
-def lora_targets(text: str | None):
+def parse_lora_targets(text: str | None):
     """``--lora-targets``: a list of module-name suffixes, or one regular expression (peft matches a string
     against whole names)."""
     if not text:
