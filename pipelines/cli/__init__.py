@@ -150,6 +150,7 @@ def _main(argv: list[str] | None) -> int:
             parser.print_help()
             return 2
         level = "debug" if getattr(args, "verbose", False) else "warning" if getattr(args, "quiet", False) else None
+        prog = _innermost(parser, args).prog  # "vision bench denoise": the command every line below names
         try:
             if level is None:
                 return int(args.func(args) or 0)
@@ -161,24 +162,24 @@ def _main(argv: list[str] | None) -> int:
         except ImportError as err:  # a product's extra not installed: which one, in one line
             line = missing_extra(_words(args), err)
             if line is None and getattr(args, "import_error", None) is err:  # the command's module did not import
-                line = f"vision {' '.join(_words(args))}: unavailable here: {err}"
+                line = f"{prog}: unavailable here: {err}"
             if line is None:  # not a missing extra: a fault of ours, with its traceback
                 raise
             print(line, file=sys.stderr)
             return 2
         except (ValueError, FileNotFoundError, FileExistsError) as err:
             # Bad input is the user's to fix: one clear line, no traceback.
-            print(f"vision {' '.join(_words(args))}: error: {err}", file=sys.stderr)
+            print(f"{prog}: error: {err}", file=sys.stderr)
             return 2
         except OSError as err:  # permissions, full disks, folders where files belong: the system's words
             where = f"{err.filename}: " if getattr(err, "filename", None) else ""
-            print(f"vision {' '.join(_words(args))}: error: {where}{err.strerror or err}", file=sys.stderr)
+            print(f"{prog}: error: {where}{err.strerror or err}", file=sys.stderr)
             return 2
         except RuntimeError as err:  # Path.resolve's way (before Python 3.13) to say that links lead in a circle
             if not str(err).startswith("Symlink loop from "):
                 raise
             where = str(err)[len("Symlink loop from "):]
-            print(f"vision {' '.join(_words(args))}: error: {where}: symbolic links that lead to each other (a loop)",
+            print(f"{prog}: error: {where}: symbolic links that lead to each other (a loop)",
                   file=sys.stderr)
             return 2
     except KeyboardInterrupt:

@@ -41,13 +41,14 @@ what ``f`` owes to the noise it follows (``h``: its self-leverage, :data:`SHARP_
 takes the sharper fit where the main one smooths over detail; at many, ``s ~ 1`` and the input wins.
 
 Below :data:`NOISE_CAP_SPP` samples per pixel (the count known), FLNR's ``s`` is the factor of ``m`` rather than
-of ``out`` (:func:`blend_towards_input` says why FLR's is not): measured on the residual ``y - m``, whose window mean is ``e' = E - 2 w rd + w^2 dd`` (``rd``, ``dd``: the
-window means of ``(y - out)(f - out)`` and ``(f - out)^2``) and whose noise is ``(1 - h w)`` of the input's once the
-step followed part of it, ``s = max(0, 1 - (1 - h w) V / (sqrt(g) e'))``: the factor that minimises the expected
-squared error of ``m + s (y - m)`` when ``m`` carries ``h w`` of the input's noise. Where the sharp fit recovers
-what the main one smoothed away, the input is not needed there. From 16 samples up, and with an unknown count, ``s``
-stays ``out``'s: the noise estimate then also holds signal the second difference lets through, and a residual the
-step made small kept the sharp fit where the input was better (on the two tuning scenes: +0.20 dB at 4 spp, -0.30 /
+of ``out`` (:func:`blend_towards_input` says why FLR's is not): measured on the residual ``y - m``, whose window
+mean is ``e' = E - 2 w rd + w^2 dd`` (``rd``, ``dd``: the window means of ``(y - out)(f - out)`` and
+``(f - out)^2``) and whose noise is ``(1 - h w)`` of the input's once the step followed part of it,
+``s = max(0, 1 - (1 - h w) V / (sqrt(g) e'))``: the factor that minimises the expected squared error of
+``m + s (y - m)`` when ``m`` carries ``h w`` of the input's noise. Where the sharp fit recovers what the main one
+smoothed away, the input is not needed there. From 16 samples up, and with an unknown count, ``s`` stays
+``out``'s: the noise estimate then also holds signal the second difference lets through, and a residual the step
+made small kept the sharp fit where the input was better (on the two tuning scenes: +0.20 dB at 4 spp, -0.30 /
 -0.50 dB at 64 / 256 spp).
 """
 from __future__ import annotations
@@ -234,9 +235,7 @@ def _cpu():
 def _noise_cells_numba(noise: torch.Tensor, energy: torch.Tensor, cell: int, n: int) -> torch.Tensor:
     """The same in two numba passes (:mod:`.input_blend_cpu`): on a 1280 x 720 frame PyTorch's logarithm and median
     take 70 ms, these 3."""
-    cpu = _cpu()
-
-    return cpu.noise_cells(noise, energy, cell, n)
+    return _cpu().noise_cells(noise, energy, cell, n)
 
 
 register_path("denoise.noise_cells", NUMBA, "torch", 5, supports=lambda tensors: numba_takes(*tensors),
@@ -264,9 +263,7 @@ def _lone_peaks_torch(ne: torch.Tensor, radius: int) -> torch.Tensor:
 def _lone_peaks_numba(ne: torch.Tensor, radius: int) -> torch.Tensor:
     """The same in one numba pass (:mod:`.input_blend_cpu`): PyTorch's 8 shifted copies and window max pool take
     300 ms on a 1280 x 720 frame."""
-    cpu = _cpu()
-
-    return cpu.lone_peaks(ne, ISOLATION, radius)
+    return _cpu().lone_peaks(ne, ISOLATION, radius)
 
 
 register_path("denoise.lone_peaks", NUMBA, "torch", 5, supports=lambda tensors: numba_takes(*tensors),
@@ -391,7 +388,6 @@ def _towards_input_numba(out, color, factor, sharp, radius, emitters=None, cap=N
     """The same in two numba passes (:mod:`.input_blend_cpu`) around the box filter, the cap and the frame's
     share."""
     cpu = _cpu()
-
     sums = _capped(cpu.blend_sums(out, color, sharp, factor), radius, cap, out)
     trust = frame_share(sums[:, :1], sums[:, 1:2], emitters).sqrt()
     return cpu.blend_apply(out, color, sharp, sums, trust, SHARP_LEVERAGE, after_step)

@@ -50,7 +50,6 @@ def psnr(test, reference) -> float:
     """PSNR in dB on tonemapped images (see the module docstring; kornia's ``metrics.psnr`` with data range 1, in
     float64); inf for identical images."""
     kpsnr = _kornia_metrics().psnr
-
     x, y = _pair(test, reference)
     return float(kpsnr(torch.from_numpy(tonemap(x)), torch.from_numpy(tonemap(y)), 1.0))
 
@@ -64,7 +63,6 @@ def relmse(test, reference, eps: float = RELMSE_EPS) -> float:
 def ssim(test, reference) -> float:
     """SSIM on tonemapped images, 11x11 Gaussian window (sigma 1.5), data range 1, valid windows only."""
     kssim = _kornia_metrics().ssim
-
     x, y = _pair(test, reference)
     if x.ndim == 2:
         x, y = x[..., None], y[..., None]
