@@ -9,10 +9,10 @@ import uuid
 from pathlib import Path
 
 import numpy as np
-import OpenEXR
+import OpenEXR  # noqa: F401  the [denoise] extra's EXR library: missing, the command says so before any work
 from safetensors import SafetensorError
 
-from vision.data.exr import EXR_MAGIC, one_type_per_layer, read_exr, read_exr_header, write_exr
+from vision.data.exr import EXR_MAGIC, one_type_per_layer, read_exr, read_exr_header, read_exr_part_headers, write_exr
 from vision.data.fields import GUIDES
 from vision.data.render_layers import check_readable, output_channels, read_render_file
 
@@ -52,8 +52,7 @@ def largest_side(path: Path) -> int | None:
         with open(path, "rb") as f:
             if f.read(4) != EXR_MAGIC:
                 return None
-        with OpenEXR.File(str(path), header_only=True) as exr:
-            windows = [part.header["dataWindow"] for part in exr.parts]
+        windows = [header["dataWindow"] for header in read_exr_part_headers(path)]
         return max(max(int(hi[0]) - int(lo[0]), int(hi[1]) - int(lo[1])) + 1 for lo, hi in windows)
     except Exception:  # noqa: BLE001 - an unreadable header is the reader's to report, naming the file
         return None
