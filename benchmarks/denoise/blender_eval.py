@@ -4,13 +4,22 @@
 
     blender -b -noaudio --factory-startup -t 1 --python benchmarks/denoise/blender_eval.py -- OUTDIR \
         [--set eval|spp] [--scenes interior,yard,studio,bounce] [--views 0,1,2] [--what noisy,reference] \
-        [--spp 1,4] [--ref-spp 4096] [--size 128x96] [--time SPP]
+        [--spp 1,4] [--ref-spp 4096] [--size 128x96] [--time SPP] [--adaptive THRESHOLD] \
+        [--film blender]
 
 Every frame is a 32-bit multilayer EXR exactly as Blender writes it (view layer ``ViewLayer``: Combined RGBA,
 Depth, Normal, Emit and the Denoising Data passes); references are the same view, colour only (single-layer
 RGBA float), like tests/data/blender/cycles_reference.exr. OUTDIR/manifest.json lists every frame (see
 README.md beside this file). ``--time SPP`` renders each selected view once at SPP samples into OUTDIR/timing
-and prints seconds, to extrapolate the cost of a reference before committing to it.
+and prints seconds, to extrapolate the cost of a reference before committing to it. ``--adaptive THRESHOLD``
+renders the noisy frames as Blender does by default: adaptive sampling with that noise threshold (Blender's default
+is 0.01) and automatic minimum samples, ``--spp`` the most samples a pixel may take; each frame then also holds
+Cycles' ``Debug Sample Count`` pass (the share of the most samples each pixel took), and its seed is the non-adaptive
+frame's plus :data:`ADAPTIVE_SEED` (no seed is shared). Adaptive sampling stops each pixel early and leaves its expectation as it was, so the references are the
+ones without it. ``--film blender`` renders noisy frames and references with Blender's default film instead of the
+sets' (a Blackman-Harris pixel filter 1.5 pixels wide, indirect light clamped at 10): those change the image
+itself, so such frames need references rendered with the same option, in their own OUTDIR (their seeds are the box
+film's plus :data:`FILM_SEED`).
 
 The scenes are built here from primitives and procedural textures in world coordinates; none of them is a
 layout of ``vision/data/scenes.py`` (closed box rooms with objects scattered on the floor, open ground with
@@ -27,6 +36,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # Blender does n
 from evalset import SET_OFFSET, log_reference, seed, update_manifest  # noqa: E402
 
 DEFAULT_SPP = {"eval": [1, 4], "spp": [1, 4, 16, 64, 256]}
+FILMS = ("box", "blender")  # the sets' own film (see setup_render), Blender's default one
+# added to the seeds of adaptive frames and of Blender-film frames and references (both: 750), above every
+# 10 view + digit, so that no two frames of any of these sets share one
+ADAPTIVE_SEED, FILM_SEED = 500, 250
 
 
 def scene_set(name):
@@ -43,7 +56,8 @@ def scene_set(name):
 def parse(argv):
     args = argv[argv.index("--") + 1:] if "--" in argv else []
     opts = {"out": None, "set": "eval", "scenes": None, "views": None, "what": ["noisy", "reference"],
-            "ref_spp": 4096, "size": (128, 96), "time": 0, "spp": None}
+            "ref_spp": 4096, "size": (128, 96), "time": 0, "spp": None, "adaptive": None,
+            "film": "box"}
     it = iter(args)
     for a in it:
         if a == "--set":
@@ -63,6 +77,18 @@ def parse(argv):
             opts["size"] = (int(w), int(h))
         elif a == "--time":
             opts["time"] = int(next(it))
+        elif a == "--film":
+            opts["film"] = next(it)
+            if opts["film"] not in FILMS:
+                raise SystemExit(f"--film: unknown film {opts['film']!r}; known: {', '.join(FILMS)}")
+        elif a == "--adaptive":
+            value = next(it)
+            try:
+                opts["adaptive"] = float(value)
+            except ValueError:
+                raise SystemExit(f"--adaptive: {value!r} is not a number (a noise threshold, e.g. 0.01)") from None
+            if not 0 < opts["adaptive"] < 1:
+                raise SystemExit(f"--adaptive: {value} must be a noise threshold in (0, 1), e.g. 0.01")
         elif opts["out"] is None:
             opts["out"] = a
         else:
@@ -142,6 +168,26 @@ def write_settings(scene, reference):
     layer.use_pass_z = layer.use_pass_normal = layer.use_pass_emit = not reference
 
 
+def blender_film(scene):
+    """Blender's default film and clamping (3.4, factory settings): a Blackman-Harris pixel filter 1.5 pixels wide
+    and indirect light clamped at 10, in place of :func:`setup_render`'s box filter and no clamping."""
+    c = scene.cycles
+    c.pixel_filter_type = "BLACKMAN_HARRIS"
+    c.filter_width = 1.5
+    c.sample_clamp_indirect = 10.0
+
+
+def adaptive(scene, threshold):
+    """Adaptive sampling with noise ``threshold`` and automatic minimum samples, and Cycles' per-pixel sample count
+    pass; ``None``: off (the set's own setting, :func:`setup_render`)."""
+    c = scene.cycles
+    c.use_adaptive_sampling = threshold is not None
+    if threshold is not None:
+        c.adaptive_threshold = threshold
+        c.adaptive_min_samples = 0
+    scene.view_layers[0].cycles.pass_debug_sample_count = threshold is not None
+
+
 def look(camera, origin, target, lens):
     camera.location = Vector(origin)
     camera.rotation_mode = "QUATERNION"
@@ -169,6 +215,10 @@ def main():
     for name in opts["scenes"]:
         index = names.index(name) + SET_OFFSET[opts["set"]]   # seeds of the sets never meet
         scene = fresh_scene(opts["size"])
+        offset = 0
+        if opts["film"] == "blender":
+            blender_film(scene)
+            offset = FILM_SEED
         build, views, description = scenes[name]
         build(scene)
         cam = bpy.data.objects.new("Camera", bpy.data.cameras.new("Camera"))
@@ -188,17 +238,23 @@ def main():
             entries = []
             if "noisy" in opts["what"]:
                 write_settings(scene, reference=False)
+                adaptive(scene, opts["adaptive"])
                 for spp in opts["spp"]:
-                    noisy = f"{stem}_{spp}spp.exr"
-                    s = seed(index, v, spp)
+                    noisy = f"{stem}_{spp}spp{'' if opts['adaptive'] is None else '_adaptive'}.exr"
+                    s = seed(index, v, spp) + offset + (0 if opts["adaptive"] is None else ADAPTIVE_SEED)
                     dt = render(scene, f"{out}/{noisy}", spp, s)
                     print(f"NOISY {noisy} seed {s} {dt:.2f} s", flush=True)
                     entries.append({"scene": name, "view": v, "spp": spp, "noisy": noisy, "reference": ref,
                                     "seed": s, "reference_spp": opts["ref_spp"],
-                                    "reference_seed": seed(index, v, 0), "size": list(opts["size"])})
+                                    "reference_seed": seed(index, v, 0) + offset, "size": list(opts["size"])})
+                    if opts["adaptive"] is not None:
+                        entries[-1]["adaptive_threshold"] = opts["adaptive"]
+                    if opts["film"] != "box":
+                        entries[-1]["film"] = opts["film"]
+                adaptive(scene, None)
             if "reference" in opts["what"]:
                 write_settings(scene, reference=True)
-                s = seed(index, v, 0)
+                s = seed(index, v, 0) + offset
                 dt = render(scene, f"{out}/{ref}", opts["ref_spp"], s)
                 print(f"REFERENCE {ref} seed {s} {dt:.1f} s", flush=True)
                 log_reference(out, ref, opts["ref_spp"], opts["size"], dt)
