@@ -323,7 +323,47 @@ def test_capped_noise_still_takes_fireflies_for_noise():
         assert float(told[0, :, y, x].max()) < 0.3 + 0.1, (y, x)
 
 
-def _blend_reference(out, color, albedo, sharp, radius=None, cap=None, after_step=False):
+def test_a_lone_bright_pixel_is_a_glint_at_many_samples_and_a_firefly_at_few():
+    """The same one-pixel spots on a flat wall: told 16 spp they are fireflies (removed, the test above); told 1024 spp
+    a lone pixel that bright is far likelier a glint (one sample's share of a pixel falls as 1 / spp, a highlight's
+    does not), so the blend gives the input back there, within 10 % of its excess."""
+    g = torch.Generator().manual_seed(12)
+    h = w = 48
+    truth = torch.full((1, 3, h, w), 0.3)
+    spots = [(8, 9), (20, 30), (33, 14), (40, 41)]
+    for y, x in spots:
+        truth[..., y, x] += 3.0
+    noisy = truth + 0.01 * torch.randn(1, 3, h, w, generator=g)
+    albedo = torch.full((1, 3, h, w), 0.8)
+    normal = torch.zeros(1, 3, h, w)
+    normal[:, 2] = 1
+    few = denoise(noisy, albedo=albedo, normal=normal, model="flr", spp=16)
+    many = denoise(noisy, albedo=albedo, normal=normal, model="flr", spp=1024)
+    for y, x in spots:
+        assert float(few[0, :, y, x].max()) < 0.3 + 0.1, (y, x)
+        assert float(many[0, :, y, x].min()) > 0.3 + 0.9 * 3.0, (y, x, many[0, :, y, x])
+    # and elsewhere the wall is as smooth as at 16 spp: only the lone pixels changed their reading
+    away = torch.ones(h, w, dtype=torch.bool)
+    for y, x in spots:
+        away[max(0, y - 1):y + 2, max(0, x - 1):x + 2] = False
+    assert float((many - truth)[..., away].square().mean()) < 1.5 * float((few - truth)[..., away].square().mean())
+
+
+@pytest.mark.parametrize("spp, share", [(None, 1.0), (1, 1.0), (16, 1.0), (64, 0.25), (1024, 1 / 64)])
+def test_lone_share_is_whole_to_16_spp_then_falls_as_one_over_spp(spp, share):
+    from vision.denoise.input_blend import lone_share
+
+    assert lone_share(spp) == pytest.approx(share)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan"), True, "1"])
+def test_towards_input_refuses_a_lone_share_outside_0_1(bad):
+    y = torch.rand(1, 3, 8, 8)
+    with pytest.raises(ValueError, match="lone must be a number in"):
+        towards_input(y, y, sharp=y, cap=2.0, lone=bad)
+
+
+def _blend_reference(out, color, albedo, sharp, radius=None, cap=None, after_step=False, lone=1.0):
     """The blend written out in float64 from its definition (module docstring of input_blend): window sums by
     explicit shifts, the noise energy as the 3 x 3 second difference k k^T / 6 at interior pixels, copied outwards."""
     from vision.denoise.input_blend import DEFAULT_RADIUS
@@ -358,7 +398,7 @@ def _blend_reference(out, color, albedo, sharp, radius=None, cap=None, after_ste
         around = torch.stack([padded_ne[..., a:a + h, b:b + w] for a in range(3) for b in range(3) if (a, b) != (1, 1)
                               ]).amax(0)
         alone = torch.where(ne >= 3.0 * around, ne, torch.zeros_like(ne))
-        peak = torch.nn.functional.max_pool2d(alone, n, 1, radius) * 36 / 16 / (n * n)
+        peak = torch.nn.functional.max_pool2d(alone, n, 1, radius) * 36 / 16 / (n * n) * lone
         v = torch.minimum(v, cap * torch.stack([_regional_reference(v[i:i + 1].float(), level[i:i + 1].float())
                                                 for i in range(len(v))])[:, None] + peak)
     trust = frame_share(e.float(), v.float()).double().sqrt()
@@ -392,12 +432,13 @@ def test_fused_cpu_blend_matches_the_float64_definition(size):
     sharp[0, :, : h // 2] = color[0, :, : h // 2]  # noise-free windows: the input wins there
     albedo = torch.rand(2, 3, h, w, generator=g)
     assert "torch+numba" in str(explain("denoise.input_blend", out, tensors=(out, color, sharp, albedo)))
-    for cap, after_step in ((None, False), (2.0, False), (None, True), (8.0, True)):
-        want = _blend_reference(out, color, albedo, sharp, cap=cap, after_step=after_step)
-        got = towards_input(out, color, albedo, sharp, cap=cap, after_step=after_step)
+    for cap, after_step, lone in ((None, False, 1.0), (2.0, False, 1.0), (None, True, 1.0), (8.0, True, 1.0),
+                                  (2.0, False, 0.0625)):
+        want = _blend_reference(out, color, albedo, sharp, cap=cap, after_step=after_step, lone=lone)
+        got = towards_input(out, color, albedo, sharp, cap=cap, after_step=after_step, lone=lone)
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
         with use_numba(False):  # the PyTorch path
-            got = towards_input(out, color, albedo, sharp, cap=cap, after_step=after_step)
+            got = towards_input(out, color, albedo, sharp, cap=cap, after_step=after_step, lone=lone)
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
 
 

@@ -32,7 +32,8 @@ the bias stays, so ``s -> 1`` and the result goes to the input.
 The second difference also passes signal that no guide explains: texture reflected in metal and glass, highlights.
 Told the sample count, the estimate is capped where it exceeds its region's level by more than noise would
 (:func:`noise_cap`, :func:`regional_noise`): the noise level relative to the light changes slowly from region to
-region, such signal is local; a lone bright sample (a firefly) keeps its share (:data:`ISOLATION`).
+region, such signal is local; a lone bright sample (a firefly) keeps its share (:data:`ISOLATION`), all of it up to
+:data:`NOISE_CAP_SPP` samples and less above, where a lone bright pixel is more likely a glint (:func:`lone_share`).
 
 Between the two, the sharp fit ``f`` is a third candidate: ``m = out + w (f - out)`` with the least-squares weight
 of the window, ``w = (mean (y - out)(f - out) - h V) / mean (f - out)^2`` in [0, 1], times ``sqrt(g)``: the
@@ -99,7 +100,11 @@ NOISE_CAP_SPP = 16
 # second difference puts 4 times as much on its own pixel as on each edge neighbour, 16 times as on each diagonal
 # one; 3 leaves room for the noise around it). A one-pixel glint looks the same and loses the cap's help: on the
 # tuning scenes the cap then gained 0.1 / 0.1 / 0.3 dB at 16 / 64 / 256 spp instead of 0.7 / 0.4 / 0.3, but a
-# 16-spp exterior no longer kept its fireflies.
+# 16-spp exterior no longer kept its fireflies. Above NOISE_CAP_SPP samples a lone pixel keeps only NOISE_CAP_SPP /
+# spp of that share (:func:`lone_share`): one sample's excess over its pixel falls as 1 / spp while a glint's stays,
+# so the odds that a lone bright pixel is a firefly rather than a glint fall as the samples grow (as 1 / spp for a
+# tail whose variance is just finite). With the whole share, at Blender's default adaptive sampling (noise threshold
+# 0.01) the tuning scenes' small highlights were smoothed away: 0.6 / 1.8 dB below the input at 256 / 1024 spp.
 ISOLATION = 3.0
 CAP_CELL = 4
 CAP_CELLS = 5
@@ -167,6 +172,18 @@ def noise_cap(spp: float | None) -> float | None:
         (2.0, 8.0, None)
     """
     return None if spp is None else NOISE_CAP * max(1.0, NOISE_CAP_SPP / float(spp))
+
+
+def lone_share(spp: float | None) -> float:
+    """The share of a window's lone bright pixel (:data:`ISOLATION`) its capped noise estimate keeps, for a frame of
+    ``spp`` samples per pixel: all of it up to :data:`NOISE_CAP_SPP` samples (and when ``spp`` is unknown, which has
+    no cap), ``NOISE_CAP_SPP / spp`` above, where such a pixel is ever more likely a glint than a firefly.
+
+    Example:
+        >>> lone_share(4), lone_share(16), lone_share(256), lone_share(None)
+        (1.0, 1.0, 0.0625, 1.0)
+    """
+    return 1.0 if spp is None or spp <= NOISE_CAP_SPP else NOISE_CAP_SPP / float(spp)
 
 
 def blend_radius(spp: float | None) -> int:
@@ -271,18 +288,20 @@ register_path("denoise.lone_peaks", NUMBA, "torch", 5, supports=lambda tensors: 
 register_path("denoise.lone_peaks", TORCH, "torch", 0, run=_lone_peaks_torch)
 
 
-def _capped(raw: torch.Tensor, radius: int, cap: float | None, out: torch.Tensor) -> torch.Tensor:
+def _capped(raw: torch.Tensor, radius: int, cap: float | None, out: torch.Tensor, lone: float = 1.0
+            ) -> torch.Tensor:
     """The window means of ``raw`` (B, K, H, W: per pixel ``r r``, the noise, then the sharp step's sums), the
-    noise's capped at ``cap`` times :func:`regional_noise` plus the window's strongest lone pixel's share (unchanged
-    when ``cap`` is None). The region's level is relative to the window means of ``out``'s squares (the fit,
-    (B, 3, H, W)), read only here. A firefly is noise however far it stands above its region, so only energy spread
-    over the window is capped: one sample's 3 x 3 second difference puts 16/36 of its energy on its own pixel, so that
-    pixel's value times 36/16 over the window's pixel count is the sample's share of the window mean."""
+    noise's capped at ``cap`` times :func:`regional_noise` plus ``lone`` times the window's strongest lone pixel's share
+    (unchanged when ``cap`` is None). The region's level is relative to the window means of ``out``'s squares (the
+    fit, (B, 3, H, W)), read only here. A firefly is noise however far it stands above its region, so only energy
+    spread over the window is capped: one sample's 3 x 3 second difference puts 16/36 of its energy on its own pixel,
+    so that pixel's value times 36/16 over the window's pixel count is the sample's share of the window mean
+    (``lone``: how much of it counts, :func:`lone_share`)."""
     sums = box_filter(raw, radius)
     if cap is not None:
         v = sums[:, 1:2]
         n = 2 * radius + 1
-        peak = lone_peaks(raw[:, 1:2], radius) * (36 / 16 / (n * n))
+        peak = lone_peaks(raw[:, 1:2], radius) * (lone * 36 / 16 / (n * n))
         o = out.detach()  # squares past the float range: BIG, as the other sums
         energy = box_filter(torch.nan_to_num_(_dot(o, o), nan=BIG, posinf=BIG).clamp_(max=BIG)[:, None], radius)
         torch.minimum(v, cap * regional_noise(v, energy) + peak, out=v)
@@ -301,7 +320,7 @@ def blend_towards_input(out: torch.Tensor, color: torch.Tensor, guides: dict, ti
     """:func:`towards_input` with its sharp fit: FLR of ``color`` on :data:`SHARP_GUIDES` of ``guides`` (a dict of
     (B, C, H, W) buffers, any missing), over tiles of about ``tile`` pixels when given, the noise estimate capped
     and the window and the factor ``s`` chosen for ``spp`` samples per pixel (:func:`noise_cap`,
-    :func:`blend_radius`, :func:`shrinks_after_step`). What
+    :func:`blend_radius`, :func:`shrinks_after_step`, :func:`lone_share`). What
     :func:`~vision.denoise.denoise` and :class:`~vision.denoise.TemporalDenoiser` run after their fit, ``model``
     (``"flnr"`` or ``"flr"``) named: FLR's own fit is a fit on the same guides as the sharp one in larger windows, so
     the step between them removes little of its error, and its ``s`` stays measured on its own residual (on the
@@ -312,7 +331,7 @@ def blend_towards_input(out: torch.Tensor, color: torch.Tensor, guides: dict, ti
              flr_tiled(color, shape, SHARP_RADIUS, SHARP_EPS, SHARP_SCALE, tile, stats=stats))
     return towards_input(out, color, guides.get("albedo"), sharp, radius=blend_radius(spp),
                          emitters=_emitter_windows(guides.get("emission")), cap=noise_cap(spp),
-                         after_step=model == "flnr" and shrinks_after_step(spp))
+                         after_step=model == "flnr" and shrinks_after_step(spp), lone=lone_share(spp))
 
 
 def _emitter_windows(emission: torch.Tensor | None) -> torch.Tensor | None:
@@ -326,7 +345,7 @@ def _emitter_windows(emission: torch.Tensor | None) -> torch.Tensor | None:
 def towards_input(out: torch.Tensor, color: torch.Tensor, albedo: torch.Tensor | None = None,
                  sharp: torch.Tensor | None = None, radius: int = DEFAULT_RADIUS,
                  emitters: torch.Tensor | None = None, cap: float | None = None,
-                 after_step: bool = False) -> torch.Tensor:
+                 after_step: bool = False, lone: float = 1.0) -> torch.Tensor:
     """``out`` (B, 3, H, W), the denoised ``color`` (B, 3, H, W, the noisy input after repair), first moved towards
     ``sharp`` as far as the window's residual says, then towards ``color`` by the factor ``s`` of each ``(2 radius +
     1)^2`` window (module docstring).
@@ -338,7 +357,8 @@ def towards_input(out: torch.Tensor, color: torch.Tensor, albedo: torch.Tensor |
     pixel takes part, those that see an emitter too: at a few samples their noise keeps the fit, at many the input
     wins (a pixel that shows only an emitter has the emission as its colour, so it stays as it is). ``emitters``
     (B, 1, H, W) bool or None: windows left out of the frame's share (:func:`frame_share`).
-    ``cap``: a window's noise estimate is at most ``cap`` times its region's (:func:`regional_noise`); None: no cap.
+    ``cap``: a window's noise estimate is at most ``cap`` times its region's (:func:`regional_noise`), plus ``lone``
+    times the share of its brightest lone pixel (a firefly; :func:`lone_share`); None: no cap.
     ``after_step``: ``s`` measured on the residual left after the step towards ``sharp`` (module docstring) rather
     than on ``out``'s; without ``sharp`` it changes nothing.
     Tensor operations only: no host synchronisation, differentiable in ``out``.
@@ -351,14 +371,18 @@ def towards_input(out: torch.Tensor, color: torch.Tensor, albedo: torch.Tensor |
         >>> torch.allclose(towards_input(fit, y), y)
         True
     """
+    if isinstance(lone, bool) or not isinstance(lone, (int, float)) or not 0 <= lone <= 1:
+        raise ValueError(f"lone must be a number in [0, 1] (the share of a lone bright pixel kept as noise), got "
+                         f"{lone!r}")
     factor = torch.ones_like(color[:, :1]) if albedo is None else albedo.clamp_min(ALBEDO_FLOOR)
     if sharp is None:
-        return _towards_input_torch(out, color, factor, sharp, radius, emitters, cap)
+        return _towards_input_torch(out, color, factor, sharp, radius, emitters, cap, lone=lone)
     return decide("denoise.input_blend", out, tensors=(out, color, sharp, factor)).run(out, color, factor, sharp,
-                                                                                     radius, emitters, cap, after_step)
+                                                                                     radius, emitters, cap, after_step,
+                                                                                     lone)
 
 
-def _towards_input_torch(out, color, factor, sharp, radius, emitters=None, cap=None, after_step=False):
+def _towards_input_torch(out, color, factor, sharp, radius, emitters=None, cap=None, after_step=False, lone=1.0):
     residual = color - out
     step = None if sharp is None else sharp - out
     with torch.no_grad():  # the factors are estimates from the data: no gradient flows through them
@@ -369,7 +393,8 @@ def _towards_input_torch(out, color, factor, sharp, radius, emitters=None, cap=N
             st = step.detach()
             sums += [_dot(r, st), _dot(st, st)]
         sums = torch.stack(sums, 1)  # squares past the float range: BIG, so that window sums stay finite
-        sums = _capped(torch.nan_to_num_(sums, nan=BIG, posinf=BIG, neginf=-BIG).clamp_(-BIG, BIG), radius, cap, out)
+        sums = _capped(torch.nan_to_num_(sums, nan=BIG, posinf=BIG, neginf=-BIG).clamp_(-BIG, BIG), radius, cap, out,
+                       lone)
         e, v = sums[:, :1], sums[:, 1:2]
         trust = frame_share(e, v, emitters).sqrt()
         if step is not None:
@@ -384,11 +409,11 @@ def _towards_input_torch(out, color, factor, sharp, radius, emitters=None, cap=N
     return out + s * residual + (w * (1 - s)) * step
 
 
-def _towards_input_numba(out, color, factor, sharp, radius, emitters=None, cap=None, after_step=False):
+def _towards_input_numba(out, color, factor, sharp, radius, emitters=None, cap=None, after_step=False, lone=1.0):
     """The same in two numba passes (:mod:`.input_blend_cpu`) around the box filter, the cap and the frame's
     share."""
     cpu = _cpu()
-    sums = _capped(cpu.blend_sums(out, color, sharp, factor), radius, cap, out)
+    sums = _capped(cpu.blend_sums(out, color, sharp, factor), radius, cap, out, lone)
     trust = frame_share(sums[:, :1], sums[:, 1:2], emitters).sqrt()
     return cpu.blend_apply(out, color, sharp, sums, trust, SHARP_LEVERAGE, after_step)
 
