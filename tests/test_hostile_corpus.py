@@ -136,16 +136,25 @@ def test_sigterm_and_a_full_disk_rescue_the_weights_beside_the_checkpoint(tmp_pa
 
 # --------------------------------------------------------------------------- the corpus
 
-@pytest.mark.slow  # ~60 subprocesses, two at a time: about 2-3 minutes on 2 idle cores
-def test_the_hostile_corpus_has_no_traceback_timeout_or_stray_write(tmp_path):
-    from hostile.corpus import CASES, run_corpus, table
+SHARDS = 3  # the corpus in three tests, so that a parallel run spreads it over its workers instead of ending on it
+
+
+def test_the_hostile_corpus_covers_every_command():
+    from hostile.corpus import CASES
 
     assert len(CASES) >= 40
     commands = {c.argv[0] for c in CASES}
     from vision.pipelines.cli import COMMANDS
 
     assert commands == set(COMMANDS), set(COMMANDS) - commands  # every subcommand has cases
-    report = run_corpus(tmp_path)
+
+
+@pytest.mark.slow  # ~60 subprocesses in all, one at a time per shard: about a minute and a half each on 2 cores
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_the_hostile_corpus_has_no_traceback_timeout_or_stray_write(tmp_path, shard):
+    from hostile.corpus import CASES, run_corpus, table
+
+    report = run_corpus(tmp_path, cases=CASES[shard::SHARDS], workers=1)
     print("\n" + table(report))
     counts, checks = report["counts"], report["checks"]
     assert counts["traceback"] == counts["crash"] == counts["timeout"] == 0, table(report)
