@@ -1,6 +1,7 @@
 """Multi-layer EXR I/O: every channel round-trips bit for bit, names follow the documented table."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -148,3 +149,31 @@ def test_multi_part_files_read_whole(tmp_path):
     assert got["diffuse.R"].dtype == np.float16 and np.array_equal(got["beauty.R"], a)
     write_exr(tmp_path / "one.exr", {"R": a.copy()})
     assert list(read_exr_parts(tmp_path / "one.exr")) == ["R"]
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_during_a_read_keeps_what_its_handler_printed(tmp_path, capfd, monkeypatch, interrupt):
+    """A SIGTERM handler runs wherever the main thread is; during an EXR read stderr is captured (the library's own
+    diagnostics become the error's reason), so the handler's one line went into the capture and the terminated run
+    printed nothing. It is passed on when an interrupt, not a read error, leaves the read."""
+    import vision.data.exr as exr
+
+    path = tmp_path / "a.exr"
+    write_exr(path, {"R": np.zeros((4, 4), np.float32)})
+    real = exr._openexr
+
+    def interrupted():
+        module = real()
+
+        class File:
+            def __init__(self, *a, **k):
+                print("vision denoise: terminated (SIGTERM); unfinished outputs removed", file=sys.stderr)
+                raise interrupt(143)
+
+        return type("OpenEXR", (), {"File": File, "__getattr__": lambda self, k: getattr(module, k)})()
+
+    monkeypatch.setattr(exr, "_openexr", interrupted)
+    with pytest.raises(interrupt):
+        read_exr(path)
+    err = capfd.readouterr().err
+    assert err.count("terminated (SIGTERM)") == 1, err

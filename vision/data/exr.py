@@ -244,7 +244,11 @@ class _openexr_errors:
             if said:  # a successful read that still complained: let the user see it
                 sys.stderr.write(said)
             return False
-        if isinstance(err, (_Missing, FileNotFoundError)) or not isinstance(err, Exception):
+        if not isinstance(err, Exception):  # an interrupt (Ctrl-C, SIGTERM's exit): what its handler said meanwhile
+            if said:                         # (the one line a terminated run prints) went to the capture: pass it on
+                sys.stderr.write(said)
+            return False
+        if isinstance(err, (_Missing, FileNotFoundError)):
             return False
         raise ValueError(describe_bad_file(self.path, said or str(err))) from None
 
