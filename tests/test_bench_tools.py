@@ -31,9 +31,11 @@ def test_bench_gpu_refuses_cuda_without_a_gpu(capsys):
 
 
 # The one-frame target, 2 s beyond `import torch`, was set on a 2-core machine where that import takes 2.9 s (idle).
-# A loaded machine slows both rows alike, so the target holds there as this ratio of their times; the 2 s bound itself
-# is asserted only on an idle machine.
+# A loaded machine slows both rows alike, so the target holds there as this ratio of their times, or as the 2 s itself
+# where torch imported faster than that (the ratio alone then allowed less than the target: 1.55 s at a 2.25 s
+# import); the 2 s bound alone is asserted only on an idle machine.
 DENOISE_RATIO = (2.9 + 2.0) / 2.9
+DENOISE_TARGET_S = 2.0
 
 
 @pytest.mark.slow  # about 40 s: three rounds of fresh processes, each importing torch
@@ -50,9 +52,10 @@ def test_bench_startup(tmp_path, capsys, monkeypatch):
                          "vision edit (missing model)", "vision denoise (one 64x64 frame)"}
     one, torch_s = rows["vision denoise (one 64x64 frame)"], rows['python -c "import torch"']["median_s"]
     assert one["beyond_torch_s"] == pytest.approx(one["median_s"] - torch_s)
-    assert one["median_s"] <= DENOISE_RATIO * torch_s, f"one frame {one['median_s']:.2f} s, import torch {torch_s:.2f} s"
+    bound = max(DENOISE_RATIO * torch_s, torch_s + DENOISE_TARGET_S)
+    assert one["median_s"] <= bound, f"one frame {one['median_s']:.2f} s, import torch {torch_s:.2f} s"
     if os.getloadavg()[0] < 0.5:
-        assert one["beyond_torch_s"] <= 2.0
+        assert one["beyond_torch_s"] <= DENOISE_TARGET_S
     assert all(r["median_s"] > 0 for r in rows.values())
     text = capsys.readouterr().out
     assert "beyond torch" in text and "vision edit (missing model): " in text and "target < 2.0 s" in text
