@@ -61,6 +61,7 @@ import torch.nn.functional as F
 
 from vision.kernels import box_filter
 from vision.kernels.runtime import decide, register_path
+from vision.kernels.validate import as_float
 
 from .accumulate import BIG
 from .engines import NUMBA, TORCH, numba_takes
@@ -371,9 +372,10 @@ def towards_input(out: torch.Tensor, color: torch.Tensor, albedo: torch.Tensor |
         >>> torch.allclose(towards_input(fit, y), y)
         True
     """
-    if isinstance(lone, bool) or not isinstance(lone, (int, float)) or not 0 <= lone <= 1:
-        raise ValueError(f"lone must be a number in [0, 1] (the share of a lone bright pixel kept as noise), got "
-                         f"{lone!r}")
+    expected = "a number in [0, 1] (the share of a lone bright pixel kept as noise)"
+    lone = as_float(lone, "lone", expected)
+    if not 0 <= lone <= 1:  # NaN too
+        raise ValueError(f"lone must be {expected}, got {lone!r}")
     factor = torch.ones_like(color[:, :1]) if albedo is None else albedo.clamp_min(ALBEDO_FLOOR)
     if sharp is None:
         return _towards_input_torch(out, color, factor, sharp, radius, emitters, cap, lone=lone)
