@@ -22,6 +22,7 @@ def _run(out: Path, *args: str) -> subprocess.CompletedProcess:
                            str(out), *args], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # Blender starts once per case: 1-2.5 s each
 @pytest.mark.parametrize("args, needle", [(["--adaptive", "2"], "--adaptive: 2 must be a noise threshold in (0, 1)"),
                                           (["--adaptive", "x"], "--adaptive: 'x' is not a number"),
                                           (["--film", "pinhole"], "--film: unknown film 'pinhole'; known: box, blender")])
