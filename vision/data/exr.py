@@ -240,12 +240,10 @@ class _openexr_errors:
 
     def __exit__(self, kind, err, tb):
         said = self._restore()
-        if err is None:
-            if said:  # a successful read that still complained: let the user see it
-                sys.stderr.write(said)
-            return False
-        if not isinstance(err, Exception):  # an interrupt (Ctrl-C, SIGTERM's exit): what its handler said meanwhile
-            if said:                         # (the one line a terminated run prints) went to the capture: pass it on
+        # a successful read that still complained, or an interrupt (Ctrl-C, SIGTERM's exit) whose handler printed
+        # into the capture (the one line a terminated run says): let the user see it
+        if err is None or not isinstance(err, Exception):
+            if said:
                 sys.stderr.write(said)
             return False
         if isinstance(err, (_Missing, FileNotFoundError)):
