@@ -207,20 +207,42 @@ def test_gradients_across_tiles(backend, channels, rng):
         np.testing.assert_allclose(got, ref, atol=1e-5 * max(1.0, np.abs(ref).max()))
 
 
+@pytest.mark.parametrize("channels", [1, 3])
+def test_sliding_forwards_at_the_gpus_row_counts(monkeypatch, channels, rng):
+    """The forward walks (box, guided fit and apply) at the GPU's 1-8 rows per step instead of the interpreter's 16,
+    over two row chunks and two column strips, in every border mode, against the float64 references."""
+    from vision.kernels import box_filter
+    from vision.kernels.box import sliding
+    from vision.kernels.box.reference import box_filter_reference
+    from vision.kernels.runtime import interpreting, use_backend
+
+    if not interpreting():
+        pytest.skip("runs the Triton path through the interpreter")
+    monkeypatch.setattr(sliding, "INTERPRETED_RB", 0)
+    guide, src = rng.random((1, channels, 21, 70)), rng.random((1, 2, 21, 70))
+    with use_backend("triton"):
+        for border in BORDERS:
+            np.testing.assert_allclose(run(guide, src, 2, 1e-2, border),
+                                       guided_filter_reference(guide, src, 2, 1e-2, border), atol=1e-6)
+            if channels == 1:
+                got = box_filter(torch.tensor(src, dtype=torch.float32), 2, border).numpy()
+                np.testing.assert_allclose(got, box_filter_reference(src, 2, border), atol=1e-6)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("channels,radius,width,gpu_rows", [(1, 6, 120, False), (3, 6, 70, False),
                                                           (1, 2, 64, True), (3, 2, 64, True)])
-@pytest.mark.slow
 def test_sliding_backward_strips_and_chunks(monkeypatch, channels, radius, width, gpu_rows, rng):
     """The fused sliding backward over two column strips and two row chunks, at the interpreter's row step and at
     the GPU's (1-2 rows), against the float64 closed form of the PyTorch path (which gradcheck validates)."""
+    from vision.kernels.box import sliding
     from vision.kernels.guided import triton_backward, triton_backward_color
     from vision.kernels.runtime import interpreting, use_backend
 
     if not interpreting():
         pytest.skip("runs the Triton path through the interpreter")
     if gpu_rows:
-        monkeypatch.setattr(triton_backward, "INTERPRETED_RB", 0)
+        monkeypatch.setattr(sliding, "INTERPRETED_RB", 0)
     calls = []
     module = triton_backward if channels == 1 else triton_backward_color
     fused = module.backward

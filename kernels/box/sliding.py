@@ -14,9 +14,14 @@ import torch
 import triton
 import triton.language as tl
 
+from ..runtime import interpreting
 from ..window_blocks import load_rows, row_window_sums, strip_keep, strip_start, window_count
 
 RB = 8          # rows per step
+# Triton's interpreter pays per operation and per helper call, not per register: under it every sliding walk (box,
+# guided forward and backward) steps INTERPRETED_RB rows at a time. The kernels are the same for any RB, and the
+# tests run the GPU's row counts too (0 here keeps them).
+INTERPRETED_RB = 16
 CHUNKS = (64, 32, 16)  # output rows per program (the running sums restart there), longest first
 MIN_PROGRAMS = 2048    # about 16 one-warp programs per SM of an H100/H200: shorter chunks below that
 
@@ -27,6 +32,11 @@ def chunk_rows(planes: int, rows: int, strips: int) -> int:
         if planes * strips * triton.cdiv(rows, ch) >= MIN_PROGRAMS:
             return ch
     return CHUNKS[-1]
+
+
+def rows_per_step(gpu_rb: int) -> int:
+    """RB for a launch: the GPU's ``gpu_rb``, or INTERPRETED_RB rows under Triton's interpreter."""
+    return max(gpu_rb, INTERPRETED_RB) if INTERPRETED_RB and interpreting() else gpu_rb
 
 
 def strip_width(r: int) -> int:
@@ -112,6 +122,6 @@ def launch(x: torch.Tensor, r: int, mode: int, kind: int, off: int) -> torch.Ten
     out = torch.empty(planes.shape[0], ho, wo, device=x.device, dtype=torch.float32)
     bwi = strip_width(r)
     grid, ch = walk_grid(planes.shape[0], ho, wo, r, bwi)
-    _sliding_box_kernel[grid](planes, out, h, w, ho, wo, off, R=r, MODE=mode, KIND=kind, BWI=bwi, CH=ch, RB=RB,
+    _sliding_box_kernel[grid](planes, out, h, w, ho, wo, off, R=r, MODE=mode, KIND=kind, BWI=bwi, CH=ch, RB=rows_per_step(RB),
                               num_warps=1)
     return out.reshape(*x.shape[:-2], ho, wo)

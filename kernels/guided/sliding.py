@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..box.sliding import strip_width, walk_grid
+from ..box.sliding import rows_per_step, strip_width, walk_grid
 from ..runtime.arch import device_arch
 from ..window_blocks import centre, load_rows, row_window_sums, strip_keep, strip_start, window_pixels
 
@@ -152,14 +152,14 @@ def forward_gray(I, p, eps, r, mode: int, apply: bool, keep_ma: bool = False):
     a = torch.empty(bsz, c, h, w, device=I.device, dtype=torch.float32)
     b = torch.empty_like(a)
     _fit_gray_kernel[grid](I, p, a, b, eps, c, h, w, R=r, MODE=mode, BWI=bwi, CH=ch,
-                           RB=fit_rows(mode, bwi, device_arch(I.device)), num_warps=1)
+                           RB=rows_per_step(fit_rows(mode, bwi, device_arch(I.device))), num_warps=1)
     if apply:
         q = torch.empty_like(a)
         ma = torch.empty_like(a) if keep_ma else q
         _apply_gray_kernel[grid](a, b, I, q, ma, q, c, h, w, R=r, MODE=mode, APPLY=True, STORE_MA=keep_ma, BWI=bwi,
-                                 CH=ch, RB=APPLY_RB, num_warps=1)
+                                 CH=ch, RB=rows_per_step(APPLY_RB), num_warps=1)
         return (q, ma) if keep_ma else q
     ma, mb = torch.empty_like(a), torch.empty_like(a)
     _apply_gray_kernel[grid](a, b, I, mb, ma, mb, c, h, w, R=r, MODE=mode, APPLY=False, STORE_MA=True, BWI=bwi,
-                             CH=ch, RB=APPLY_RB, num_warps=1)
+                             CH=ch, RB=rows_per_step(APPLY_RB), num_warps=1)
     return ma, mb

@@ -23,8 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..box.sliding import strip_width, walk_grid
-from ..runtime import interpreting
+from ..box.sliding import rows_per_step, strip_width, walk_grid
 from ..window_blocks import (adjoint_centre, adjoint_step, adjoint_warm, centre, frame, row_window_sums, strip_keep,
                              strip_start, window_pixels)
 
@@ -32,13 +31,7 @@ from ..window_blocks import (adjoint_centre, adjoint_step, adjoint_warm, centre,
 # at 2 rows needs all 255 registers; one row leaves room. B2 keeps 4 sums and takes 2 rows
 MOMENTS_RB = 1
 INPUTS_RB = 2
-# Triton's interpreter pays per operation and per helper call, not per register: it walks 16 rows a step (the
-# kernels are the same for any RB; a test runs the GPU's row counts too). 0 keeps the GPU's counts.
-INTERPRETED_RB = 16
-
-
-def rows_per_step(gpu_rb: int) -> int:
-    return max(gpu_rb, INTERPRETED_RB) if INTERPRETED_RB and interpreting() else gpu_rb
+# (under Triton's interpreter, rows_per_step: box.sliding.INTERPRETED_RB)
 
 
 @triton.jit
