@@ -149,7 +149,7 @@ def test_the_hostile_corpus_covers_every_command():
     assert commands == set(COMMANDS), set(COMMANDS) - commands  # every subcommand has cases
 
 
-@pytest.mark.slow  # ~60 subprocesses in all, one at a time per shard: about a minute and a half each on 2 cores
+@pytest.mark.slow  # ~60 subprocesses in all, one at a time per shard: about a minute each on 2 cores
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_the_hostile_corpus_has_no_traceback_timeout_or_stray_write(tmp_path, shard):
     from hostile.corpus import CASES, run_corpus, table

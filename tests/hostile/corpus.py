@@ -16,9 +16,10 @@ line or several that say "error"); ``traceback``; ``crash`` (killed by a signal)
 outcome each run is checked for writes outside its ``-o`` (any new file in its folder elsewhere), inputs changed
 (any file of its folder or of the shared inputs whose bytes changed) and its peak memory (``os.wait4``'s
 ru_maxrss) against ``MEMORY_BOUND``; a run that exits 0 has its EXR, NPY and safetensors outputs read back for
-NaN / Inf (a silent non-finite result); cases with ``sigterm_after`` get SIGTERM that many seconds in, and every
-run's folder is searched for temporary files left behind (``*.tmp*``: the denoiser's, the atomic writers' and the
-checkpoint staging folders all carry it). tests/test_hostile_corpus.py runs it all and asserts no traceback, no
+NaN / Inf (a silent non-finite result); cases with ``sigterm_after`` get SIGTERM that many seconds in (or as soon
+as their ``sigterm_when`` file exists: a first output frame, a first epoch on disk), and every run's folder is
+searched for temporary files left behind (``*.tmp*``: the denoiser's, the atomic writers' and the checkpoint
+staging folders all carry it). tests/test_hostile_corpus.py runs it all and asserts no traceback, no
 crash, no timeout, no write outside ``-o``, no input changed, no run over the bound, no silent non-finite result
 and no stale temporary file.
 """
@@ -60,6 +61,7 @@ class Case:
     out: str = "{case}/out"  # the -o of the case: new files elsewhere in its folder are writes outside -o
     env: dict = dataclasses.field(default_factory=dict)
     sigterm_after: float | None = None  # send SIGTERM this many seconds in (expect: exit 0 or 143, nothing stale)
+    sigterm_when: str | None = None  # ... or as soon as this file exists ("{case}" filled), if that comes first
 
 
 # --------------------------------------------------------------------------- shared inputs
@@ -318,10 +320,12 @@ CASES = [
     Case("denoise --temporal, SIGTERM part-way", ["denoise", "{case}/s_*.exr", "-o", "{case}/out", "-q", "--temporal",
                                                   "--allow-no-guides", "--static-camera"],
          setup=lambda case, inp: [shutil.copy(inp / "scene.exr", case / f"s_{k:02d}.exr") for k in range(40)],
-         sigterm_after=6.0),
+         sigterm_after=6.0, sigterm_when="{case}/out/s_01.exr"),  # two frames written, 38 to go
+    # the two training commands: once the first epoch is on disk (a run in progress), at the latest 25 s in
     Case("finetune, SIGTERM part-way", [("{case}/data" if a == "{in}/data" else a) for a in FT] + ["--epochs", "400"],
-         setup=_dense_data, sigterm_after=25.0),  # after start-up (timm, peft)
-    Case("train-denoiser, SIGTERM part-way", TD + ["--epochs", "400", "--steps", "4"], sigterm_after=25.0),
+         setup=_dense_data, sigterm_after=25.0, sigterm_when="{case}/out/metrics.jsonl"),
+    Case("train-denoiser, SIGTERM part-way", TD + ["--epochs", "400", "--steps", "4"], sigterm_after=25.0,
+         sigterm_when="{case}/out/w.safetensors.state/checkpoint.json"),
     # finetune
     Case("finetune --lr nan", FT + ["--lr", "nan"]),
     Case("finetune --img-size 7", FT + ["--img-size", "7"]),
@@ -479,12 +483,13 @@ def run_case(index: int, case: Case, root: Path, inputs: Path, timeout: float = 
     env = dict(_base_env(), **case.env)
     logs = root / "logs"
     logs.mkdir(exist_ok=True)
+    when = None if case.sigterm_when is None else fill(case.sigterm_when)
     t0 = time.monotonic()
     if server is not None and not case.env:
         rc, peak, timed_out = server.run(argv, folder, env, logs / f"{index:02d}.out", logs / f"{index:02d}.err",
-                                         timeout, case.sigterm_after)
+                                         timeout, case.sigterm_after, when)
     else:
-        rc, peak, timed_out = _run_fresh(argv, folder, env, logs, index, timeout, case.sigterm_after)
+        rc, peak, timed_out = _run_fresh(argv, folder, env, logs, index, timeout, case.sigterm_after, when)
     seconds = time.monotonic() - t0
     stderr = (logs / f"{index:02d}.err").read_text(errors="replace")
     stdout = (logs / f"{index:02d}.out").read_text(errors="replace")
@@ -509,19 +514,29 @@ def run_case(index: int, case: Case, root: Path, inputs: Path, timeout: float = 
                 terminated=outcome == "terminated")
 
 
-def _run_fresh(argv, folder: Path, env: dict, logs: Path, index: int, timeout: float, sigterm_after):
-    """(exit code, peak resident bytes, timed out) of ``python -m vision.pipelines.cli ARGV`` in a new interpreter."""
+def _run_fresh(argv, folder: Path, env: dict, logs: Path, index: int, timeout: float, sigterm_after,
+               sigterm_when=None):
+    """(exit code, peak resident bytes, timed out) of ``python -m vision.pipelines.cli ARGV`` in a new interpreter;
+    SIGTERM as :func:`forkserver._wait` sends it."""
     with open(logs / f"{index:02d}.out", "w") as so, open(logs / f"{index:02d}.err", "w") as se:
         proc = subprocess.Popen([sys.executable, "-m", "vision.pipelines.cli", *argv], cwd=folder, env=env,
                                 stdout=so, stderr=se, stdin=subprocess.DEVNULL, start_new_session=True)
-        timer = None
+        done = threading.Event()
         if sigterm_after is not None:
-            timer = threading.Timer(sigterm_after, _terminate, (proc,))
-            timer.start()
+            threading.Thread(target=_terminate_when, args=(proc, done, sigterm_after, sigterm_when),
+                             daemon=True).start()
         rc, peak, timed_out = _wait(proc, timeout)
-        if timer is not None:
-            timer.cancel()
+        done.set()
     return rc, peak, timed_out
+
+
+def _terminate_when(proc: subprocess.Popen, done: threading.Event, after: float, when: str | None) -> None:
+    """SIGTERM to ``proc`` at ``after`` seconds or once the file ``when`` exists, unless ``done`` is set first."""
+    end = time.monotonic() + after
+    while not done.wait(0.02):
+        if time.monotonic() >= end or (when is not None and os.path.exists(when)):
+            _terminate(proc)
+            return
 
 
 def run_corpus(root: Path, cases=None, workers: int = 2, timeout: float = TIMEOUT, fork: bool = True) -> dict:

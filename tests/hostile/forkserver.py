@@ -11,7 +11,8 @@ it inherited from the server (torch imported: about 0.65 GB), so it is an upper 
 
 Protocol: one JSON request per line on stdin::
 
-    {"argv": [...], "cwd": DIR, "env": {...}, "stdout": FILE, "stderr": FILE, "timeout": S, "sigterm_after": S|null}
+    {"argv": [...], "cwd": DIR, "env": {...}, "stdout": FILE, "stderr": FILE, "timeout": S, "sigterm_after": S|null,
+     "sigterm_when": FILE|null}
 
 and two JSON replies on stdout: ``{"pid": PID}`` once it is forked, ``{"rc": CODE, "peak": BYTES, "timed_out": BOOL}``
 once it has ended (``rc`` negative for a signal, as in :mod:`subprocess`). Arguments of the script name modules to
@@ -27,9 +28,10 @@ import sys
 import time
 
 
-def _wait(pid: int, timeout: float, sigterm_after: float | None) -> tuple[int, int, bool]:
-    """(exit code, peak resident bytes, timed out) of child ``pid``; SIGTERM at ``sigterm_after`` s, SIGKILL to its
-    session at ``timeout`` s."""
+def _wait(pid: int, timeout: float, sigterm_after: float | None, sigterm_when: str | None = None
+          ) -> tuple[int, int, bool]:
+    """(exit code, peak resident bytes, timed out) of child ``pid``; SIGTERM at ``sigterm_after`` s or once the file
+    ``sigterm_when`` exists, whichever comes first, SIGKILL to its session at ``timeout`` s."""
     start = time.monotonic()
     termed = sigterm_after is None
     while True:
@@ -37,7 +39,7 @@ def _wait(pid: int, timeout: float, sigterm_after: float | None) -> tuple[int, i
         if done:
             return os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024, False
         now = time.monotonic() - start
-        if not termed and now >= sigterm_after:
+        if not termed and (now >= sigterm_after or (sigterm_when is not None and os.path.exists(sigterm_when))):
             termed = True
             try:
                 os.kill(pid, signal.SIGTERM)  # the command itself, as a job scheduler would
@@ -88,10 +90,11 @@ class Server:
             self.close()
             raise RuntimeError(f"the fork server did not start: {ready!r}")
 
-    def start(self, argv: list, cwd, env: dict, stdout, stderr, timeout: float, sigterm_after=None) -> "Running":
+    def start(self, argv: list, cwd, env: dict, stdout, stderr, timeout: float, sigterm_after=None,
+              sigterm_when=None) -> "Running":
         """Start ``python -m vision.pipelines.cli ARGV`` (forked); stdout and stderr go to those files."""
         req = dict(argv=list(argv), cwd=str(cwd), env=dict(env), stdout=str(stdout), stderr=str(stderr),
-                   timeout=timeout, sigterm_after=sigterm_after)
+                   timeout=timeout, sigterm_after=sigterm_after, sigterm_when=sigterm_when)
         self.proc.stdin.write(json.dumps(req) + "\n")
         self.proc.stdin.flush()
         return Running(self.proc.stdout)
@@ -151,7 +154,7 @@ def serve() -> dict | None:
             _become_the_case(req)
             return req
         print(json.dumps({"pid": pid}), flush=True)
-        rc, peak, timed_out = _wait(pid, req["timeout"], req.get("sigterm_after"))
+        rc, peak, timed_out = _wait(pid, req["timeout"], req.get("sigterm_after"), req.get("sigterm_when"))
         print(json.dumps({"rc": rc, "peak": peak, "timed_out": timed_out}), flush=True)
     return None
 
