@@ -73,7 +73,9 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
             denoise`` does), a number >= 1, or None (unknown: one). It tells the noise level to FLNR weights that
             read the history input (the frames averaged into a pixel times the samples of each frame), as the
             bundled ones do, and lets the input blend cap its noise estimate where signal no guide explains
-            inflates it (:func:`.input_blend.noise_cap`), for FLR too.
+            inflates it (:func:`.input_blend.noise_cap`), for FLR too. From 16 spp up FLNR's antialias blend
+            weighs ``1 / spp`` of its learned weight: the guide buffers are then means over the pixel, not one ray
+            through its centre (:func:`.flnr.finish.antialias_share`).
         input_blend: move the result back towards the noisy input wherever the input's own noise, estimated from
             the frame, is below the fit's bias (:func:`.input_blend.towards_input`): the result converges to the
             input as the noise falls (at high sample counts), and at 1 spp stays the fit's (``spp=1`` skips it).
@@ -239,9 +241,9 @@ def _model(c, *present, names, model, net, radius, eps, scale, tile, phase, repa
             guides["emission"] = buffers.bright_regions(c)
         if model == "flnr":
             if tile is not None:
-                out = flnr_tiled(c, guides, net, radius, eps, scale, tile, phase=phase)
+                out = flnr_tiled(c, guides, net, radius, eps, scale, tile, phase=phase, spp=spp)
             else:
-                out = run_flnr(c, guides, net, radius, eps, scale, phase=phase)
+                out = run_flnr(c, guides, net, radius, eps, scale, phase=phase, spp=spp)
         elif tile is not None:
             out = flr_tiled(c, guides, radius, eps, scale, tile, phase=phase)
         else:

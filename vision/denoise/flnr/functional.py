@@ -19,14 +19,15 @@ NET_MARGIN = 256
 
 
 def flnr(color: torch.Tensor, guides: dict, model: FLNR, radius: int | None = None, eps=None,
-         scale: int | None = None, stats=None, phase=None) -> torch.Tensor:
-    """FLNR on (B, 3, h, w) colour and full-resolution guides with ``model`` (see :class:`FLNR`)."""
+         scale: int | None = None, stats=None, phase=None, spp: float | None = None) -> torch.Tensor:
+    """FLNR on (B, 3, h, w) colour and full-resolution guides with ``model`` (see :class:`FLNR`); ``spp``: the
+    samples per pixel the guide buffers average (None: unknown), for the antialias blend's weight."""
     model = placed(model, color.device, color.dtype)
-    return model(color, guides, radius, eps, scale, stats, phase)
+    return model(color, guides, radius, eps, scale, stats, phase, spp)
 
 
 def flnr_tiled(color: torch.Tensor, guides: dict, model: FLNR, radius: int | None, eps, scale: int | None,
-               tile: int, phase=None) -> torch.Tensor:
+               tile: int, phase=None, spp: float | None = None) -> torch.Tensor:
     """:func:`flnr` over tiles of about ``tile`` pixels with an overlap margin covering the regression's reach
     and the network's receptive field; tiles use the whole frame's guide statistics. The network pads
     with replication at tile borders, so the result matches the whole frame to within float rounding where
@@ -34,7 +35,7 @@ def flnr_tiled(color: torch.Tensor, guides: dict, model: FLNR, radius: int | Non
     h, w = color.shape[-2:]
     hf, wf = full_size(color, guides)
     if hf <= tile and wf <= tile:
-        return flnr(color, guides, model, radius, eps, scale, phase=phase)
+        return flnr(color, guides, model, radius, eps, scale, phase=phase, spp=spp)
     u = upsample_factor((h, w), (hf, wf))
     reach = model.radius if radius is None else int(radius)
     scale = model.scale if scale is None else int(scale)
@@ -46,4 +47,4 @@ def flnr_tiled(color: torch.Tensor, guides: dict, model: FLNR, radius: int | Non
     margin = (r + (2 * r_cells + 2) * scale) * u + NET_MARGIN
     margin = int(math.ceil(margin / unit)) * unit
     return run_tiles(color, guides, (hf, wf), u, margin, unit, tile,
-                     lambda c, sub: flnr(c, sub, model, radius, eps, scale, stats=stats, phase=phase))
+                     lambda c, sub: flnr(c, sub, model, radius, eps, scale, stats=stats, phase=phase, spp=spp))

@@ -23,7 +23,7 @@ from .cells import (FEATURE_CHANNELS, NET_IN, cells as cell_stats, guide_buffers
                     history_input)
 from .config import check_config, check_weights_file
 from .detail import detail_blend
-from .finish import finish
+from .finish import antialias_share, finish, scaled_top
 from .head import head
 from .hub import FLNRHubMixin
 from .network import FLNRNet
@@ -169,7 +169,7 @@ class FLNR(nn.Module, FLNRHubMixin):
         return None
 
     def forward(self, color: torch.Tensor, guides: dict, radius: int | None = None, eps=None,
-                scale: int | None = None, stats=None, phase=None) -> torch.Tensor:
+                scale: int | None = None, stats=None, phase=None, spp: float | None = None) -> torch.Tensor:
         scale = self.scale if scale is None else int(scale)
         h, w = color.shape[-2:]
         hf, wf = full_size(color, guides)
@@ -221,7 +221,9 @@ class FLNR(nn.Module, FLNRHubMixin):
                                                       device=color.device), albedo, emission, 0)
         # the result in the colour's layout (HWC arrays come in as channels-last views: no copy back to HWC)
         out = None if fitted.requires_grad else torch.empty_like(fitted, memory_format=result_layout)
-        gains = (self.edge_gain, self.blend_max) if blend is not None else (None, None)
+        # the antialias blend's weight for guides averaged over spp rays per pixel (finish.antialias_share)
+        top = None if blend is None else scaled_top(self.blend_max, antialias_share(spp))
+        gains = (self.edge_gain, top) if blend is not None else (None, None)
         res = finish(fitted, factor, add, blend, albedo, *gains, out)
         return res if detail is None or u > 1 else detail_blend(res, add, factor, target, detail, mask)
 
