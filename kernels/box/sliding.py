@@ -122,6 +122,6 @@ def launch(x: torch.Tensor, r: int, mode: int, kind: int, off: int) -> torch.Ten
     out = torch.empty(planes.shape[0], ho, wo, device=x.device, dtype=torch.float32)
     bwi = strip_width(r)
     grid, ch = walk_grid(planes.shape[0], ho, wo, r, bwi)
-    _sliding_box_kernel[grid](planes, out, h, w, ho, wo, off, R=r, MODE=mode, KIND=kind, BWI=bwi, CH=ch, RB=rows_per_step(RB),
-                              num_warps=1)
+    _sliding_box_kernel[grid](planes, out, h, w, ho, wo, off, R=r, MODE=mode, KIND=kind, BWI=bwi, CH=ch,
+                              RB=rows_per_step(RB), num_warps=1)
     return out.reshape(*x.shape[:-2], ho, wo)

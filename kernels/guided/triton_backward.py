@@ -31,7 +31,7 @@ from ..window_blocks import (adjoint_centre, adjoint_step, adjoint_warm, centre,
 # at 2 rows needs all 255 registers; one row leaves room. B2 keeps 4 sums and takes 2 rows
 MOMENTS_RB = 1
 INPUTS_RB = 2
-# (under Triton's interpreter, rows_per_step: box.sliding.INTERPRETED_RB)
+# (under Triton's interpreter both step box.sliding.INTERPRETED_RB rows: rows_per_step)
 
 
 @triton.jit

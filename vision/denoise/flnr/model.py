@@ -89,6 +89,8 @@ class FLNR(nn.Module, FLNRHubMixin):
     upsampling, as in FLR (the network then sees the colour nearest-upsampled; the fit runs at the
     colour's resolution, on the learned guides averaged over each colour pixel's block or, with ``phase``
     (dy, dx), read at the samples' own pixels, and is applied to the full-resolution learned guides).
+    ``forward(..., spp=N)``: the samples per pixel the guide buffers average; from 16 up the antialias blend keeps
+    ``1 / N`` of its learned weight (:func:`~.finish.antialias_share`; None, the default: its whole weight).
 
     Example:
         >>> model = FLNR()   # untrained; load_flnr() gives the bundled, trained one
