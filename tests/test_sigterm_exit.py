@@ -166,3 +166,41 @@ def test_sigterm_stops_a_long_temporal_denoise_within_seconds(tmp_path):
     assert 50 <= len(written) < 2000 and not [p for p in written if ".tmp" in p.name]
     for path in written[-3:]:
         assert set(read_exr(path)) >= {"R", "G", "B"}  # whole files
+
+
+def test_a_sigterm_swallowed_inside_a_ctypes_callback_still_stops_the_run(capsys):
+    """numba compiles through llvmlite, whose ctypes callbacks print an exception and carry on: a SIGTERM handled
+    inside one raised into nothing, and `vision denoise --temporal` printed a traceback, went on to write every
+    frame and exited 0. The watch remembers it, the frame loop's next check raises, and the dropped exception is
+    not printed (the one line said it); other unraisable exceptions still reach the previous hook."""
+    import ctypes
+
+    from vision.pipelines.cli.denoise_io import Terminated, exit_on_sigterm
+
+    def inside():  # the handler runs between these bytecodes, inside the callback
+        os.kill(os.getpid(), signal.SIGTERM)
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            time.sleep(0.001)
+
+    callback = ctypes.CFUNCTYPE(None)(inside)
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Terminated) as err:
+        with exit_on_sigterm("denoise") as watch:
+            callback()  # the exception is printed by ctypes and dropped: the block goes on
+            assert watch.requested
+            watch.check()
+    assert err.value.code == 143
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler put back
+    text = capsys.readouterr().err
+    assert text.count("vision denoise: terminated (SIGTERM)") == 1
+    assert "Traceback" not in text and "Exception ignored" not in text, text
+    seen = []
+    hook = sys.unraisablehook
+    sys.unraisablehook = seen.append
+    try:
+        with exit_on_sigterm("denoise"):
+            ctypes.CFUNCTYPE(None)(lambda: 1 / 0)()  # not ours: passed on
+    finally:
+        sys.unraisablehook = hook
+    assert [type(u.exc_value) for u in seen] == [ZeroDivisionError]

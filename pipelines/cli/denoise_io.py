@@ -178,24 +178,50 @@ class Terminated(SystemExit):
     leave_now = True
 
 
+class SigtermWatch:
+    """What :func:`exit_on_sigterm` yields: ``requested`` once SIGTERM came, and :meth:`check` for the loop's safe
+    points."""
+
+    def __init__(self):
+        self.requested = False
+
+    def check(self) -> None:
+        """Raise :class:`Terminated` if SIGTERM came and its exception did not unwind the block: a handler that runs
+        inside a callback which prints exceptions and carries on (ctypes callbacks do; llvmlite calls one while numba
+        compiles, so a fresh install's first frame is such a moment) raises into nothing."""
+        if self.requested:
+            raise Terminated(143)
+
+
 @contextlib.contextmanager
 def exit_on_sigterm(command: str):
     """While the block runs, SIGTERM raises :class:`Terminated` (one line on stderr, exit code 143) instead of
-    killing the process where it stands. Only the main thread can install a handler: elsewhere, nothing."""
+    killing the process where it stands; the block gets a :class:`SigtermWatch` to call ``check()`` on between
+    units of work, so a SIGTERM whose exception was swallowed still stops it there. Only the main thread can
+    install a handler: elsewhere, a watch that never fires."""
+    watch = SigtermWatch()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield watch
         return
 
     def handler(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+        watch.requested = True
         print(f"vision {command}: terminated (SIGTERM); unfinished outputs removed", file=sys.stderr)
         raise Terminated(143)
 
+    def unraisable(info):  # a Terminated dropped by such a callback: said in one line already, the watch stops
+        if not isinstance(info.exc_value, Terminated):
+            previous(info)
+
+    previous = sys.unraisablehook
     before = signal.signal(signal.SIGTERM, handler)
+    sys.unraisablehook = unraisable
     try:
-        yield
+        yield watch
     finally:
         signal.signal(signal.SIGTERM, before)
+        sys.unraisablehook = previous
 
 
 def parse_phase(text):

@@ -106,10 +106,12 @@ def _run(args) -> int:
     if report.json:
         report.emit("start", frames=len(plan.mine), warmup=len(plan.warm), total=len(items), out=str(plan.out))
     sigterm = exit_on_sigterm("denoise")  # SIGTERM unwinds: write_atomic removes its temporary file; exit 143
-    sigterm.__enter__()
+    watch = sigterm.__enter__()
     try:
         for position, (frame, target) in enumerate(bar, 1):
+            watch.check()  # a SIGTERM swallowed inside the last frame (numba compiling) stops the run here
             state.frame(position, len(items), frame, target, settings, header)
+        watch.check()
     except BaseException:
         if created and plan.out.is_dir() and not any(plan.out.iterdir()):
             plan.out.rmdir()  # a run that made nothing leaves nothing behind
