@@ -224,8 +224,8 @@ class FLNR(nn.Module, FLNRHubMixin):
         # the result in the colour's layout (HWC arrays come in as channels-last views: no copy back to HWC)
         out = None if fitted.requires_grad else torch.empty_like(fitted, memory_format=result_layout)
         # the antialias blend's weight for guides averaged over spp rays per pixel (finish.antialias_share)
-        top = None if blend is None else scaled_top(self.blend_max, antialias_share(spp))
-        gains = (self.edge_gain, top) if blend is not None else (None, None)
+        gains = ((self.edge_gain, scaled_top(self.blend_max, antialias_share(spp))) if blend is not None
+                 else (None, None))
         res = finish(fitted, factor, add, blend, albedo, *gains, out)
         return res if detail is None or u > 1 else detail_blend(res, add, factor, target, detail, mask)
 
