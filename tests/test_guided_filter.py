@@ -207,6 +207,7 @@ def test_gradients_across_tiles(backend, channels, rng):
         np.testing.assert_allclose(got, ref, atol=1e-5 * max(1.0, np.abs(ref).max()))
 
 
+@pytest.mark.slow  # 7-10 s a case under the interpreter, and its node id does not say triton
 @pytest.mark.parametrize("channels", [1, 3])
 def test_sliding_forwards_at_the_gpus_row_counts(monkeypatch, channels, rng):
     """The forward walks (box, guided fit and apply) at the GPU's 1-8 rows per step instead of the interpreter's 16,
