@@ -31,9 +31,9 @@ def test_bench_gpu_refuses_cuda_without_a_gpu(capsys):
 
 
 # The one-frame target, 2 s beyond `import torch`, was set on a 2-core machine where that import takes 2.9 s (idle).
-# A loaded machine slows both rows alike, so the target holds there as this ratio of their times, or as the 2 s itself
-# where torch imported faster than that (the ratio alone then allowed less than the target: 1.55 s at a 2.25 s
-# import); the 2 s bound alone is asserted only on an idle machine.
+# Machines differ in speed, so the target holds as this ratio of the two rows' CPU times, or as the 2 s itself where
+# torch imported faster than that (the ratio alone then allowed less than the target: 1.55 s at a 2.25 s import); the
+# 2 s of wall time is asserted only on an idle machine.
 DENOISE_RATIO = (2.9 + 2.0) / 2.9
 DENOISE_TARGET_S = 2.0
 
@@ -50,10 +50,14 @@ def test_bench_startup(tmp_path, capsys, monkeypatch):
     rows = {r["command"]: r for r in json.loads(out.read_text())}
     assert set(rows) >= {"vision --help", "vision denoise --help", 'python -c "import torch"',
                          "vision edit (missing model)", "vision denoise (one 64x64 frame)"}
-    one, torch_s = rows["vision denoise (one 64x64 frame)"], rows['python -c "import torch"']["median_s"]
-    assert one["beyond_torch_s"] == pytest.approx(one["median_s"] - torch_s)
-    bound = max(DENOISE_RATIO * torch_s, torch_s + DENOISE_TARGET_S)
-    assert one["median_s"] <= bound, f"one frame {one['median_s']:.2f} s, import torch {torch_s:.2f} s"
+    one, torch_row = rows["vision denoise (one 64x64 frame)"], rows['python -c "import torch"']
+    assert one["beyond_torch_s"] == pytest.approx(one["median_s"] - torch_row["median_s"])
+    assert one["cpu_beyond_torch_s"] == pytest.approx(one["cpu_s"] - torch_row["cpu_s"])
+    # CPU time is what the processes cost themselves. Their wall time on a busy machine grows with the load, and more
+    # for the longer process: 5.0 s against a 2.8 s import of torch on a 2-core runner whose other worker ran tests.
+    torch_cpu = torch_row["cpu_s"]
+    bound = max(DENOISE_RATIO * torch_cpu, torch_cpu + DENOISE_TARGET_S)
+    assert one["cpu_s"] <= bound, f"one frame {one['cpu_s']:.2f} s of CPU, import torch {torch_cpu:.2f} s"
     if os.getloadavg()[0] < 0.5:
         assert one["beyond_torch_s"] <= DENOISE_TARGET_S
     assert all(r["median_s"] > 0 for r in rows.values())

@@ -7,6 +7,11 @@ slows all rows alike); the "beyond torch" column subtracts the import-torch row 
 2) before torch or diffusers load, target under 2 s end to end. The row ``vision denoise (one 64x64 frame)`` denoises
 one small frame with guides, the bundled FLNR weights and the numba kernels from their on-disk cache (the first
 run compiles them, once), target within torch's import time + 2 s.
+
+Each row also records the processes' CPU time (user + system, from ``getrusage``). On a busy machine the wall time
+of a fresh process grows with whatever else runs, by more for a longer process; its CPU time barely moves, so that
+column is the one to compare across loads (every timed process runs with the thread counts of the caller's
+environment: set ``OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1`` to make CPU and wall time of an idle machine agree).
 """
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import json
 import shutil
 import statistics
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -75,10 +81,12 @@ def run(args) -> int:
         edit_env = _edit_work(work)
         cmds = commands(work)
         times = {name: [] for name in cmds}
+        cpu = {name: [] for name in cmds}
         subprocess.run(cmds[DENOISE_ONE], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)  # the
         # numba kernels compiled once (cached on disk), as after the first run of an install
         for _ in range(args.repeat):
             for name, argv in cmds.items():
+                r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t0 = time.perf_counter()
                 if name == EDIT_MISSING:  # fails on purpose: status 2 is the expected outcome
                     rc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -88,13 +96,17 @@ def run(args) -> int:
                 else:
                     subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
                 times[name].append(time.perf_counter() - t0)
+                r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu[name].append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
     base = statistics.median(times['python -c "import torch"'])
+    cpu_base = statistics.median(cpu['python -c "import torch"'])
     rows = []
-    print(f"{'command':36s} {'median s':>9s} {'beyond torch s':>15s}")
+    print(f"{'command':36s} {'median s':>9s} {'beyond torch s':>15s} {'cpu s':>6s} {'cpu beyond torch s':>19s}")
     for name, ts in times.items():
-        med = statistics.median(ts)
-        rows.append({"command": name, "median_s": med, "beyond_torch_s": med - base})
-        print(f"{name:36s} {med:9.2f} {med - base:15.2f}")
+        med, cpu_med = statistics.median(ts), statistics.median(cpu[name])
+        rows.append({"command": name, "median_s": med, "beyond_torch_s": med - base, "cpu_s": cpu_med,
+                     "cpu_beyond_torch_s": cpu_med - cpu_base})
+        print(f"{name:36s} {med:9.2f} {med - base:15.2f} {cpu_med:6.2f} {cpu_med - cpu_base:19.2f}")
     for name, target in (("vision --help", TARGET_S), ("vision denoise --help", TARGET_S),
                          (DENOISE_ONE, DENOISE_TARGET_S)):
         extra = statistics.median(times[name]) - base
