@@ -636,3 +636,16 @@ def test_bench_cli_small(capsys):
                  "--features", "3", "--targets", "2"]) == 0
     out = capsys.readouterr().out
     assert "plain torch (linalg.solve)" in out and "fit+apply" in out and "acceptance not evaluated" in out
+
+
+def test_numba_runs_on_its_workqueue_layer(rng):
+    """The numba loops run on numba's workqueue threads unless NUMBA_THREADING_LAYER says otherwise: TBB's layer grew
+    a long `vision denoise --temporal` run by 150 KB a frame on a busy machine (tests/test_long_run_memory.py)."""
+    import numba
+
+    if "NUMBA_THREADING_LAYER" in os.environ:
+        pytest.skip("NUMBA_THREADING_LAYER is set here")
+    f, p = t32(rng.random((1, 4, 24, 24))), t32(rng.random((1, 3, 24, 24)))
+    with torch.no_grad():
+        local_linear_fit(f, p, 2, 1e-2, 2)
+    assert numba.threading_layer() == "workqueue"

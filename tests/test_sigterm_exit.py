@@ -1,6 +1,6 @@
-"""SIGTERM ends a `vision` process within seconds, even while numba's TBB threads are busy: the command unwinds
-(its outputs are safe), then the process leaves without the interpreter's shutdown, whose exit handlers (numba's
-TBB finalizer among them) can spin for ever."""
+"""SIGTERM ends a `vision` process within seconds, even while numba's threads are busy: the command unwinds (its
+outputs are safe), then the process leaves without the interpreter's shutdown, whose exit handlers (a native thread
+pool's finalizer, such as numba's TBB layer's) can spin for ever."""
 from __future__ import annotations
 
 import os

@@ -9,11 +9,12 @@ Every kernel (``kernels/local_linear/cpu_path.py``, the ``*_numba.py`` modules o
 compare both to float64 references.
 ``VISION_NUMBA=0`` (or ``runtime.set_numba(False)``) turns the numba paths off (read at every call). The kernels compile on first use (about
 20 s for all of them, once: the machine code is cached next to their module), and run on as many threads as
-torch's. Threads: a fork-safe numba threading layer, TBB (the ``tbb`` dependency; else numba's workqueue
-layer), unless ``NUMBA_THREADING_LAYER`` says otherwise. numba's GNU OpenMP layer was the fastest here (FLNR
-0.62-0.64 of the PyTorch path's time, TBB 0.74-0.76, workqueue 0.88-0.93), since it shares torch's OpenMP
-runtime and threads, but it terminates any process forked after it ran: a data loader's workers, a process
-pool. Serial loops on our own worker threads measured slower still than numba's parallel ones.
+torch's. Threads: numba's workqueue layer, unless ``NUMBA_THREADING_LAYER`` says otherwise. It is fork-safe and
+holds its memory on a busy machine. The TBB layer, 5-10 % faster on an idle one (FLNR at 1280 x 720), grew a
+``vision denoise --temporal`` process by 150 KB a frame while other work kept the cores busy (460 MB over 3,000
+frames) and ran each frame 2-3 times slower than the workqueue there; its exit handler can also spin for ever.
+numba's GNU OpenMP layer terminates any process forked after it ran (a data loader's workers, a process pool).
+Serial loops on our own worker threads measured slower than numba's parallel ones.
 """
 from __future__ import annotations
 
@@ -45,9 +46,8 @@ def _numba():
     except Exception:  # not installed, or no wheel for this Python: the PyTorch paths run
         return None
     if "NUMBA_THREADING_LAYER" not in os.environ:
-        # numba's GNU OpenMP layer terminates every process forked after it ran (data loader workers, process
-        # pools); "forksafe" takes TBB (a dependency) or else the workqueue layer
-        numba.config.THREADING_LAYER = "forksafe"
+        # fork-safe, and flat in memory on a busy machine, where TBB's grows frame after frame (module docstring)
+        numba.config.THREADING_LAYER = "workqueue"
     return numba
 
 

@@ -187,7 +187,7 @@ def _main(argv: list[str] | None) -> int:
         return 130
 
 
-# commands whose CPU work alternates between PyTorch's OpenMP threads and numba's (TBB) threads: the denoisers
+# commands whose CPU work alternates between PyTorch's OpenMP threads and numba's threads: the denoisers
 DENOISING_COMMANDS = (("denoise",), ("bench", "denoise"))
 
 
