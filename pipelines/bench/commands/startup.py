@@ -15,7 +15,8 @@ EPILOG = """examples:
 Targets: vision --help and vision denoise --help within torch's import time + 1.5 s; vision edit on a model
 missing from an empty Hugging Face cache fails (status 2) in under 2 s, before torch loads; vision denoise of one
 64 x 64 frame within torch's import time + 2 s (python -X importtime -m vision.pipelines.cli denoise ... says where
-the time goes).
+the time goes). Each row gives wall and CPU time: on a busy machine wall time grows with the load, CPU time does not;
+OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 makes the two agree on an idle one.
 """
 
 
