@@ -55,9 +55,11 @@ def test_bench_startup(tmp_path, capsys, monkeypatch):
     assert one["cpu_beyond_torch_s"] == pytest.approx(one["cpu_s"] - torch_row["cpu_s"])
     # CPU time is what the processes cost themselves. Their wall time on a busy machine grows with the load, and more
     # for the longer process: 5.0 s against a 2.8 s import of torch on a 2-core runner whose other worker ran tests.
-    torch_cpu = torch_row["cpu_s"]
+    # The least of the runs: on a virtual machine stolen cycles still add to CPU time (the one-frame command took
+    # 2.7-4.0 s of CPU time in twelve runs on an idle 2-core machine).
+    torch_cpu = torch_row["cpu_min_s"]
     bound = max(DENOISE_RATIO * torch_cpu, torch_cpu + DENOISE_TARGET_S)
-    assert one["cpu_s"] <= bound, f"one frame {one['cpu_s']:.2f} s of CPU, import torch {torch_cpu:.2f} s"
+    assert one["cpu_min_s"] <= bound, f"one frame {one['cpu_min_s']:.2f} s of CPU, import torch {torch_cpu:.2f} s"
     if os.getloadavg()[0] < 0.5:
         assert one["beyond_torch_s"] <= DENOISE_TARGET_S
     assert all(r["median_s"] > 0 for r in rows.values())

@@ -10,7 +10,8 @@ run compiles them, once), target within torch's import time + 2 s.
 
 Each row also records the processes' CPU time (user + system, from ``getrusage``). On a busy machine the wall time
 of a fresh process grows with whatever else runs, by more for a longer process; its CPU time barely moves, so that
-column is the one to compare across loads (every timed process runs with the thread counts of the caller's
+column is the one to compare across loads (the JSON rows also hold its minimum over the runs, ``cpu_min_s``: a
+virtual machine's stolen cycles inflate even CPU time, never shrink it) (every timed process runs with the thread counts of the caller's
 environment: set ``OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1`` to make CPU and wall time of an idle machine agree).
 """
 from __future__ import annotations
@@ -105,7 +106,7 @@ def run(args) -> int:
     for name, ts in times.items():
         med, cpu_med = statistics.median(ts), statistics.median(cpu[name])
         rows.append({"command": name, "median_s": med, "beyond_torch_s": med - base, "cpu_s": cpu_med,
-                     "cpu_beyond_torch_s": cpu_med - cpu_base})
+                     "cpu_beyond_torch_s": cpu_med - cpu_base, "cpu_min_s": min(cpu[name])})
         print(f"{name:36s} {med:9.2f} {med - base:15.2f} {cpu_med:6.2f} {cpu_med - cpu_base:19.2f}")
     for name, target in (("vision --help", TARGET_S), ("vision denoise --help", TARGET_S),
                          (DENOISE_ONE, DENOISE_TARGET_S)):
