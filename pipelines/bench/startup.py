@@ -10,9 +10,10 @@ run compiles them, once), target within torch's import time + 2 s.
 
 Each row also records the processes' CPU time (user + system, from ``getrusage``). On a busy machine the wall time
 of a fresh process grows with whatever else runs, by more for a longer process; its CPU time barely moves, so that
-column is the one to compare across loads (the JSON rows also hold its minimum over the runs, ``cpu_min_s``: a
-virtual machine's stolen cycles inflate even CPU time, never shrink it) (every timed process runs with the thread counts of the caller's
-environment: set ``OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1`` to make CPU and wall time of an idle machine agree).
+column is the one to compare across loads. The JSON rows also hold its minimum over the runs (``cpu_min_s``): a
+virtual machine's stolen cycles inflate even CPU time, never shrink it. Every timed process runs with the thread
+counts of the caller's environment: ``OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1`` makes CPU and wall time agree on an
+idle machine.
 """
 from __future__ import annotations
 
