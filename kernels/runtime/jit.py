@@ -14,7 +14,9 @@ holds its memory on a busy machine. The TBB layer, 5-10 % faster on an idle one 
 ``vision denoise --temporal`` process by 150 KB a frame while other work kept the cores busy (460 MB over 3,000
 frames) and ran each frame 2-3 times slower than the workqueue there; its exit handler can also spin for ever.
 numba's GNU OpenMP layer terminates any process forked after it ran (a data loader's workers, a process pool).
-Serial loops on our own worker threads measured slower than numba's parallel ones.
+The workqueue serves one launch at a time (our kernels take turns through ``_lock``): a program that runs numba
+parallel functions of its own from another thread at the same time must set ``NUMBA_THREADING_LAYER=tbb``, or numba
+aborts the process. Serial loops on our own worker threads measured slower than numba's parallel ones.
 """
 from __future__ import annotations
 
