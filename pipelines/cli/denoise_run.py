@@ -109,9 +109,8 @@ def _run(args) -> int:
     watch = sigterm.__enter__()
     try:
         for position, (frame, target) in enumerate(bar, 1):
-            watch.check()  # a SIGTERM swallowed inside the last frame (numba compiling) stops the run here
             state.frame(position, len(items), frame, target, settings, header)
-        watch.check()
+            watch.check()  # a SIGTERM swallowed inside this frame (numba compiling) stops the run here
     except BaseException:
         if created and plan.out.is_dir() and not any(plan.out.iterdir()):
             plan.out.rmdir()  # a run that made nothing leaves nothing behind
