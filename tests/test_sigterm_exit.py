@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 
 # a command of our own plug-in protocol, run by `vision`'s main: a numba-parallel loop, for ever, under the same
@@ -204,3 +205,75 @@ def test_a_sigterm_swallowed_inside_a_ctypes_callback_still_stops_the_run(capsys
     finally:
         sys.unraisablehook = hook
     assert [type(u.exc_value) for u in seen] == [ZeroDivisionError]
+
+
+# reads one EXR once per position: the signal is sent to the process at the n-th line the reader runs in exr.py
+# (its stream capture included), and the handler's outcome, the streams and descriptor 2 are looked at afterwards
+AT_EVERY_LINE = '''
+import json, os, signal, sys
+from vision.data import exr
+from vision.pipelines.cli.denoise_io import exit_on_sigterm
+
+path, signum = sys.argv[1], getattr(signal, sys.argv[2])
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, whatever the parent ignores
+stderr, stat = sys.stderr, os.fstat(2)
+results = []
+for n in range(1, 400):
+    seen = [0]
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_filename != exr.__file__:
+            return None
+
+        def line(frame, event, arg):
+            if event == "line":
+                seen[0] += 1
+                if seen[0] == n:
+                    os.kill(os.getpid(), signum)
+            return line
+        return line
+
+    outcome = "finished"
+    try:
+        with exit_on_sigterm("read"):
+            sys.settrace(tracer)
+            try:
+                exr.read_exr(path)
+            finally:
+                sys.settrace(None)
+    except BaseException as err:
+        outcome = type(err).__name__
+    if seen[0] < n:
+        break
+    same = sys.stderr is stderr and (os.fstat(2).st_ino, os.fstat(2).st_dev) == (stat.st_ino, stat.st_dev)
+    results.append([outcome, same])
+with open(sys.argv[3], "w") as f:  # not stdout: a torn capture would swallow it
+    json.dump(results, f)
+'''
+
+
+@pytest.mark.parametrize("name, outcome, line", [("SIGTERM", "Terminated", "vision read: terminated (SIGTERM)"),
+                                                 ("SIGINT", "KeyboardInterrupt", None)])
+def test_a_signal_at_any_line_of_an_exr_read_reaches_its_handler_and_leaves_the_streams_whole(tmp_path, name,
+                                                                                              outcome, line):
+    """Reading an EXR swaps the process's stdout / stderr (and descriptors 1 and 2) to catch OpenEXR's own
+    diagnostics. A SIGTERM whose handler ran half-way through that swap printed its one line into the capture and
+    unwound with descriptor 2 still pointing at it: `vision denoise` exited 143 saying nothing. At whichever line
+    of the reader the signal comes, its handler now runs (once), its line reaches the real stderr, and the streams
+    are back."""
+    import json
+
+    from vision.data.exr import write_exr
+
+    path = tmp_path / "one.exr"
+    write_exr(path, {c: np.full((4, 4), 0.5, np.float32) for c in "RGB"})
+    report = tmp_path / "results.json"
+    proc = subprocess.run([sys.executable, "-c", AT_EVERY_LINE, str(path), name, str(report)], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads(report.read_text())
+    assert len(results) > 20  # lines of the reader, capture included
+    assert all(same for _, same in results), results
+    assert {o for o, _ in results} == {outcome}, results
+    if line is not None:
+        assert proc.stderr.count(line) == len(results), proc.stderr[-2000:]

@@ -20,8 +20,10 @@ import contextlib
 import ctypes
 import io
 import os
+import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -195,13 +197,17 @@ class _openexr_errors:
     The library also prints its own diagnostics below Python (on file descriptors 1 and 2); those are
     caught here and become the reason in the message instead of stray lines. The redirection is
     process-wide for the duration of one read: what other threads print meanwhile is re-emitted on
-    stderr after a successful read (and folded into the error of a failed one).
+    stderr after a successful read (and folded into the error of a failed one). Ctrl-C and SIGTERM
+    are held from before the streams are swapped until after they are back (:class:`_SignalsHeld`):
+    a handler run half-way through the swap would print into the capture and unwind with the
+    descriptors still pointing at it, so its one line would never reach the user.
     """
 
     def __init__(self, path: Path):
         self.path = path
 
     def __enter__(self):
+        self._held = _SignalsHeld()
         # the bindings print through Python's sys.stdout, the core library through the descriptors
         self._streams = (sys.stdout, sys.stderr)
         self._python = io.StringIO()
@@ -239,7 +245,12 @@ class _openexr_errors:
         return text
 
     def __exit__(self, kind, err, tb):
-        said = self._restore()
+        try:
+            return self._report(self._restore(), err)
+        finally:
+            self._held.release()  # a signal that came meanwhile is handled now, with the streams back
+
+    def _report(self, said: str, err: BaseException | None) -> bool:
         # a successful read that still complained, or an interrupt (Ctrl-C, SIGTERM's exit) whose handler printed
         # into the capture (the one line a terminated run says): let the user see it
         if err is None or not isinstance(err, Exception):
@@ -249,6 +260,39 @@ class _openexr_errors:
         if isinstance(err, (_Missing, FileNotFoundError)):
             return False
         raise ValueError(describe_bad_file(self.path, said or str(err))) from None
+
+
+class _SignalsHeld:
+    """Hold SIGINT and SIGTERM from construction until :meth:`release`, then raise each one that came, so its
+    handler (Ctrl-C's KeyboardInterrupt, ``vision denoise``'s exit 143, or the default action) runs as it would
+    have, only later. Only the main thread can set handlers: elsewhere (and for a handler not set from Python,
+    which could not be put back) nothing is held."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self._came: list[int] = []
+        self._before: dict[int, object] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            for signum in self.SIGNALS:
+                if signal.getsignal(signum) is not None:
+                    self._before[signum] = signal.signal(signum, self._hold)
+        except BaseException:  # one came before the last was held: its handler ran; put the others back
+            self.release()
+            raise
+
+    def _hold(self, signum, frame):
+        if signum not in self._came:
+            self._came.append(signum)
+
+    def release(self) -> None:
+        before, self._before = self._before, {}
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+        for signum in self._came:
+            signal.raise_signal(signum)
 
 
 def describe_bad_file(path: Path, reason: str = "") -> str:
