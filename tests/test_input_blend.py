@@ -1,6 +1,7 @@
 """The input blend and the sample count: the denoiser converges to its input as the noise falls, never loses to its
 own fit, and reads the samples per pixel from each kind of header (references: the noise-free image, the input,
 the math of independent noise)."""
+import math
 import shutil
 from pathlib import Path
 
@@ -259,6 +260,31 @@ def test_regional_noise_matches_loops_in_float64():
         for numba in (True, False):  # each path the registry may run (tests/test_registry_denoise.py: which)
             with runtime.use_numba(numba):
                 np.testing.assert_allclose(regional_noise(v, energy)[0, 0].double().numpy(), want, rtol=2e-5)
+
+
+def test_numba_cell_median_is_the_lower_median_with_ties_infinities_and_nans():
+    """The numba loop counts, for all cells of a row at once, how many of the window's values lie below each; a row
+    whose window holds a NaN is sorted cell by cell (NaN as the largest). Both against Python's sort."""
+    pytest.importorskip("numba")
+    from vision.denoise import input_blend_cpu as cpu
+
+    g = torch.Generator().manual_seed(7)
+    for h, w in ((9, 13), (1, 1), (2, 6)):
+        grid = (torch.randint(0, 4, (2, 1, h, w), generator=g) / 2).float()  # few distinct values: many ties
+        grid[0, 0, 0, 0] = -math.inf
+        grid[1, 0, -1, -1] = math.inf
+        if h > 2:
+            grid[1, 0, 4, 2:5] = math.nan  # rows 2-6 of image 1 take the sorting path
+        out = torch.empty_like(grid)
+        cpu.cell_median_planes(grid, 5, out)
+        for b in range(2):
+            for y in range(h):
+                for x in range(w):
+                    vals = [float(grid[b, 0, min(max(y + dy, 0), h - 1), min(max(x + dx, 0), w - 1)])
+                            for dy in range(-2, 3) for dx in range(-2, 3)]
+                    vals.sort(key=lambda v: (math.isnan(v), v))
+                    want, got = vals[12], float(out[b, 0, y, x])
+                    assert got == want or (math.isnan(got) and math.isnan(want)), (b, y, x, got, want)
 
 
 def test_lone_peaks_match_loops_in_float64():

@@ -96,26 +96,59 @@ def blend_apply_planes(out, color, sharp, sums, trust, leverage, after_step, res
 @kernel("void(float32[:, :, :, :], int64, float32[:, :, :, ::1])")
 def cell_median_planes(grid, n, out):
     """``out`` (B, 1, h, w): per cell of ``grid`` (B, 1, h, w), the lower median of the ``n`` x ``n`` cells around
-    it, the border cells repeated past the edge (NaN sorts as the largest)."""
+    it, the border cells repeated past the edge (NaN sorts as the largest).
+
+    Per row of cells, the ``n`` rows around it padded by their border cells, then for every pair of the window's
+    ``n^2`` places and all the row's cells at once, which of the two is smaller: the lower median is the largest
+    value with at most ``(n^2 - 1) / 2`` values below it (those above the median have more). The pair loops run along
+    the row, so they vectorise (an insertion sort per cell took 4 times as long at 1280 x 720). A row whose window
+    holds a NaN is sorted cell by cell instead."""
     B, _, H, W = grid.shape
     k = n // 2
     m = n * n
+    half = (m - 1) // 2
     for q in prange(B * H):
         b, y = q // H, q % H
-        vals = np.empty(m, np.float32)
+        pad = np.empty((n, W + 2 * k), np.float32)
+        nan = False
+        for dy in range(n):
+            src, row = grid[b, 0, min(max(y + dy - k, 0), H - 1)], pad[dy]
+            for x in range(W + 2 * k):
+                v = src[min(max(x - k, 0), W - 1)]
+                row[x] = v
+                nan = nan or v != v
+        o = out[b, 0, y]
+        if nan:
+            vals = np.empty(m, np.float32)
+            for x in range(W):
+                c = 0
+                for dy in range(n):
+                    for dx in range(n):
+                        v = pad[dy, x + dx]
+                        j = c
+                        while j > 0 and (vals[j - 1] > v or vals[j - 1] != vals[j - 1]) and v == v:
+                            vals[j] = vals[j - 1]
+                            j -= 1
+                        vals[j] = v
+                        c += 1
+                o[x] = vals[half]
+            continue
+        below = np.zeros((m, W), np.int32)  # per place of the window, how many of the others are smaller
+        for i in range(m):
+            ri, bi = pad[i // n, i % n:i % n + W], below[i]
+            for j in range(i + 1, m):
+                rj, bj = pad[j // n, j % n:j % n + W], below[j]
+                for x in range(W):
+                    a, c = ri[x], rj[x]
+                    bi[x] += np.int32(c < a)
+                    bj[x] += np.int32(a < c)
         for x in range(W):
-            c = 0
-            for dy in range(-k, k + 1):
-                yy = min(max(y + dy, 0), H - 1)
-                for dx in range(-k, k + 1):
-                    v = grid[b, 0, yy, min(max(x + dx, 0), W - 1)]
-                    j = c
-                    while j > 0 and (vals[j - 1] > v or vals[j - 1] != vals[j - 1]) and v == v:
-                        vals[j] = vals[j - 1]
-                        j -= 1
-                    vals[j] = v
-                    c += 1
-            out[b, 0, y, x] = vals[(m - 1) // 2]
+            best = np.float32(-np.inf)
+            for i in range(m):
+                v = pad[i // n, x + i % n]
+                if below[i, x] <= half and v > best:
+                    best = v
+            o[x] = best
 
 
 @kernel("void(float32[:, :, :, :], float32[:, :, :, :], int64, float32, float32[:, :, :, ::1])")
@@ -141,33 +174,42 @@ def log_ratio_cells_planes(noise, energy, cell, tiny, out):
 def lone_peaks_planes(ne, ratio, radius, rows, out):
     """``out`` (B, 1, H, W): the largest value, over the ``(2 radius + 1)^2`` window around each pixel (clipped at the
     frame's edge), of the pixels of ``ne`` (B, 1, H, W) that are at least ``ratio`` times each of their 8 neighbours
-    (the frame's border repeated); 0 where there is none. ``rows``: scratch of ``out``'s shape."""
+    (the frame's border repeated); 0 where there is none. ``rows``: scratch of ``out``'s shape. Rows padded at their
+    ends (the border repeated for the neighbours, zeros for the window: the values are >= 0), so that every loop runs
+    along a row without a bound to test and vectorises."""
     B, _, H, W = ne.shape
     zero = np.float32(0.0)
     for q in prange(B * H):
         b, y = q // H, q % H
-        lone = np.empty(W, np.float32)
+        near = np.empty((3, W + 2), np.float32)  # rows y - 1, y, y + 1, one pixel more at each end
+        for dy in range(3):
+            src, row = ne[b, 0, min(max(y + dy - 1, 0), H - 1)], near[dy]
+            for x in range(W):
+                row[x + 1] = src[x]
+            row[0], row[W + 1] = src[0], src[W - 1]
+        up, mid, down = near[0], near[1], near[2]
+        lone = np.zeros(W + 2 * radius, np.float32)
         for x in range(W):
-            v = ne[b, 0, y, x]
-            top = zero
-            for dy in range(-1, 2):
-                yy = min(max(y + dy, 0), H - 1)
-                for dx in range(-1, 2):
-                    if dy != 0 or dx != 0:
-                        top = max(top, ne[b, 0, yy, min(max(x + dx, 0), W - 1)])
-            lone[x] = v if v >= ratio * top else zero
-        for x in range(W):  # the running maximum along the row
-            m = zero
-            for xx in range(max(x - radius, 0), min(x + radius + 1, W)):
-                m = max(m, lone[xx])
-            rows[b, 0, y, x] = m
+            top = max(max(max(up[x], up[x + 1]), max(up[x + 2], mid[x])),
+                      max(max(mid[x + 2], down[x]), max(down[x + 1], down[x + 2])))
+            top = max(top, zero)
+            v = mid[x + 1]
+            lone[x + radius] = v if v >= ratio * top else zero
+        r = rows[b, 0, y]
+        for x in range(W):
+            r[x] = lone[x]
+        for d in range(1, 2 * radius + 1):  # the running maximum along the row
+            for x in range(W):
+                r[x] = max(r[x], lone[x + d])
     for q in prange(B * H):  # then down the column
         b, y = q // H, q % H
+        o = out[b, 0, y]
         for x in range(W):
-            m = zero
-            for yy in range(max(y - radius, 0), min(y + radius + 1, H)):
-                m = max(m, rows[b, 0, yy, x])
-            out[b, 0, y, x] = m
+            o[x] = zero
+        for yy in range(max(y - radius, 0), min(y + radius + 1, H)):
+            r = rows[b, 0, yy]
+            for x in range(W):
+                o[x] = max(o[x], r[x])
 
 
 def lone_peaks(ne: torch.Tensor, ratio: float, radius: int) -> torch.Tensor:
