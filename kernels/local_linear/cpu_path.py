@@ -173,6 +173,13 @@ def upsample_row(a0, a1, wy, s, row, out):
             out[4 * j + 2] = mid + q3 * (hi - mid)
             out[4 * j + 3] = mid + q4 * (hi - mid)
         return
+    if s == 2:  # the two phases, at -1/4 and +1/4 of a cell, in one loop body (the input blend's sharp fit)
+        h1, h2 = np.float32(0.75), np.float32(0.25)
+        for j in range(gw):
+            lo, mid, hi = row[j], row[j + 1], row[j + 2]
+            out[2 * j] = lo + h1 * (mid - lo)
+            out[2 * j + 1] = mid + h2 * (hi - mid)
+        return
     for p in range(s):
         dx = (p + 0.5) / s - 0.5
         o = 0 if dx < 0 else 1
