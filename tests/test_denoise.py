@@ -513,6 +513,32 @@ def test_bench_timing_interleaves_the_methods(frames, capsys):
         time_large(argparse.Namespace(time_size="40by24", repeat=1), frame, ms)
 
 
+def test_bench_timing_tells_every_method_the_sample_count_of_time_spp(frames, capsys, monkeypatch):
+    """--time-spp N: the timed frame says N samples per pixel, to the single-frame methods (as a renderer file's
+    count reaches them) and to the temporal denoiser's every call; refused below 1 or without --time-size, in one
+    line, before any frame is measured."""
+    import argparse
+
+    from vision.pipelines.bench import denoise as bench
+
+    told = []
+    ms = {name: (lambda d, name=name: told.append((name, d.get("spp")))) for name in ("flr", "flnr")}
+
+    class Spy:
+        def __call__(self, color, motion=None, spp=None, **guides):
+            told.append(("temporal flnr", spp))
+
+    monkeypatch.setattr(bench, "TemporalDenoiser", Spy)
+    frame = [("s", 0, {k: frames[(0, 0)][k] for k in ("color", "reference", *GUIDES)})]
+    bench.time_large(argparse.Namespace(time_size="40x24", repeat=1, time_spp=16), frame, ms)
+    assert set(told) == {("flr", 16.0), ("flnr", 16.0), ("temporal flnr", 16.0)} and len(told) == 6
+    assert "said to be 16 spp" in capsys.readouterr().out
+    for spp, size, why in ((0, "64x64", ">= 1, got 0"), (4, None, "add --time-size")):
+        args = argparse.Namespace(threads=None, time_spp=spp, time_size=size)
+        with pytest.raises(ValueError, match=why):
+            bench.run(args)  # refused before the frames are loaded (the namespace has nothing more to read)
+
+
 def test_bench_device_timing_runs_every_method_on_resident_tensors(frames, capsys):
     """--cuda-size's timing (run here on the CPU device: the same code without CUDA): FLR at scales 1, 2, 4
     and FLNR on (1, C, H, W) tensors of the frame enlarged to the size, every result finite and on the

@@ -159,6 +159,9 @@ def time_large(args, frames, ms) -> dict:
     was being timed, so the ratios stay comparable."""
     w, h = frame_size(args.time_size, "--time-size")
     d = enlarge(frames[0][2], (h, w))
+    spp = getattr(args, "time_spp", None)
+    if spp is not None:
+        d["spp"] = float(spp)
     ms = dict(ms)
     if "flnr" in ms:
         ms["temporal flnr"] = temporal_step(d)
@@ -177,8 +180,8 @@ def time_large(args, frames, ms) -> dict:
     rows = [{"method": n, "time/frame": f"{t * 1e3:.0f} ms",
              "ratio (ours / oidn fast aux)": "-" if ref is None else f"{t / ref:.2f}"} for n, t in res.items()]
     print_table(rows, ["method", "time/frame", "ratio (ours / oidn fast aux)"],
-                title=f"CPU time per {w}x{h} frame (bundled frame enlarged by nearest neighbour; torch threads "
-                      f"{torch.get_num_threads()})")
+                title=f"CPU time per {w}x{h} frame (bundled frame enlarged by nearest neighbour"
+                      f"{'' if spp is None else f', said to be {spp} spp'}; torch threads {torch.get_num_threads()})")
     return res
 
 
@@ -187,11 +190,12 @@ def temporal_step(d: dict):
     pass of a sub-pixel camera pan (0.37, -0.21 px per frame), so every call reprojects, tests and accumulates a
     full history before the regression."""
     den = TemporalDenoiser()
+    spp = d.get("spp")
     h, w = d["color"].shape[:2]
     motion = np.broadcast_to(np.array([0.37, 0.21, -0.37, -0.21], np.float32), (h, w, 4)).copy()
     guides = {k: torch.from_numpy(d[k]) for k in GUIDES if k in d}
     color, motion = torch.from_numpy(d["color"]), torch.from_numpy(motion)
-    return lambda _: den(color, motion=motion, **guides)
+    return lambda _: den(color, motion=motion, spp=spp, **guides)
 
 
 def frame_size(text: str, flag: str) -> tuple[int, int]:
@@ -254,6 +258,10 @@ def run(args) -> int:
     """``vision bench denoise``: measure every method on every frame, print the tables and targets; exit code."""
     if args.threads:
         torch.set_num_threads(args.threads)
+    spp = getattr(args, "time_spp", None)
+    if spp is not None and (spp < 1 or not args.time_size):  # before the quality rows: fail fast
+        raise ValueError(f"--time-spp must be a number of samples per pixel >= 1, got {spp}" if spp < 1 else
+                         "--time-spp says how many samples per pixel the --time-size frame has: add --time-size")
     if args.cuda_size:  # before the quality rows: fail fast
         done = _check_device_first(args)
         if done is not None:

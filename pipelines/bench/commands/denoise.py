@@ -19,6 +19,7 @@ examples:
   vision bench denoise --frames data/eval_blender/manifest.json   # real Blender files (benchmarks/denoise/)
   vision bench denoise --frames data/spp_eval/manifest.json --spp 1 4 16 64 256   # one table per sample count
   vision bench denoise --time-size 1280x720 --threads 2       # also CPU time per 1280x720 frame (ratios)
+  vision bench denoise --time-size 1280x720 --time-spp 16     # ... as for a 16-spp renderer file
   vision bench denoise --no-oidn --cuda-size 1920x1080 --repeat 20   # also GPU time per 1920x1080 frame
   vision bench denoise --cuda-size 1920x1080 --timing-only           # only the GPU rows (syncs, graph, kernels)
   vision bench denoise --cuda-size 64x64 --device cpu --timing-only  # the same calls on CPU tensors
@@ -53,6 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-size", default=None, metavar="WxH",
                    help="also time FLR, FLNR and OIDN fast on the first frame enlarged to this size, e.g. "
                         "1280x720 (--repeat rounds, methods interleaved)")
+    p.add_argument("--time-spp", type=int, default=None, metavar="N",
+                   help="with --time-size: the timed frame says it has N samples per pixel (default: unknown, as "
+                        "the bundled frames), so the input blend runs as for a renderer's file of that many (its "
+                        "noise cap from 4 spp up; none at 1)")
     p.add_argument("--cuda-size", default=None, metavar="WxH",
                    help="also time FLR (scales 1, 2, 4) and FLNR on the GPU per frame of this size, the buffers "
                         "resident there as tensors (targets at 1920x1080: FLR <= 1 ms, FLNR <= 5 ms)")
