@@ -340,8 +340,9 @@ def test_default_model_is_flnr_also_with_temporal(seq, tmp_path, capsys):
 
 
 def test_denoising_commands_let_idle_openmp_threads_sleep():
-    """`vision denoise` and `vision bench denoise` set OMP_WAIT_POLICY=PASSIVE before torch loads (FLNR's numba
-    stages share the cores with PyTorch's OpenMP workers), other commands do not, and a user's setting wins."""
+    """`vision denoise`, `vision bench denoise` and `denoise-sequences` set OMP_WAIT_POLICY=PASSIVE before torch
+    loads (FLNR's numba stages share the cores with PyTorch's OpenMP workers), other commands do not, and a user's
+    setting wins."""
     import os
     import subprocess
     import sys
@@ -357,6 +358,7 @@ def test_denoising_commands_let_idle_openmp_threads_sleep():
 
     assert policy("denoise", "in.exr") == "PASSIVE"
     assert policy("bench", "denoise", "--frames", "m.json") == "PASSIVE"
+    assert policy("bench", "denoise-sequences", "seq") == "PASSIVE"  # its seconds per frame are the command's
     assert policy("finetune") == "None"
     assert policy("bench", "guided-filter") == "None"
     assert policy("denoise", OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"

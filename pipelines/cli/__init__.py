@@ -188,7 +188,7 @@ def _main(argv: list[str] | None) -> int:
 
 
 # commands whose CPU work alternates between PyTorch's OpenMP threads and numba's threads: the denoisers
-DENOISING_COMMANDS = (("denoise",), ("bench", "denoise"))
+DENOISING_COMMANDS = (("denoise",), ("bench", "denoise"), ("bench", "denoise-sequences"))
 
 
 def tune_for_denoising(words: list[str]) -> None:
