@@ -56,8 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "1280x720 (--repeat rounds, methods interleaved)")
     p.add_argument("--time-spp", type=int, default=None, metavar="N",
                    help="with --time-size: the timed frame says it has N samples per pixel (default: unknown, as "
-                        "the bundled frames), so the input blend runs as for a renderer's file of that many (its "
-                        "noise cap from 4 spp up; none at 1)")
+                        "the bundled frames), so the input blend runs as for a renderer's file of that many (with "
+                        "its noise cap; at 1 spp it is skipped)")
     p.add_argument("--cuda-size", default=None, metavar="WxH",
                    help="also time FLR (scales 1, 2, 4) and FLNR on the GPU per frame of this size, the buffers "
                         "resident there as tensors (targets at 1920x1080: FLR <= 1 ms, FLNR <= 5 ms)")
