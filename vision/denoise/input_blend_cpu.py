@@ -75,22 +75,27 @@ def blend_apply_planes(out, color, sharp, sums, trust, leverage, after_step, res
     2 w rd + w^2 dd)`` (``unit``: clamped into [0, 1], NaN and inf as 0)."""
     B, C, H, W = out.shape
     zero, one, two = np.float32(0.0), np.float32(1.0), np.float32(2.0)
-    for n in prange(B * H):
+    for n in prange(B * H):  # per row: the two factors along it, then each channel (loops that vectorise)
         b, y = n // H, n % H
         t = trust[b]
+        es, vs, rds, dds = sums[b, 0, y], sums[b, 1, y], sums[b, 2, y], sums[b, 3, y]
+        s, ws = np.empty(W, np.float32), np.empty(W, np.float32)
         for x in range(W):
-            e, v, rd, dd = sums[b, 0, y, x], sums[b, 1, y, x], sums[b, 2, y, x], sums[b, 3, y, x]
+            e, v, rd, dd = es[x], vs[x], rds[x], dds[x]
             w = (rd - leverage * v) / dd
-            w = zero if not np.isfinite(w) else min(max(w, zero), one) * t
+            w = min(max(w, zero), one) * t if w - w == zero else zero  # finite, else 0
             if after_step:
                 e = max(e - two * w * rd + w * w * dd, zero)
                 v = (one - leverage * w) * v
-            s = one - v / (e * t)
-            s = zero if not np.isfinite(s) else min(max(s, zero), one)
-            ws = w * (one - s)
-            for c in range(C):
-                o = out[b, c, y, x]
-                result[b, c, y, x] = o + s * (color[b, c, y, x] - o) + ws * (sharp[b, c, y, x] - o)
+            f = one - v / (e * t)
+            f = min(max(f, zero), one) if f - f == zero else zero
+            s[x] = f
+            ws[x] = w * (one - f)
+        for c in range(C):
+            o, col, sh, r = out[b, c, y], color[b, c, y], sharp[b, c, y], result[b, c, y]
+            for x in range(W):
+                v = o[x]
+                r[x] = v + s[x] * (col[x] - v) + ws[x] * (sh[x] - v)
 
 
 @kernel("void(float32[:, :, :, :], int64, float32[:, :, :, ::1])")
