@@ -289,7 +289,7 @@ def run(args) -> int:
         cuda = {k: v if isinstance(v, float) else repr(v) for k, v in cuda.items()}
     if args.json:
         args.json.write_text(json.dumps({"size": [h, w], "rows": records, "per_spp": spp_records,
-                                         "timing_large": timing,
+                                         "timing_large": timing, "timing_spp": spp,
                                          "timing_cuda": cuda,
                                          "timing_cuda_rows": getattr(args, "device_rows", None)}, indent=1))
         print(f"wrote {args.json}")
