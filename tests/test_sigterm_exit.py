@@ -207,6 +207,29 @@ def test_a_sigterm_swallowed_inside_a_ctypes_callback_still_stops_the_run(capsys
     assert [type(u.exc_value) for u in seen] == [ZeroDivisionError]
 
 
+def test_a_sigterm_whose_stderr_is_busy_still_says_its_line_and_exits_143(capfd, monkeypatch):
+    """A handler that runs while the interrupted code was writing to stderr (a progress bar's write cut short by the
+    signal) finds the stream busy: printing raises "reentrant call", which replaced the handler's exit with a
+    RuntimeError and a traceback. The line then goes straight to descriptor 2 and the run still exits 143."""
+    from vision.pipelines.cli.denoise_io import Terminated, exit_on_sigterm
+
+    class Busy:
+        def write(self, text):
+            raise RuntimeError("reentrant call inside <_io.BufferedWriter name='<stderr>'>")
+
+        def flush(self):
+            raise RuntimeError("reentrant call inside <_io.BufferedWriter name='<stderr>'>")
+
+    monkeypatch.setattr(sys, "stderr", Busy())
+    with pytest.raises(Terminated) as err:
+        with exit_on_sigterm("denoise"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises here
+    monkeypatch.undo()
+    assert err.value.code == 143
+    assert capfd.readouterr().err.count("vision denoise: terminated (SIGTERM)") == 1
+
+
 # reads one EXR once per position: the signal is sent to the process at the n-th line the reader runs in exr.py
 # (its stream capture included), and the handler's outcome, the streams and descriptor 2 are looked at afterwards
 AT_EVERY_LINE = '''

@@ -193,6 +193,20 @@ class SigtermWatch:
             raise Terminated(143)
 
 
+def _say(line: str) -> None:
+    """``line`` on stderr from a signal handler: through ``sys.stderr`` (what the caller may have redirected), else
+    straight to descriptor 2. A handler that runs while the interrupted code was itself writing to stderr (a
+    progress bar's write cut short by the signal) finds the stream busy: printing raises "reentrant call", which
+    would replace the handler's own exception and end the run with a traceback instead of its exit code."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (RuntimeError, OSError, ValueError, AttributeError):  # busy, closed or gone
+        try:
+            os.write(2, (line + "\n").encode())
+        except OSError:
+            pass
+
+
 @contextlib.contextmanager
 def exit_on_sigterm(command: str):
     """While the block runs, SIGTERM raises :class:`Terminated` (one line on stderr, exit code 143) instead of
@@ -207,7 +221,7 @@ def exit_on_sigterm(command: str):
     def handler(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
         watch.requested = True
-        print(f"vision {command}: terminated (SIGTERM); unfinished outputs removed", file=sys.stderr)
+        _say(f"vision {command}: terminated (SIGTERM); unfinished outputs removed")
         raise Terminated(143)
 
     def unraisable(info):  # a Terminated dropped by such a callback: said in one line already, the watch stops
