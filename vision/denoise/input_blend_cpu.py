@@ -29,18 +29,20 @@ def blend_sums_planes(out, color, sharp, factor, sums):
     small = H < 3 or W < 3
     for n in prange(B * H):
         b, y = n // H, n % H
-        row = sums[b, :, y]
-        for k in range(4):
-            for x in range(W):
-                row[k, x] = np.float32(0.0)
+        rr, energy, rd, dd = sums[b, 0, y], sums[b, 1, y], sums[b, 2, y], sums[b, 3, y]  # contiguous rows
+        for x in range(W):
+            rr[x] = np.float32(0.0)
+            energy[x] = np.float32(0.0)
+            rd[x] = np.float32(0.0)
+            dd[x] = np.float32(0.0)
         for c in range(C):
             o, yv, sv = out[b, c, y], color[b, c, y], sharp[b, c, y]
             for x in range(W):
                 r = yv[x] - o[x]
                 d = sv[x] - o[x]
-                row[0, x] += r * r
-                row[2, x] += r * d
-                row[3, x] += d * d
+                rr[x] += r * r
+                rd[x] += r * d
+                dd[x] += d * d
         if not small:
             yc = min(max(y, 1), H - 2)  # the nearest interior row: the border copies it
             rough = np.empty((3, W), np.float32)
@@ -49,20 +51,21 @@ def blend_sums_planes(out, color, sharp, factor, sums):
                 cc = c if fc > 1 else 0
                 for k in range(3):
                     yy = yc - 1 + k
-                    yv, sv, fv = color[b, c, yy], sharp[b, c, yy], factor[b, cc, yy]
+                    yv, sv, fv, rk = color[b, c, yy], sharp[b, c, yy], factor[b, cc, yy], rough[k]
                     for x in range(W):
-                        rough[k, x] = (yv[x] - sv[x]) / fv[x]
+                        rk[x] = (yv[x] - sv[x]) / fv[x]
+                r0, r1, r2 = rough[0], rough[1], rough[2]
                 for x in range(W):  # the second difference down the column, then along the row
-                    across[x] = rough[0, x] + rough[2, x] - two * rough[1, x]
+                    across[x] = r0[x] + r2[x] - two * r1[x]
                 fv = factor[b, cc, yc]
                 for x in range(W):
                     xc = min(max(x, 1), W - 2)
                     v = (across[xc - 1] + across[xc + 1] - two * across[xc]) * sixth * fv[xc]
-                    row[1, x] += v * v
-        for k in range(4):
+                    energy[x] += v * v
+        for row in (rr, energy, rd, dd):
             for x in range(W):
-                v = row[k, x]
-                row[k, x] = big if v != v else min(max(v, -big), big)
+                v = row[x]
+                row[x] = big if v != v else min(max(v, -big), big)
 
 
 @kernel(f"void({_ANY4}, {_ANY4}, {_ANY4}, float32[:, :, :, ::1], float32[::1], float32, int64, "
