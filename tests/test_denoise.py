@@ -533,10 +533,16 @@ def test_bench_timing_tells_every_method_the_sample_count_of_time_spp(frames, ca
     bench.time_large(argparse.Namespace(time_size="40x24", repeat=1, time_spp=16), frame, ms)
     assert set(told) == {("flr", 16.0), ("flnr", 16.0), ("temporal flnr", 16.0)} and len(told) == 6
     assert "said to be 16 spp" in capsys.readouterr().out
-    for spp, size, why in ((0, "64x64", ">= 1, got 0"), (4, None, "add --time-size")):
-        args = argparse.Namespace(threads=None, time_spp=spp, time_size=size)
-        with pytest.raises(ValueError, match=why):
-            bench.run(args)  # refused before the frames are loaded (the namespace has nothing more to read)
+    with pytest.raises(ValueError, match="add --time-size"):
+        bench.run(argparse.Namespace(threads=None, time_spp=4, time_size=None))  # before the frames are loaded
+    from vision.pipelines.cli import main
+
+    for bad in ("0", "-3", "x"):  # refused while parsing, in one line naming the option
+        with pytest.raises(SystemExit) as done:
+            main(["bench", "denoise", "--time-size", "64x64", "--time-spp", bad])
+        assert done.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--time-spp" in err[0] and f"got {bad}" in err[0], err
 
 
 def test_bench_device_timing_runs_every_method_on_resident_tensors(frames, capsys):

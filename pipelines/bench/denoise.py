@@ -258,10 +258,9 @@ def run(args) -> int:
     """``vision bench denoise``: measure every method on every frame, print the tables and targets; exit code."""
     if args.threads:
         torch.set_num_threads(args.threads)
-    spp = getattr(args, "time_spp", None)
-    if spp is not None and (spp < 1 or not args.time_size):  # before the quality rows: fail fast
-        raise ValueError(f"--time-spp must be a number of samples per pixel >= 1, got {spp}" if spp < 1 else
-                         "--time-spp says how many samples per pixel the --time-size frame has: add --time-size")
+    spp = getattr(args, "time_spp", None)  # >= 1: the option's parser refuses less
+    if spp is not None and not args.time_size:  # before the quality rows: fail fast
+        raise ValueError("--time-spp says how many samples per pixel the --time-size frame has: add --time-size")
     if args.cuda_size:  # before the quality rows: fail fast
         done = _check_device_first(args)
         if done is not None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from vision.pipelines.plugins import number
+
 from . import add_json, add_strict
 
 DESCRIPTION = ("render-frame denoisers on rendered scenes vs their references: noisy, box, FLR, FLNR, OIDN "
@@ -54,7 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-size", default=None, metavar="WxH",
                    help="also time FLR, FLNR and OIDN fast on the first frame enlarged to this size, e.g. "
                         "1280x720 (--repeat rounds, methods interleaved)")
-    p.add_argument("--time-spp", type=int, default=None, metavar="N",
+    p.add_argument("--time-spp", type=number(int, low=1), default=None, metavar="N",
                    help="with --time-size: the timed frame says it has N samples per pixel (default: unknown, as "
                         "the bundled frames), so the input blend runs as for a renderer's file of that many (with "
                         "its noise cap; at 1 spp it is skipped)")
