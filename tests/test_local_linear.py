@@ -105,6 +105,7 @@ CASES = [
     (8, 3, 4, "valid", (17, 21), 8),
     (8, 1, 2, "replicate", (10, 13), 2),
     (2, 4, 3, "symmetric", (10, 11), 3),
+    (6, 3, 2, "valid", (70, 23), 2),  # the input blend's sharp fit: the numba engine's one pass, in two bands
 ]
 
 
@@ -177,11 +178,12 @@ def test_per_feature_and_per_image_eps(backend, rng):
     np.testing.assert_allclose(fit32(f, p, 2, torch.tensor(eps_bk), scale=2, border="reflect"), ref, atol=2e-5)
 
 
-@pytest.mark.parametrize("scale,border", [(1, "valid"), (4, "valid"), (2, "reflect")])
+@pytest.mark.parametrize("scale,border", [(1, "valid"), (4, "valid"), (2, "reflect"), (2, "valid")])
 def test_blend_of_radii_is_the_weighted_sum_of_single_fits(backend, scale, border, rng):
     """radius=(r1, r2, r3) with per-cell weights == sum_j w_j * (float64 reference fit at r_j)."""
     f, p = rng.random((2, 3, 21, 19)), rng.random((2, 2, 21, 19))
-    radii = (1, 4, 8) if scale == 1 else (4, 8, 16)
+    # at scale 2, radii of 1 and 2 cells: the numba engine's one pass
+    radii = (1, 4, 8) if scale == 1 else (4, 8, 16) if scale == 4 else (2, 4, 2)
     grid = (-(-21 // scale), -(-19 // scale))
     w = rng.random((2, 3, *grid))
     w /= w.sum(1, keepdims=True)

@@ -20,7 +20,8 @@ is at least eps_j, so the floor only removes float32 rounding.
 Engines. The path the registry chose names them (:class:`Engine`, ``local_linear/op.py``): ``box="opencv"``
 (CPU float32) has OpenCV do the window sums in place, ``"torch"`` pools; ``numba=True`` (the torch+numba path,
 CPU float32) runs the cell moments, the solve and the apply's upsampling as fused numba loops
-(:mod:`.cpu_path`). Otherwise the grid is solved in bands of rows that fit in cache and the upsampling of
+(:mod:`.cpu_path`), and fits of small "valid" windows (:data:`FUSED_RADIUS`) in one pass that stores no moment
+plane. Otherwise the grid is solved in bands of rows that fit in cache and the upsampling of
 ``apply`` at integer cell sizes is one strided lerp per phase of the cell.
 Each stage's independent items (planes, bands, channels) go to worker threads
 (:func:`vision.kernels.runtime.threads.own_threads`).
@@ -34,7 +35,7 @@ import torch
 
 from ..runtime.threads import n_workers, parallel_for, threaded
 from .torch_moments import (BAND_PIXELS, UPSAMPLE_PIXELS, box_mean_, box_mean_adjoint_, cell_moments,
-                            cell_moments_adjoint, chunks, layout, pair_slots, pairs, rows_per_band)
+                            cell_moments_adjoint, chunks, grid_shape, layout, pair_slots, pairs, rows_per_band)
 from . import cpu_path
 
 
@@ -101,6 +102,14 @@ def _bands(X):
 
 # ---------------------------------------------------------------------------------------------- fit
 
+# Up to this window radius (in cells) the numba engine fits in one pass (:func:`.cpu_path.fit_small`): its windows
+# are summed by direct adds, 2 r + 1 per axis, where OpenCV's running sums cost the same at any radius. At r = 1 (the
+# input blend's sharp fit: K = 6, C = 3 on 2 x 2 cells of 1280 x 720) the call takes 25 ms where the moments, their
+# window means, the solve and the coefficients' window means took 31; at FLNR's radii (1, 2 and 4 cells, blended)
+# the two were level.
+FUSED_RADIUS = 2
+
+
 def _fit_one(X, eps, lay, r: int, border: str, cf, cp, numba: bool = False, box: str = "torch"):
     """Window-averaged coefficients for the raw features from window-mean moments X (B, NM, h, w)."""
     B, K, C = X.shape[0], lay.K, lay.C
@@ -138,6 +147,14 @@ def fit_forward(f, p, cf, cp, eps, radii, border: str, s: int, save: bool, weigh
     """
     B, K = f.shape[:2]
     lay = layout(K, p.shape[1])
+    if numba and not save and border == "valid" and 0 < min(radii) and max(radii) <= FUSED_RADIUS:
+        theta = f.new_empty(B, p.shape[1], K + 1, *grid_shape(*f.shape[-2:], s))
+        # bands of at least 16 times the widest radius in cell rows: each recomputes that radius' rows at its ends
+        bands = max(1, min(2 * n_workers(f.device), theta.shape[-2] // (16 * max(radii))))
+        w = f.new_empty(1, 1, 1, 1) if weights is None else weights.to(f.dtype).contiguous()
+        cpu_path.fit_small(f.contiguous(), p.contiguous(), cf.contiguous(), cp.contiguous(), eps.contiguous(), s,
+                           np.asarray(radii, np.int64), w, weights is not None, bands, theta)
+        return theta, None
     X0 = cell_moments(f, p, cf, cp, s, numba=numba)
     theta, boxed, fits = None, [], []
     for j, r in enumerate(radii):
