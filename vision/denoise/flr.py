@@ -163,9 +163,12 @@ def flr(color: torch.Tensor, guides: dict[str, torch.Tensor | None], radius: int
     target, factor, add = B.demodulate(color, sample_down(albedo, u, phase), sample_down(emission, u, phase), r)
     # the fit itself runs at the colour's resolution: the features are taken at its samples (or averaged)
     feat_lo = sample_down(feat, u, phase)
-    fitted = _solve(feat_lo, target.contiguous(), feat, r, eps, scale, u).clamp_min(0)
+    fitted = _solve(feat_lo, target.contiguous(), feat, r, eps, scale, u)
     if u == 1:
-        return fitted * factor + add
+        if fitted.requires_grad:
+            return fitted.clamp_min(0) * factor + add
+        return fitted.clamp_min_(0).mul_(factor).add_(add)  # in place: three fewer frame-sized buffers
+    fitted = fitted.clamp_min(0)
     _, factor_full, add_full = B.demodulate(torch.zeros(b, color.shape[1], hf, wf, dtype=color.dtype,
                                                         device=color.device), albedo, emission, 0)
     return fitted * factor_full + add_full

@@ -76,9 +76,10 @@ def _demodulate_numba(color, albedo, emission, fill_radius, floor=ALBEDO_FLOOR):
     (1280 x 720 with a lamp in view: 42 against 91 ms of CPU time)."""
     from . import signal_numba  # lazy: numba (optional, about 200 modules) loads when this path first runs
 
-    target, factor, mask, _, emission_p, hits = signal_numba.one_pass(color, albedo, emission, floor)
+    # the emission as given is the term to add back (as the PyTorch formulas' view of it): no planar copy
+    target, factor, mask, _, _, hits = signal_numba.one_pass(color, albedo, emission, floor, planes=False)
     fill_rows(target, factor, albedo, mask, hits, fill_radius, floor)
-    return target, factor, (torch.zeros_like(target) if emission_p is None else emission_p)
+    return target, factor, (torch.zeros_like(target) if emission is None else emission.expand_as(target))
 
 
 def fill_rows(target: torch.Tensor, factor: torch.Tensor, albedo: torch.Tensor | None, mask: torch.Tensor, hits,
