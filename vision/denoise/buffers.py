@@ -7,7 +7,7 @@ B; B.demodulate(...)``):
 * :mod:`.signal`: the signal model (``demodulate``, ``emitter_mask``, ``fill_emitters``, ``fill_rows``,
   ``ALBEDO_FLOOR``);
 * :mod:`.features`: the regression's guide features (``guide_list``, ``log_depth``, ``raw_features``,
-  ``feature_stats``);
+  ``standardised_features``, ``feature_stats``);
 * :mod:`vision.data.fields`: the buffer names, channel counts and renderer channel names (``find_fields``,
   ``CHANNELS``, ``INPUTS``, ``REGRESSION_ORDER``), the one table every list of buffers is derived from.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from vision.data.fields import ALIASES, CHANNELS, INPUTS, REGRESSION_ORDER, find_fields  # noqa: F401
 
-from .features import feature_stats, guide_list, log_depth, raw_features  # noqa: F401
+from .features import feature_stats, guide_list, log_depth, raw_features, standardised_features  # noqa: F401
 from .layout import check_sizes, cpu_path, dense, host_reads, like, to_bchw  # noqa: F401
 from .repair import (ALBEDO_RANGE, BROKEN_RATIO, FIREFLY_RATIO, NORMAL_RANGE, QUANTILE_SAMPLES,  # noqa: F401
                      BufferWarning, bright_regions, check_ranges, fill_from_neighbours, light_level, repair_nonfinite,

@@ -148,17 +148,21 @@ def flr(color: torch.Tensor, guides: dict[str, torch.Tensor | None], radius: int
     u = upsample_factor((h, w), (hf, wf))
     phase = check_phase(phase, u)
     albedo, emission = guides.get("albedo"), guides.get("emission")
-    raw, _ = B.raw_features({k: guides.get(k) for k in B.REGRESSION_ORDER})
+    buffers = {k: guides.get(k) for k in B.REGRESSION_ORDER}
     b = color.shape[0]
-    if raw is None:
-        # no guides: the local linear model degenerates to the window mean (a box filter)
-        raw = torch.zeros(b, 1, hf, wf, dtype=color.dtype, device=color.device)
-        stats = None
-    mean, std = stats if stats is not None else B.feature_stats(raw)
-    if raw.shape[0] == b and not raw.requires_grad:  # the stacked copy is ours: standardised in place
-        feat = raw.sub_(mean).div_(std)
-    else:
-        feat = ((raw - mean) / std).expand(b, -1, -1, -1).contiguous()
+    grad = torch.is_grad_enabled() and any(v is not None and v.requires_grad for v in buffers.values())
+    feat = None if stats is None or grad else B.standardised_features(buffers, stats, b)
+    if feat is None:
+        raw, _ = B.raw_features(buffers)
+        if raw is None:
+            # no guides: the local linear model degenerates to the window mean (a box filter)
+            raw = torch.zeros(b, 1, hf, wf, dtype=color.dtype, device=color.device)
+            stats = None
+        mean, std = stats if stats is not None else B.feature_stats(raw)
+        if raw.shape[0] == b and not raw.requires_grad:  # the stacked copy is ours: standardised in place
+            feat = raw.sub_(mean).div_(std)
+        else:
+            feat = ((raw - mean) / std).expand(b, -1, -1, -1).contiguous()
     r = fit_radius(radius, u)
     target, factor, add = B.demodulate(color, sample_down(albedo, u, phase), sample_down(emission, u, phase), r)
     # the fit itself runs at the colour's resolution: the features are taken at its samples (or averaged)

@@ -137,8 +137,7 @@ def sharp_fit_stats(guides: dict) -> tuple[torch.Tensor, torch.Tensor] | None:
     shape = {k: guides.get(k) for k in REGRESSION_ORDER if k in SHARP_GUIDES and guides.get(k) is not None}
     if not shape:
         return None
-    h, w = next(iter(shape.values())).shape[-2:]
-    step = max(1, math.ceil(math.sqrt(h * w / QUANTILE_SAMPLES)))
+    step = _subsample_step(*next(iter(shape.values())).shape[-2:])
     # the subsample taken before the guides are stacked (none of them is depth, whose log reads the whole frame)
     raw, _ = raw_features({k: v[..., ::step, ::step] for k, v in shape.items()})
     return feature_stats(raw)
@@ -153,7 +152,7 @@ def frame_share(energy: torch.Tensor, noise: torch.Tensor, exclude: torch.Tensor
     ``exclude`` (B, 1, H, W) bool or None: windows that take no part (those centred on emitter pixels, which are put
     back as they are and say nothing about the fit), so that a lamp in view does not move the frame's share."""
     b, _, h, w = energy.shape
-    step = max(1, math.ceil(math.sqrt(h * w / QUANTILE_SAMPLES)))
+    step = _subsample_step(h, w)
     e = energy[..., ::step, ::step].reshape(b, -1)
     q = noise[..., ::step, ::step].reshape(b, -1) / e
     if exclude is not None:
@@ -161,6 +160,12 @@ def frame_share(energy: torch.Tensor, noise: torch.Tensor, exclude: torch.Tensor
     q = torch.where((e >= e.nanmedian(dim=1, keepdim=True).values) & torch.isfinite(q), q,
                     torch.full_like(q, math.nan))
     return (1 - torch.nanmedian(q, dim=1).values).nan_to_num(0.0).clamp(0, 1).view(b, 1, 1, 1)
+
+
+def _subsample_step(h: int, w: int) -> int:
+    """The stride along each axis of a strided subsample of about :data:`~.repair.QUANTILE_SAMPLES` of an H x W
+    frame's pixels (or windows: those :func:`frame_share` reads)."""
+    return max(1, math.ceil(math.sqrt(h * w / QUANTILE_SAMPLES)))
 
 
 def noise_cap(spp: float | None) -> float | None:
@@ -336,11 +341,15 @@ def blend_towards_input(out: torch.Tensor, color: torch.Tensor, guides: dict, ti
 
 
 def _emitter_windows(emission: torch.Tensor | None) -> torch.Tensor | None:
-    """(B, 1, H, W) bool: the windows centred on a pixel that sees an emitter (``emission`` > 0 in any channel);
-    None without an emission buffer."""
+    """(B, 1, H, W) bool: the windows centred on a pixel that sees an emitter (``emission`` > 0 in any channel), at
+    the windows :func:`frame_share` reads (False elsewhere: it reads no other); None without an emission buffer."""
     if emission is None:
         return None
-    return emission.amax(1, keepdim=True) > 0
+    h, w = emission.shape[-2:]
+    step = _subsample_step(h, w)
+    out = torch.zeros(emission.shape[0], 1, h, w, dtype=torch.bool, device=emission.device)
+    out[..., ::step, ::step] = emission[..., ::step, ::step].amax(1, keepdim=True) > 0
+    return out
 
 
 def towards_input(out: torch.Tensor, color: torch.Tensor, albedo: torch.Tensor | None = None,

@@ -68,8 +68,7 @@ def blend_sums_planes(out, color, sharp, factor, sums):
                 row[x] = big if v != v else min(max(v, -big), big)
 
 
-@kernel(f"void({_ANY4}, {_ANY4}, {_ANY4}, float32[:, :, :, ::1], float32[::1], float32, int64, "
-        "float32[:, :, :, ::1])")
+@kernel(f"void({_ANY4}, {_ANY4}, {_ANY4}, float32[:, :, :, ::1], float32[::1], float32, int64, {_ANY4})")
 def blend_apply_planes(out, color, sharp, sums, trust, leverage, after_step, result):
     """``result`` (B, 3, H, W) = ``out + s r + w (1 - s) d`` with the window sums ``sums`` (B, 4, H, W, as
     :func:`blend_sums_planes` writes them, box-filtered), ``trust`` (B,) the square root of each image's
@@ -248,8 +247,10 @@ def blend_sums(out: torch.Tensor, color: torch.Tensor, sharp: torch.Tensor, fact
 
 def blend_apply(out: torch.Tensor, color: torch.Tensor, sharp: torch.Tensor, sums: torch.Tensor,
                 trust: torch.Tensor, leverage: float, after_step: bool = False) -> torch.Tensor:
-    """:func:`blend_apply_planes` into a new (B, 3, H, W) tensor; ``trust`` (B, 1, 1, 1)."""
-    result = torch.empty(out.shape, dtype=out.dtype)
+    """:func:`blend_apply_planes` into a new (B, 3, H, W) tensor laid out as ``out`` (channels-last when the denoiser
+    was handed HWC buffers, so that the result goes back to the caller's layout without a copy); ``trust``
+    (B, 1, 1, 1)."""
+    result = torch.empty_like(out)
     blend_apply_planes(out, color, sharp, sums.contiguous(), trust.reshape(-1).contiguous(), float(leverage),
                        int(bool(after_step)), result)
     return result
