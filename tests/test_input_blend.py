@@ -447,9 +447,10 @@ def _blend_reference(out, color, albedo, sharp, radius=None, cap=None, after_ste
     return o + s * r + w * (1 - s) * d
 
 
-@pytest.mark.parametrize("size", [(29, 41), (3, 17), (2, 9)])
+@pytest.mark.parametrize("size", [(29, 41), (3, 17), (2, 9), (70, 23)])
 def test_fused_cpu_blend_matches_the_float64_definition(size):
-    """The CPU path (two numba passes around the box filter) against the blend written out in float64."""
+    """The CPU path (two numba passes around the box filter; 70 rows: the window sums' pass in bands of rows) against
+    the blend written out in float64."""
     from vision.kernels.runtime import explain, use_numba
 
     g = torch.Generator().manual_seed(3)

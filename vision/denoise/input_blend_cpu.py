@@ -10,62 +10,74 @@ import torch
 from numba import prange
 
 from vision.kernels.runtime.jit import kernel
+from vision.kernels.runtime.threads import n_workers
 
 from .accumulate import BIG
 
 _ANY4 = "float32[:, :, :, :]"
 
 
-@kernel(f"void({_ANY4}, {_ANY4}, {_ANY4}, {_ANY4}, float32[:, :, :, ::1])")
-def blend_sums_planes(out, color, sharp, factor, sums):
+@kernel(f"void({_ANY4}, {_ANY4}, {_ANY4}, {_ANY4}, int64, float32[:, :, :, ::1])")
+def blend_sums_planes(out, color, sharp, factor, bands, sums):
     """``sums`` (B, 4, H, W) = per pixel, summed over the 3 channels: ``r r``, the noise energy, ``r d`` and ``d d``,
     with ``r = color - out`` and ``d = sharp - out``; the noise energy is that of
     :func:`~vision.denoise.input_blend.noise_energy` on ``(color - sharp) / factor`` scaled by ``factor``
     (interior pixels, copied outwards at the border; zeros for frames under 3 x 3). Each sum is clamped into
-    [-BIG, BIG], NaN as BIG. ``out``, ``color``, ``sharp``: (B, 3, H, W); ``factor``: (B, 1 or 3, H, W), > 0."""
+    [-BIG, BIG], NaN as BIG. ``out``, ``color``, ``sharp``: (B, 3, H, W); ``factor``: (B, 1 or 3, H, W), > 0.
+    Each of ``bands`` bands of rows per image runs down its rows keeping the last three rows of ``(color - sharp) /
+    factor`` in a ring, so each is computed once (and twice where two bands meet)."""
     B, C, H, W = out.shape
     fc = factor.shape[1]
     big, sixth, two = np.float32(BIG), np.float32(1.0 / 6.0), np.float32(2.0)
     small = H < 3 or W < 3
-    for n in prange(B * H):
-        b, y = n // H, n % H
-        rr, energy, rd, dd = sums[b, 0, y], sums[b, 1, y], sums[b, 2, y], sums[b, 3, y]  # contiguous rows
-        for x in range(W):
-            rr[x] = np.float32(0.0)
-            energy[x] = np.float32(0.0)
-            rd[x] = np.float32(0.0)
-            dd[x] = np.float32(0.0)
-        for c in range(C):
-            o, yv, sv = out[b, c, y], color[b, c, y], sharp[b, c, y]
+    per = -(-H // bands)
+    for job in prange(B * bands):
+        b = job // bands
+        y0 = (job - b * bands) * per
+        y1 = min(H, y0 + per)
+        rough = np.empty((C, 3, W), np.float32)  # row yy in slot yy % 3
+        across = np.empty(W, np.float32)
+        made = -1  # the next rough row to compute; the ring holds the three before it
+        for y in range(y0, y1):
+            rr, energy, rd, dd = sums[b, 0, y], sums[b, 1, y], sums[b, 2, y], sums[b, 3, y]  # contiguous rows
             for x in range(W):
-                r = yv[x] - o[x]
-                d = sv[x] - o[x]
-                rr[x] += r * r
-                rd[x] += r * d
-                dd[x] += d * d
-        if not small:
-            yc = min(max(y, 1), H - 2)  # the nearest interior row: the border copies it
-            rough = np.empty((3, W), np.float32)
-            across = np.empty(W, np.float32)
+                rr[x] = np.float32(0.0)
+                energy[x] = np.float32(0.0)
+                rd[x] = np.float32(0.0)
+                dd[x] = np.float32(0.0)
             for c in range(C):
-                cc = c if fc > 1 else 0
-                for k in range(3):
-                    yy = yc - 1 + k
-                    yv, sv, fv, rk = color[b, c, yy], sharp[b, c, yy], factor[b, cc, yy], rough[k]
-                    for x in range(W):
-                        rk[x] = (yv[x] - sv[x]) / fv[x]
-                r0, r1, r2 = rough[0], rough[1], rough[2]
-                for x in range(W):  # the second difference down the column, then along the row
-                    across[x] = r0[x] + r2[x] - two * r1[x]
-                fv = factor[b, cc, yc]
+                o, yv, sv = out[b, c, y], color[b, c, y], sharp[b, c, y]
                 for x in range(W):
-                    xc = min(max(x, 1), W - 2)
-                    v = (across[xc - 1] + across[xc + 1] - two * across[xc]) * sixth * fv[xc]
-                    energy[x] += v * v
-        for row in (rr, energy, rd, dd):
-            for x in range(W):
-                v = row[x]
-                row[x] = big if v != v else min(max(v, -big), big)
+                    r = yv[x] - o[x]
+                    d = sv[x] - o[x]
+                    rr[x] += r * r
+                    rd[x] += r * d
+                    dd[x] += d * d
+            if not small:
+                yc = min(max(y, 1), H - 2)  # the nearest interior row: the border copies it
+                if made < yc - 1 or yc - 1 < made - 3:  # a row needed is not in the ring: start it at yc - 1
+                    made = yc - 1
+                while made <= yc + 1:
+                    for c in range(C):
+                        cc = c if fc > 1 else 0
+                        yv, sv, fv, rk = color[b, c, made], sharp[b, c, made], factor[b, cc, made], rough[c, made % 3]
+                        for x in range(W):
+                            rk[x] = (yv[x] - sv[x]) / fv[x]
+                    made += 1
+                for c in range(C):
+                    cc = c if fc > 1 else 0
+                    r0, r1, r2 = rough[c, (yc - 1) % 3], rough[c, yc % 3], rough[c, (yc + 1) % 3]
+                    for x in range(W):  # the second difference down the column, then along the row
+                        across[x] = r0[x] + r2[x] - two * r1[x]
+                    fv = factor[b, cc, yc]
+                    for x in range(W):
+                        xc = min(max(x, 1), W - 2)
+                        v = (across[xc - 1] + across[xc + 1] - two * across[xc]) * sixth * fv[xc]
+                        energy[x] += v * v
+            for row in (rr, energy, rd, dd):
+                for x in range(W):
+                    v = row[x]
+                    row[x] = big if v != v else min(max(v, -big), big)
 
 
 @kernel(f"void({_ANY4}, {_ANY4}, {_ANY4}, float32[:, :, :, ::1], float32[::1], float32, int64, {_ANY4})")
@@ -241,7 +253,8 @@ def blend_sums(out: torch.Tensor, color: torch.Tensor, sharp: torch.Tensor, fact
     """:func:`blend_sums_planes` into a new (B, 4, H, W) tensor."""
     b, _, h, w = out.shape
     sums = out.new_empty(b, 4, h, w)
-    blend_sums_planes(out, color, sharp, factor.expand(b, -1, h, w), sums)
+    bands = max(1, min(h // 16, n_workers(out.device)))  # one per worker: each computes two rows more than its own
+    blend_sums_planes(out, color, sharp, factor.expand(b, -1, h, w), bands, sums)
     return sums
 
 
