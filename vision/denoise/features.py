@@ -71,7 +71,7 @@ def standardised_features(buffers: dict[str, torch.Tensor | None], stats: tuple[
     i = 0
     for p in parts:
         n = p.shape[1]
-        torch.addcmul(shift[:, i:i + n], p.detach(), inv[:, i:i + n], out=out[:, i:i + n])
+        torch.addcmul(shift[:, i:i + n], p.detach().expand(batch, -1, -1, -1), inv[:, i:i + n], out=out[:, i:i + n])
         i += n
     return out
 
