@@ -157,6 +157,29 @@ def test_noise_free_shading_is_reproduced_exactly(rng):
     np.testing.assert_allclose(out, color, rtol=1e-4, atol=1e-5)
 
 
+def test_flr_with_given_statistics_is_the_float64_fit_on_the_standardised_guides(rng):
+    """FLR told the guides' statistics (as the input blend's sharp fit is: each guide standardised in one pass, guides
+    of batch 1 serving a batch of two colours) against the float64 reference fit of the demodulated colour on the
+    standardised guides, applied and remodulated."""
+    from vision.denoise.buffers import ALBEDO_FLOOR, guide_list
+    from vision.denoise.flr import flr
+    from vision.kernels.local_linear.reference import local_linear_apply_reference, local_linear_fit_reference
+
+    h, w = 24, 30
+    guides = {"normal": rng.uniform(-1, 1, (1, 3, h, w)), "albedo": rng.uniform(0.05, 0.9, (1, 3, h, w))}
+    color = rng.uniform(0, 2, (2, 3, h, w))
+    mean, std = rng.normal(size=(1, 6, 1, 1)), rng.uniform(0.5, 2, (1, 6, 1, 1))
+    t32 = lambda x: torch.tensor(x, dtype=torch.float32)  # noqa: E731
+    got = flr(t32(color), {k: t32(v) for k, v in guides.items()}, radius=2, eps=0.1, scale=2,
+              stats=(t32(mean), t32(std))).numpy()
+    feat = (np.concatenate([guides[k] for k in guide_list(guides)], 1) - mean) / std
+    feat = np.broadcast_to(feat, (2, 6, h, w))
+    factor = np.maximum(guides["albedo"], ALBEDO_FLOOR)
+    coeffs = local_linear_fit_reference(feat, color / factor, 2, 0.1, 2)
+    want = np.maximum(local_linear_apply_reference(feat, coeffs, 2, 2), 0) * factor
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5)
+
+
 @pytest.mark.parametrize("model, worst, mean", [("flr", 0.03, 0.05), ("flnr", 0.3, 0.1)])
 def test_albedo_crossing_the_demodulation_floor_keeps_its_shading(model, worst, mean):
     """Noise-free colour = albedo * irradiance on a texture whose red albedo fades in from 0 to 0.3 (Cycles
