@@ -117,6 +117,36 @@ def test_change_test_fires_on_a_light_switched_on_and_rarely_on_noise():
     assert same < 0.01 and brighter > 0.95
 
 
+@pytest.mark.parametrize("size", [(64, 64), (13, 18)])
+def test_change_cells_one_numba_pass_matches_float64_block_means(size):
+    """The change test's cell statistics on the CPU path (one numba pass) against their definition in float64:
+    block means over each 4 x 4 cell's real pixels (partial cells at 13 x 18) of v, l v, o v, l^2 v and n v, with
+    l and o channel means (an HWC-strided frame, a batch of two, one square past float32 range set to BIG); and the
+    flags of both paths agree."""
+    from vision.denoise.accumulate import BIG, _change_cells_numba, _change_cells_torch
+    from vision.kernels.runtime import use_numba
+
+    g = torch.Generator().manual_seed(2)
+    h, w = size
+    signal = (3 * torch.rand(2, h, w, 3, generator=g)).permute(0, 3, 1, 2)
+    signal[1, :, 2, 3] = 1e20
+    previous = torch.rand(2, 3, h, w, generator=g)
+    valid = torch.rand(2, 1, h, w, generator=g) > 0.3
+    valid[1, 0, 2, 3] = True  # its square overflows float32 (then BIG, as in float64 past the clamp)
+    count = torch.randint(1, 9, (2, 1, h, w), generator=g).float()
+    v = valid.double()
+    lum, old = signal.double().mean(1, keepdim=True), previous.double().mean(1, keepdim=True)
+    planes = torch.cat([v, lum * v, old * v, lum.square() * v, count.double() * v], 1)
+    want = torch.nn.functional.avg_pool2d(planes, 4, ceil_mode=True, count_include_pad=False).clamp(-BIG, BIG)
+    got = _change_cells_numba(signal, previous, valid, count, 4)
+    np.testing.assert_allclose(got.double().numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(_change_cells_torch(signal, previous, valid, count, 4).double().numpy(), want.numpy(),
+                               rtol=1e-5, atol=1e-6)
+    flags = changed(signal, previous, valid, count, 4.0)
+    with use_numba(False):
+        assert torch.equal(flags, changed(signal, previous, valid, count, 4.0))
+
+
 def test_blender_sequence_keeps_history_on_the_same_object_and_drops_it_where_disoccluded():
     """On the real Cycles frames (camera orbiting 25 degrees per frame, a ball rolling 1.5 m): at frame 3, judged
     from the files alone (the Vector pass and IndexOB, no depth or normal), a pixel whose previous position lies

@@ -25,7 +25,9 @@ from dataclasses import dataclass
 import torch
 
 from vision import kernels  # the ops are looked up on the package when called: it loads them on first use
+from vision.kernels.runtime import decide, register_path
 
+from .engines import NUMBA, TORCH, numba_takes
 from .flr import area_down
 from .reproject import Tolerances, reproject
 
@@ -82,9 +84,8 @@ def changed(signal: torch.Tensor, previous: torch.Tensor, valid: torch.Tensor, c
     bool. Windows are ``(2 r + 1)^2`` cells of ``cell x cell`` pixels around each pixel's cell, for each ``r`` in
     ``radii`` (a change at any of them counts). The standard error is the frame's own spread of samples in the
     window over their count (which counts edges as noise: conservative), plus the history's over its length."""
-    v = valid.to(signal.dtype)
-    lum, old = luminance(signal), luminance(previous)
-    cells = finite(area_down(torch.cat([v, lum * v, old * v, lum.square() * v, count * v], 1), cell))
+    cells = decide("denoise.change_cells", signal, tensors=(signal, previous, count)).run(signal, previous, valid,
+                                                                                          count, cell)
     out = None
     for r in radii:
         s = _box(cells, r)
@@ -100,6 +101,26 @@ def changed(signal: torch.Tensor, previous: torch.Tensor, valid: torch.Tensor, c
         out = flag if out is None else out | flag
     h, w = signal.shape[-2:]
     return out.repeat_interleave(cell, -2).repeat_interleave(cell, -1)[..., :h, :w]
+
+
+def _change_cells_torch(signal, previous, valid, count, cell):
+    """(B, 5, ceil(H / cell), ceil(W / cell)): the cell means of the valid pixels' count, luminance, history
+    luminance, squared luminance and history length (:func:`changed`), :func:`finite`."""
+    v = valid.to(signal.dtype)
+    lum, old = luminance(signal), luminance(previous)
+    return finite(area_down(torch.cat([v, lum * v, old * v, lum.square() * v, count * v], 1), cell))
+
+
+def _change_cells_numba(signal, previous, valid, count, cell):
+    """The same in one numba pass (:mod:`.accumulate_cpu`): the PyTorch path forms five frame-sized planes."""
+    from . import accumulate_cpu  # lazy: numba (about 200 modules) loads when a numba path first runs
+
+    return accumulate_cpu.change_cells(signal, previous, valid, count, cell)
+
+
+register_path("denoise.change_cells", NUMBA, "torch", 5, supports=lambda tensors: numba_takes(*tensors),
+              run=_change_cells_numba)
+register_path("denoise.change_cells", TORCH, "torch", 0, run=_change_cells_torch)
 
 
 def start(signal: torch.Tensor, keys: dict, square: bool = False) -> History:

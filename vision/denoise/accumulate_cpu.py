@@ -1,0 +1,57 @@
+"""numba loop of the history's change test (:func:`vision.denoise.accumulate.changed`) on CPU float32: the cell means
+of its five statistics in one pass over the frame (see :mod:`vision.kernels.runtime.jit`), where the PyTorch path
+forms five full-resolution planes, stacks them and averages them down. Imported only where numba is available; the
+tests compare it with the PyTorch path.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numba import prange
+
+from vision.kernels.runtime.jit import kernel
+
+from .accumulate import BIG
+
+F4 = "float32[:, :, :, :]"
+
+
+@kernel(f"void({F4}, {F4}, boolean[:, :, :, :], {F4}, int64, float32[:, :, :, ::1])")
+def change_cells_planes(signal, previous, valid, count, cell, out):
+    """out (B, 5, gh, gw) = the means over each ``cell`` x ``cell`` block's real pixels of ``v``, ``l v``, ``o v``,
+    ``l^2 v`` and ``n v``, with ``v`` the pixel's ``valid`` flag, ``l`` and ``o`` the channel means of ``signal`` and
+    ``previous`` (B, 3, H, W) and ``n`` its ``count`` (B, 1, H, W); each mean NaN or past +-BIG set to +-BIG (NaN as
+    BIG), as :func:`vision.denoise.accumulate.finite` does."""
+    B, C, H, W = signal.shape
+    gh, gw = out.shape[2], out.shape[3]
+    zero, third, big = np.float32(0.0), np.float32(1.0 / 3.0), np.float32(BIG)
+    for n in prange(B * gh):
+        b, i = n // gh, n % gh
+        acc = np.zeros((5, gw), np.float32)
+        y0, y1 = i * cell, min(H, i * cell + cell)
+        for y in range(y0, y1):
+            for x in range(W):
+                j = x // cell
+                v = np.float32(1.0) if valid[b, 0, y, x] else zero
+                lum = (signal[b, 0, y, x] + signal[b, 1, y, x] + signal[b, 2, y, x]) * third
+                old = (previous[b, 0, y, x] + previous[b, 1, y, x] + previous[b, 2, y, x]) * third
+                acc[0, j] += v
+                acc[1, j] += lum * v
+                acc[2, j] += old * v
+                acc[3, j] += lum * lum * v
+                acc[4, j] += count[b, 0, y, x] * v
+        rows = y1 - y0
+        for k in range(5):
+            o = out[b, k, i]
+            for j in range(gw):
+                m = acc[k, j] / np.float32(rows * (min(W, j * cell + cell) - j * cell))
+                o[j] = big if m != m else min(max(m, -big), big)
+
+
+def change_cells(signal: torch.Tensor, previous: torch.Tensor, valid: torch.Tensor, count: torch.Tensor,
+                 cell: int) -> torch.Tensor:
+    """:func:`change_cells_planes` into a new (B, 5, ceil(H / cell), ceil(W / cell)) tensor."""
+    b, _, h, w = signal.shape
+    out = signal.new_empty(b, 5, -(-h // cell), -(-w // cell))
+    change_cells_planes(signal, previous, valid, count, int(cell), out)
+    return out
