@@ -16,7 +16,9 @@ little) and the number ``n`` of frames in it. Each frame:
    (SVGF's second moment), so each pixel knows its samples' variance and :func:`towards_history` can weigh the
    history against a fit.
 
-Tensor ops on the buffers' device only, no host synchronisation.
+Tensor ops on the buffers' device only, no host synchronisation. On the CPU path the change test's cell statistics and
+the update run as numba passes (:mod:`.accumulate_cpu`), the update into one stack of planes that the next frame
+reprojects as it lies.
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ class History:
     count: torch.Tensor      # (B, 1, H, W) frames in the history (float)
     keys: dict               # the frame's depth / normal / index, to test the next frame's taps against
     square: torch.Tensor | None = None  # (B, 3, H, W) running mean of the signal's square (None: not kept)
+    planes: torch.Tensor | None = None  # (B, 4 or 7, H, W) whose channels mean, count and square are (or None)
 
     def variance_of_mean(self) -> torch.Tensor:
         """(B, 3, H, W): the variance of :attr:`mean` as an estimate, ``s^2 / n`` with ``s^2`` the unbiased sample
@@ -132,11 +135,26 @@ def update(hist: History, signal: torch.Tensor, offset: torch.Tensor, keys: dict
            max_history: int, sigmas: float) -> tuple[History, torch.Tensor]:
     """The history after blending in this frame's demodulated ``signal``; also the reprojection weight map."""
     kept = [hist.mean, hist.count] + ([] if hist.square is None else [hist.square])
-    vals, weight = reproject(torch.cat(kept, 1), offset, hist.keys, keys, tol)
-    mean, count, square = vals[:, :3], vals[:, 3:4], (vals[:, 4:7] if hist.square is not None else None)
+    vals, weight = reproject(torch.cat(kept, 1) if hist.planes is None else hist.planes, offset, hist.keys, keys, tol)
     valid = weight > 0
     if sigmas > 0:
-        valid = valid & ~changed(signal, mean, valid, count, sigmas)
+        valid = valid & ~changed(signal, vals[:, :3], valid, vals[:, 3:4], sigmas)
+    return decide("denoise.take_frame", signal, tensors=(vals, signal)).run(vals, signal, valid, keys, max_history
+                                                                             ), weight
+
+
+def _take_frame_numba(vals, signal, valid, keys, max_history) -> History:
+    """:func:`update`'s last step in one numba pass (:mod:`.accumulate_cpu`), into one tensor whose channels the
+    history's fields are (the next frame reprojects it as it lies)."""
+    from . import accumulate_cpu  # lazy: numba (about 200 modules) loads when a numba path first runs
+
+    planes = accumulate_cpu.take_frame(vals, signal, valid, max_history)
+    return History(planes[:, :3], planes[:, 3:4], keys, planes[:, 4:7] if planes.shape[1] == 7 else None, planes)
+
+
+def _take_frame_torch(vals, signal, valid, keys, max_history) -> History:
+    """:func:`update`'s last step: the count, then the means, towards ``signal`` by ``1 / count``."""
+    mean, count, square = vals[:, :3], vals[:, 3:4], (vals[:, 4:7] if vals.shape[1] == 7 else None)
     count = torch.where(valid, count, torch.zeros_like(count))
     count = (count + 1).clamp_max(float(max_history))
     a = 1 / count
@@ -146,7 +164,12 @@ def update(hist: History, signal: torch.Tensor, offset: torch.Tensor, keys: dict
         sq = signal.square()
         square = torch.where(valid, square, sq)
         square = square + a * (sq - square)
-    return History(mean, count, keys, square), weight
+    return History(mean, count, keys, square)
+
+
+register_path("denoise.take_frame", NUMBA, "torch", 5, supports=lambda tensors: numba_takes(*tensors),
+              run=_take_frame_numba)
+register_path("denoise.take_frame", TORCH, "torch", 0, run=_take_frame_torch)
 
 
 def towards_history(out: torch.Tensor, acc: torch.Tensor, hist: History, floor: torch.Tensor, radius: int = 2,

@@ -55,3 +55,36 @@ def change_cells(signal: torch.Tensor, previous: torch.Tensor, valid: torch.Tens
     out = signal.new_empty(b, 5, -(-h // cell), -(-w // cell))
     change_cells_planes(signal, previous, valid, count, int(cell), out)
     return out
+
+
+@kernel(f"void({F4}, {F4}, boolean[:, :, :, :], float32, float32[:, :, :, ::1])")
+def take_frame_planes(vals, signal, valid, max_history, out):
+    """out (B, K, H, W), K = 4 or 7: the history after taking this frame's ``signal`` (B, 3, H, W), from the
+    reprojected ``vals`` (B, K, H, W: mean, count, and with K = 7 the mean square) and ``valid`` (B, 1, H, W): count
+    ``n = min(count + 1, max_history)`` (1 where not valid), then ``h + (x - h) / n`` for the mean of the signal
+    ``x`` and of its square (``h = x`` where not valid), each operation as
+    :func:`vision.denoise.accumulate.update` rounds it."""
+    B, K, H, W = out.shape
+    zero, one = np.float32(0.0), np.float32(1.0)
+    for n in prange(B * H):
+        b, y = n // H, n % H
+        for x in range(W):
+            ok = valid[b, 0, y, x]
+            count = min((vals[b, 3, y, x] if ok else zero) + one, max_history)
+            a = one / count
+            out[b, 3, y, x] = count
+            for c in range(3):
+                s = signal[b, c, y, x]
+                m = vals[b, c, y, x] if ok else s
+                out[b, c, y, x] = m + a * (s - m)
+                if K == 7:
+                    sq = s * s
+                    q = vals[b, 4 + c, y, x] if ok else sq
+                    out[b, 4 + c, y, x] = q + a * (sq - q)
+
+
+def take_frame(vals: torch.Tensor, signal: torch.Tensor, valid: torch.Tensor, max_history: int) -> torch.Tensor:
+    """:func:`take_frame_planes` into a new (B, K, H, W) tensor."""
+    out = torch.empty(vals.shape, dtype=vals.dtype)
+    take_frame_planes(vals, signal, valid, float(max_history), out)
+    return out
