@@ -260,10 +260,10 @@ def blend_sums(out: torch.Tensor, color: torch.Tensor, sharp: torch.Tensor, fact
 
 def blend_apply(out: torch.Tensor, color: torch.Tensor, sharp: torch.Tensor, sums: torch.Tensor,
                 trust: torch.Tensor, leverage: float, after_step: bool = False) -> torch.Tensor:
-    """:func:`blend_apply_planes` into a new (B, 3, H, W) tensor laid out as ``out`` (channels-last when the denoiser
+    """:func:`blend_apply_planes` into a new (B, 3, H, W) tensor laid out as ``color`` (channels-last when the denoiser
     was handed HWC buffers, so that the result goes back to the caller's layout without a copy); ``trust``
     (B, 1, 1, 1)."""
-    result = torch.empty_like(out)
+    result = torch.empty_like(color)
     blend_apply_planes(out, color, sharp, sums.contiguous(), trust.reshape(-1).contiguous(), float(leverage),
                        int(bool(after_step)), result)
     return result
