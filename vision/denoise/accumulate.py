@@ -106,6 +106,13 @@ def changed(signal: torch.Tensor, previous: torch.Tensor, valid: torch.Tensor, c
     return out.repeat_interleave(cell, -2).repeat_interleave(cell, -1)[..., :h, :w]
 
 
+def _cpu():
+    """The numba loops of this module's paths, :mod:`.accumulate_cpu`."""
+    from . import accumulate_cpu  # lazy: numba (about 200 modules) loads when a numba path first runs
+
+    return accumulate_cpu
+
+
 def _change_cells_torch(signal, previous, valid, count, cell):
     """(B, 5, ceil(H / cell), ceil(W / cell)): the cell means of the valid pixels' count, luminance, history
     luminance, squared luminance and history length (:func:`changed`), :func:`finite`."""
@@ -116,9 +123,7 @@ def _change_cells_torch(signal, previous, valid, count, cell):
 
 def _change_cells_numba(signal, previous, valid, count, cell):
     """The same in one numba pass (:mod:`.accumulate_cpu`): the PyTorch path forms five frame-sized planes."""
-    from . import accumulate_cpu  # lazy: numba (about 200 modules) loads when a numba path first runs
-
-    return accumulate_cpu.change_cells(signal, previous, valid, count, cell)
+    return _cpu().change_cells(signal, previous, valid, count, cell, BIG)
 
 
 register_path("denoise.change_cells", NUMBA, "torch", 5, supports=lambda tensors: numba_takes(*tensors),
@@ -146,9 +151,7 @@ def update(hist: History, signal: torch.Tensor, offset: torch.Tensor, keys: dict
 def _take_frame_numba(vals, signal, valid, keys, max_history) -> History:
     """:func:`update`'s last step in one numba pass (:mod:`.accumulate_cpu`), into one tensor whose channels the
     history's fields are (the next frame reprojects it as it lies)."""
-    from . import accumulate_cpu  # lazy: numba (about 200 modules) loads when a numba path first runs
-
-    planes = accumulate_cpu.take_frame(vals, signal, valid, max_history)
+    planes = _cpu().take_frame(vals, signal, valid, max_history)
     return History(planes[:, :3], planes[:, 3:4], keys, planes[:, 4:7] if planes.shape[1] == 7 else None, planes)
 
 

@@ -11,20 +11,18 @@ from numba import prange
 
 from vision.kernels.runtime.jit import kernel
 
-from .accumulate import BIG
-
 F4 = "float32[:, :, :, :]"
 
 
-@kernel(f"void({F4}, {F4}, boolean[:, :, :, :], {F4}, int64, float32[:, :, :, ::1])")
-def change_cells_planes(signal, previous, valid, count, cell, out):
+@kernel(f"void({F4}, {F4}, boolean[:, :, :, :], {F4}, int64, float32, float32[:, :, :, ::1])")
+def change_cells_planes(signal, previous, valid, count, cell, big, out):
     """out (B, 5, gh, gw) = the means over each ``cell`` x ``cell`` block's real pixels of ``v``, ``l v``, ``o v``,
     ``l^2 v`` and ``n v``, with ``v`` the pixel's ``valid`` flag, ``l`` and ``o`` the channel means of ``signal`` and
-    ``previous`` (B, 3, H, W) and ``n`` its ``count`` (B, 1, H, W); each mean NaN or past +-BIG set to +-BIG (NaN as
-    BIG), as :func:`vision.denoise.accumulate.finite` does."""
+    ``previous`` (B, 3, H, W) and ``n`` its ``count`` (B, 1, H, W); each mean NaN or past +-``big`` set to +-``big``
+    (NaN as ``big``), as :func:`vision.denoise.accumulate.finite` does with its ``BIG``."""
     B, C, H, W = signal.shape
     gh, gw = out.shape[2], out.shape[3]
-    zero, third, big = np.float32(0.0), np.float32(1.0 / 3.0), np.float32(BIG)
+    zero, third = np.float32(0.0), np.float32(1.0 / 3.0)
     for n in prange(B * gh):
         b, i = n // gh, n % gh
         acc = np.zeros((5, gw), np.float32)
@@ -49,11 +47,11 @@ def change_cells_planes(signal, previous, valid, count, cell, out):
 
 
 def change_cells(signal: torch.Tensor, previous: torch.Tensor, valid: torch.Tensor, count: torch.Tensor,
-                 cell: int) -> torch.Tensor:
+                 cell: int, big: float) -> torch.Tensor:
     """:func:`change_cells_planes` into a new (B, 5, ceil(H / cell), ceil(W / cell)) tensor."""
     b, _, h, w = signal.shape
     out = signal.new_empty(b, 5, -(-h // cell), -(-w // cell))
-    change_cells_planes(signal, previous, valid, count, int(cell), out)
+    change_cells_planes(signal, previous, valid, count, int(cell), float(big), out)
     return out
 
 
