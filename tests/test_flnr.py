@@ -384,14 +384,13 @@ def test_antialias_model_blends_the_light_where_the_buffers_have_edges(frame, gr
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 9, 13), (1, 3, 1, 7), (1, 3, 5, 1), (2, 3, 2, 2), (1, 3, 70, 6)])
+@pytest.mark.parametrize("shape", [(2, 3, 9, 13), (1, 3, 1, 7), (1, 3, 5, 1), (2, 3, 2, 2)])
 @pytest.mark.parametrize("albedo", ["per-image", "shared", None])
 def test_finish_against_float64_loops(shape, albedo, cpu_loops):
     """FLNR's last steps without autograd (numba rows or torch bands): out = lerp(L, mean3(L), sigmoid(m)
     sigmoid(l + v contrast(albedo))) + emission, L = max(fitted, 0) factor, written into a channels-last
-    output (HWC arrays), for batches whose albedo is per image or shared (batch 1), no albedo, 70 rows (the numba
-    rows in bands), and frames one pixel high or wide. mean3 and contrast are written here as float64 loops over the
-    neighbours."""
+    output (HWC arrays), for batches whose albedo is per image or shared (batch 1), no albedo, and frames one
+    pixel high or wide. mean3 and contrast are written here as float64 loops over the neighbours."""
     from vision.denoise.flnr.finish import finish
 
     rng = np.random.default_rng(12)

@@ -52,11 +52,10 @@ def _oracle(res, add, factor, target, logit, mask):
 
 
 @pytest.mark.parametrize("path", ["numba", "autograd"])
-@pytest.mark.parametrize("hw", [(13, 17), (1, 5), (4, 1), (1, 1), (70, 9)])
+@pytest.mark.parametrize("hw", [(13, 17), (1, 5), (4, 1), (1, 1)])
 def test_detail_blend_against_float64_loops(path, hw):
     """The blend on a batch of 2 (emission shared by the batch, an emitter mask, negative targets that the mean
-    clamps, logits from -9 to 9), in the numba pass (channels-last output, in place; 70 rows: in bands of rows)
-    and the autograd path."""
+    clamps, logits from -9 to 9), in the numba pass (channels-last output, in place) and the autograd path."""
     g = torch.Generator().manual_seed(3)
     h, w = hw
     res = torch.rand(2, 3, h, w, generator=g)

@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 
 from vision.kernels.runtime import decide, register_path
-from vision.kernels.runtime.threads import n_workers
 
 from ..engines import NUMBA, TORCH, numba_takes
 from .finish import mean3
@@ -45,10 +44,8 @@ def detail_blend(res: torch.Tensor, add: torch.Tensor, factor: torch.Tensor, tar
 def _detail_numba(res, add, factor, target, logit, mask, grad):
     from . import detail_numba  # lazy: numba (optional, about 200 modules) loads when this path first runs
 
-    b, h = res.shape[0], res.shape[-2]
-    bands = max(1, min(h // 16, n_workers(res.device)))  # one per worker: each converts two rows more than its own
-    detail_numba.detail(res, *(t.expand(b, -1, -1, -1).contiguous() for t in (add, factor, target, logit, mask)),
-                        bands)
+    b = res.shape[0]
+    detail_numba.detail(res, *(t.expand(b, -1, -1, -1).contiguous() for t in (add, factor, target, logit, mask)))
     return res
 
 

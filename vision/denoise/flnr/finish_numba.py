@@ -1,5 +1,5 @@
 """The numba loop of FLNR's last steps (op ``denoise.flnr.finish``, :mod:`.finish`) on CPU float32 without autograd:
-:func:`~.finish.blended_light` plus the emission, row by row, so the light and its 3 x 3 means live in row buffers in
+:func:`~.finish.blended_light` plus the emission, row by row, so the light and its 3 x 3 means live in a row buffer in
 cache (see :mod:`vision.kernels.runtime.jit`). Imported only where numba is available (the path's ``run`` loads it).
 """
 from __future__ import annotations
@@ -9,75 +9,60 @@ import torch
 from numba import prange
 
 from vision.kernels.runtime.jit import kernel
-from vision.kernels.runtime.threads import n_workers
 
 from .rows_numba import NONE
 
 
 @kernel("void(float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, :, :, ::1], "
-        "float32[:, :, :, ::1], boolean, float64, float64, int64, float32[:, :, :, :])")
-def finish(fitted, factor, add, blend, albedo, has_albedo, gain, top, bands, out):
+        "float32[:, :, :, ::1], boolean, float64, float64, float32[:, :, :, :])")
+def finish(fitted, factor, add, blend, albedo, has_albedo, gain, top, out):
     """out = ``lerp(L, mean3(L), sigmoid(top) sigmoid(blend + gain contrast(albedo))) + add`` with the light
     L = ``max(fitted, 0) factor``: fitted, factor, add, out (B, 3, H, W), blend (B, 1, H, W), albedo
     (B or 1, 3, H, W) (contrast 0 without it), any strides; ``top`` is sigmoid(top) already; ``mean3``
     averages the pixels of the 3 x 3 neighbourhood inside the frame and ``contrast(a) = sum_c |a_c -
-    mean3(a_c)|``. Each of ``bands`` bands of rows per image runs down its rows keeping the last three rows of L in
-    a ring, so each is computed once (and twice where two bands meet)."""
+    mean3(a_c)|``."""
     B, C, H, W = fitted.shape
     zero, one = np.float32(0.0), np.float32(1.0)
     gain, top = np.float32(gain), np.float32(top)
-    per = -(-H // bands)
-    for job in prange(B * bands):
-        b = job // bands
-        first = (job - b * bands) * per
-        last = min(H, first + per)
-        light = np.empty((3, C, W), np.float32)  # row yy's L in slot yy % 3
-        made = -1  # the next row of L to compute; the ring holds the three before it
+    for n in prange(B * H):
+        b = n // H
+        y = n - b * H
+        y0, y1 = max(y - 1, 0), min(y + 1, H - 1)
         inv = np.empty(W, np.float32)  # 1 / (pixels of the 3 x 3 neighbourhood inside the frame)
+        for x in range(W):
+            inv[x] = one / np.float32((y1 - y0 + 1) * (3 - (x == 0) - (x == W - 1)))  # 1 column when W == 1
         sums = np.zeros(W + 2, np.float32)  # column sums over rows y0..y1, zero-padded along x
         logit, res = np.empty(W, np.float32), np.empty(W, np.float32)
-        for y in range(first, last):
-            y0, y1 = max(y - 1, 0), min(y + 1, H - 1)
-            if made < y0 or y0 < made - 3:  # a row needed is not in the ring: start it at y0
-                made = y0
-            while made <= y1:
-                for c in range(C):
-                    fr, fa, lr = fitted[b, c, made], factor[b, c, made], light[made % 3, c]
-                    for x in range(W):
-                        lr[x] = max(fr[x], zero) * fa[x]
-                made += 1
-            for x in range(W):
-                inv[x] = one / np.float32((y1 - y0 + 1) * (3 - (x == 0) - (x == W - 1)))  # 1 column when W == 1
-            bl = blend[b, 0, y]
-            for x in range(W):
-                logit[x] = bl[x]
-            if has_albedo:
-                ab = albedo[min(b, albedo.shape[0] - 1)]
-                for c in range(C):
-                    for x in range(W + 2):
-                        sums[x] = zero
-                    for yy in range(y0, y1 + 1):
-                        ar = ab[c, yy]
-                        for x in range(W):
-                            sums[x + 1] += ar[x]
-                    ar = ab[c, y]
-                    for x in range(W):
-                        logit[x] += gain * abs(ar[x] - (sums[x] + sums[x + 1] + sums[x + 2]) * inv[x])
-            for x in range(W):
-                logit[x] = top / (one + np.exp(-logit[x]))
+        bl = blend[b, 0, y]
+        for x in range(W):
+            logit[x] = bl[x]
+        if has_albedo:
+            ab = albedo[min(b, albedo.shape[0] - 1)]
             for c in range(C):
                 for x in range(W + 2):
                     sums[x] = zero
                 for yy in range(y0, y1 + 1):
-                    lr = light[yy % 3, c]
+                    ar = ab[c, yy]
                     for x in range(W):
-                        sums[x + 1] += lr[x]
-                lr, ad, o = light[y % 3, c], add[b, c, y], out[b, c, y]
-                for x in range(W):  # into a contiguous row (vectorised), then to the output's layout
-                    v = lr[x]
-                    res[x] = v + logit[x] * ((sums[x] + sums[x + 1] + sums[x + 2]) * inv[x] - v) + ad[x]
+                        sums[x + 1] += ar[x]
+                ar = ab[c, y]
                 for x in range(W):
-                    o[x] = res[x]
+                    logit[x] += gain * abs(ar[x] - (sums[x] + sums[x + 1] + sums[x + 2]) * inv[x])
+        for x in range(W):
+            logit[x] = top / (one + np.exp(-logit[x]))
+        for c in range(C):
+            for x in range(W + 2):
+                sums[x] = zero
+            for yy in range(y0, y1 + 1):
+                fr, fa = fitted[b, c, yy], factor[b, c, yy]
+                for x in range(W):
+                    sums[x + 1] += max(fr[x], zero) * fa[x]
+            fr, fa, ad, o = fitted[b, c, y], factor[b, c, y], add[b, c, y], out[b, c, y]
+            for x in range(W):  # into a contiguous row (vectorised), then to the output's layout
+                v = max(fr[x], zero) * fa[x]
+                res[x] = v + logit[x] * ((sums[x] + sums[x + 1] + sums[x + 2]) * inv[x] - v) + ad[x]
+            for x in range(W):
+                o[x] = res[x]
 
 
 def finish_frame(fitted, factor, add, blend, albedo, edge_gain, blend_max, out):
@@ -88,7 +73,5 @@ def finish_frame(fitted, factor, add, blend, albedo, edge_gain, blend_max, out):
     # contiguous inputs (copies only for batches that broadcast a buffer), the output in any layout
     fitted, factor, add, blend = (t.contiguous() for t in (fitted, factor, add, blend))
     has_albedo = albedo is not None
-    h = fitted.shape[-2]
-    bands = max(1, min(h // 16, n_workers(fitted.device)))  # one per worker: each computes two rows more than its own
-    finish(fitted, factor, add, blend, albedo.contiguous() if has_albedo else NONE, has_albedo, gain, top, bands, out)
+    finish(fitted, factor, add, blend, albedo.contiguous() if has_albedo else NONE, has_albedo, gain, top, out)
     return out
