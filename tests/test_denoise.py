@@ -302,28 +302,6 @@ def test_emitter_pixels_keep_their_emission(frames):
     np.testing.assert_array_equal(out[lamp], d["emission"][lamp])
 
 
-def test_firefly_light_in_one_numba_pass_matches_its_definition():
-    """The firefly test's light on the CPU path (one numba pass over HWC-strided colour): per pixel the largest
-    channel of max(colour, 0) - emission, and the count of negative samples, against float64 and, bit for bit, the
-    PyTorch path; with emission of batch 1 serving two frames, without emission, and a NaN that stays NaN."""
-    from vision.denoise.repair import _light_top_numba, _light_top_torch
-
-    g = torch.Generator().manual_seed(5)
-    color = torch.randn(2, 30, 41, 3, generator=g).permute(0, 3, 1, 2)
-    emission = 0.3 * torch.rand(1, 3, 30, 41, generator=g)
-    color[1, 2, 4, 5] = float("nan")
-    for em in (emission, None):
-        top, neg = _light_top_numba(color, em)
-        light = color.double().clamp_min(0) - (0 if em is None else em.double())
-        want = light.amax(1, keepdim=True)
-        assert neg == int((color < 0).sum())
-        assert torch.isnan(top[1, 0, 4, 5]) and torch.isnan(want[1, 0, 4, 5])
-        ok = ~torch.isnan(want)
-        np.testing.assert_allclose(top[ok].double().numpy(), want[ok].numpy(), rtol=1e-6, atol=1e-7)
-        fine = color.nan_to_num(0.5)
-        assert torch.equal(_light_top_numba(fine, em)[0], _light_top_torch(fine, em)[0])
-
-
 def test_nan_inf_are_repaired_with_a_warning(frames):
     d = frames[(0, 0)]
     color = d["color"].copy()

@@ -20,7 +20,7 @@ from project_files import ROOT, project_files
 
 FOLDERS = ("vision", "kernels", "pipelines")
 MARKER = "# lazy:"
-CEILING = 85  # in-function imports, all folders together (at most 120, each justified); lower it as imports move up
+CEILING = 84  # in-function imports, all folders together (at most 120, each justified); lower it as imports move up
 
 
 def lazy_imports() -> list[tuple[str, int, str]]:

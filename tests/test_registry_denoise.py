@@ -46,8 +46,7 @@ OPS = {"denoise.log_depth": ["torch+numba", "torch"], "denoise.reproject": ["tor
        "denoise.flnr.log1p": ["torch+opencv", "torch"], "denoise.area_down": ["torch+opencv", "torch"],
        "denoise.input_blend": ["torch+numba", "torch"], "denoise.noise_cells": ["torch+numba", "torch"],
        "denoise.lone_peaks": ["torch+numba", "torch"], "denoise.demodulate": ["torch+numba", "torch"],
-       "denoise.change_cells": ["torch+numba", "torch"], "denoise.take_frame": ["torch+numba", "torch"],
-       "denoise.light_top": ["torch+numba", "torch"]}
+       "denoise.change_cells": ["torch+numba", "torch"], "denoise.take_frame": ["torch+numba", "torch"]}
 
 
 @pytest.fixture
@@ -147,15 +146,6 @@ def test_history_update_runs_the_paths_it_explains(case, spy):
         with runtime.use_numba(numba):
             accumulate.update(accumulate.start(signal, prev), signal, offset, cur, RP.Tolerances(), 32, 4.0)
             _check(op, case.split("/")[0], hits, asked)
-
-
-@pytest.mark.parametrize("case", ["torch+numba", "torch", "torch/float64"])
-def test_firefly_light_runs_the_path_it_explains(case, spy):
-    hits, asked = spy("denoise.light_top")
-    numba, _, dtype = _engine(case)
-    with runtime.use_numba(numba):
-        repair.suppress_fireflies(torch.rand(1, 3, 9, 11, dtype=dtype), torch.rand(1, 3, 9, 11, dtype=dtype) * 0.1)
-        _check("denoise.light_top", case.split("/")[0], hits, asked)
 
 
 @pytest.mark.parametrize("case", ["torch+numba", "torch", "torch/float64"])

@@ -9,7 +9,6 @@ import torch.nn.functional as F
 
 from vision.kernels.runtime import decide, register_path
 
-from .engines import NUMBA, TORCH, numba_takes
 from .layout import dense, host_reads
 
 # tolerances of the range checks: renderers write albedo slightly above 1 and normals slightly off unit
@@ -134,11 +133,13 @@ def suppress_fireflies(color: torch.Tensor, emission: torch.Tensor | None = None
     reads = host_reads(color)
     neg = 0
     if reads:
-        top, neg = decide("denoise.light_top", color, tensors=(color, emission)).run(color, emission)
+        # one reduction without a mask in the common case (no negative sample), the count only when needed
+        neg = int((color < 0).sum()) if float(dense(color).detach().amin()) < 0 else 0
         x = color.clamp_min(0) if neg else color
     else:
         x = color.clamp_min(0)
-        top = (x if emission is None else x - emission).amax(1, keepdim=True)
+    light = x if emission is None else x - emission
+    top = light.amax(1, keepdim=True)
     level = light_level(top)
     bright = (top > FIREFLY_RATIO * level).to(top.dtype)
     hits = 0
@@ -158,27 +159,6 @@ def suppress_fireflies(color: torch.Tensor, emission: torch.Tensor | None = None
               f"above {BROKEN_RATIO:g} x) replaced by the mean of their neighbours"] if hits else [])
         warnings.warn(f"{name}: {'; '.join(parts)}", BufferWarning, stacklevel=3)
     return x
-
-
-def _light_top_torch(color: torch.Tensor, emission: torch.Tensor | None) -> tuple[torch.Tensor, int]:
-    """(B, 1, H, W): each pixel's light, the largest channel of ``max(color, 0) - emission``; and the number of
-    negative colour samples (read on the host)."""
-    # one reduction without a mask in the common case (no negative sample), the count only when needed
-    neg = int((color < 0).sum()) if float(dense(color).detach().amin()) < 0 else 0
-    x = color.clamp_min(0) if neg else color
-    return (x if emission is None else x - emission).amax(1, keepdim=True), neg
-
-
-def _light_top_numba(color: torch.Tensor, emission: torch.Tensor | None) -> tuple[torch.Tensor, int]:
-    """The same in one numba pass (:mod:`.repair_cpu`) over the buffers as they lie."""
-    from . import repair_cpu  # lazy: numba (about 200 modules) loads when a numba path first runs
-
-    return repair_cpu.light_top(color, emission)
-
-
-register_path("denoise.light_top", NUMBA, "torch", 5, supports=lambda tensors: numba_takes(*tensors),
-              run=_light_top_numba)
-register_path("denoise.light_top", TORCH, "torch", 0, run=_light_top_torch)
 
 
 def bright_regions(color: torch.Tensor, name: str = "color") -> torch.Tensor:
