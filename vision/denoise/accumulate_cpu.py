@@ -1,7 +1,8 @@
-"""numba loop of the history's change test (:func:`vision.denoise.accumulate.changed`) on CPU float32: the cell means
-of its five statistics in one pass over the frame (see :mod:`vision.kernels.runtime.jit`), where the PyTorch path
-forms five full-resolution planes, stacks them and averages them down. Imported only where numba is available; the
-tests compare it with the PyTorch path.
+"""numba loops of the history (:mod:`vision.denoise.accumulate`) on CPU float32 (see :mod:`vision.kernels.runtime.jit`):
+the change test's cell means of its five statistics in one pass over the frame, where the PyTorch path forms five
+full-resolution planes, stacks them and averages them down; and the update that takes a frame into the history, in
+one pass into one stack of planes. Imported only where numba is available; the tests compare them with the PyTorch
+path.
 """
 from __future__ import annotations
 

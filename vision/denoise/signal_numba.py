@@ -21,9 +21,9 @@ def demodulate(color, albedo, emission, has_albedo, has_emission, planes, floor,
                emission_out, hits):
     """:func:`vision.denoise.buffers.demodulate` before its emitter fill, in one pass over the buffers as they lie
     (HWC arrays are strided planes): target = (colour - emission) / factor with factor = max(albedo, ``floor``);
-    mask = 1 where any emission channel > 0; ``hits[b H + y]`` counts row y's
-    emitter pixels. With ``planes``, also writes the albedo and the emission as planes (``albedo_out``,
-    ``emission_out``; FLNR's later stages read them so) when there are such. color (B, 3, H, W); albedo, emission (B or 1, 3, H, W)."""
+    mask = 1 where any emission channel > 0; ``hits[b H + y]`` counts row y's emitter pixels. With ``planes``, also
+    writes the albedo and the emission as planes (``albedo_out``, ``emission_out``; FLNR's later stages read them so)
+    when there are such. color (B, 3, H, W); albedo, emission (B or 1, 3, H, W)."""
     B, C, H, W = color.shape
     one, zero, fl = np.float32(1.0), np.float32(0.0), np.float32(floor)
     for n in prange(B * H):
