@@ -195,6 +195,25 @@ def window_row(ring, i, slots, m, r, inv_rows, inv_cols, v, out):
         out[j] *= inv_rows * inv_cols[j]
 
 
+@njit(cache=True, inline="always")
+def coefficient_row(coeffs, q, c, o, r, n, gh, inv_cols, cf, cp, b, v, one):
+    """one (K + 1, gw) = output row o's coefficients of target channel c for the raw features: the "valid" window
+    mean over radius r of the ring ``coeffs[q]`` of window coefficients (rows in slots row % n), its intercept moved
+    back from the centred features (``a . (f - cf) + b + cp = a . f + (b - a . cf + cp)``). v (gw,) scratch."""
+    K1, gw = one.shape
+    lo, hi = max(0, o - r), min(gh, o + r + 1)
+    slots = np.arange(lo, hi) % n
+    for k in range(K1):
+        window_row(coeffs, q, slots, c * K1 + k, r, np.float32(1.0) / np.float32(hi - lo), inv_cols, v, one[k])
+    bias, off = one[K1 - 1], cp[b, c]
+    for j in range(gw):
+        bias[j] += off
+    for k in range(K1 - 1):
+        a, m = one[k], cf[b, k]
+        for j in range(gw):
+            bias[j] -= a[j] * m
+
+
 @kernel("void(float32[:, :, :, ::1], float32[:, :, :, ::1], float32[:, ::1], float32[:, ::1], float32[:, ::1], "
         "int64, int64[::1], float32[:, :, :, ::1], boolean, int64, float32[:, :, :, :, ::1])")
 def fit_small(f, p, cf, cp, eps, s, radii, weights, blend, bands, theta):
@@ -251,20 +270,7 @@ def fit_small(f, p, cf, cp, eps, s, radii, weights, blend, bands, theta):
             for o in range(max(i0, t - far), min(i1, last)):
                 for c in range(C):
                     for q in range(R):
-                        r = radii[q]
-                        lo, hi = max(0, o - r), min(gh, o + r + 1)
-                        slots = np.arange(lo, hi) % n
-                        for k in range(K1):
-                            window_row(coeffs, q, slots, c * K1 + k, r, np.float32(1.0) / np.float32(hi - lo),
-                                       inv_cols[q], v, one[k])
-                        # back to raw features: a . (f - cf) + b + cp = a . f + (b - a . cf + cp)
-                        bias, off = one[K], cp[b, c]
-                        for j in range(gw):
-                            bias[j] += off
-                        for k in range(K):
-                            a, m = one[k], cf[b, k]
-                            for j in range(gw):
-                                bias[j] -= a[j] * m
+                        coefficient_row(coeffs, q, c, o, radii[q], n, gh, inv_cols[q], cf, cp, b, v, one)
                         for k in range(K1):
                             out, src = theta[b, c, k, o], one[k]
                             if not blend:
