@@ -104,9 +104,9 @@ def _bands(X):
 
 # Up to this window radius (in cells) the numba engine fits in one pass (:func:`.cpu_path.fit_small`): its windows
 # are summed by direct adds, 2 r + 1 per axis, where OpenCV's running sums cost the same at any radius. At r = 1 (the
-# input blend's sharp fit: K = 6, C = 3 on 2 x 2 cells of 1280 x 720) the call takes 25 ms where the moments, their
-# window means, the solve and the coefficients' window means took 31; at FLNR's radii (1, 2 and 4 cells, blended)
-# the two were level.
+# input blend's sharp fit: K = 6, C = 3 on 2 x 2 cells of 1280 x 720) the call takes 27.6 ms where the moments, their
+# window means, the solve and the coefficients' window means took 33.7 (BENCHMARKS.md); at FLNR's radii (1, 2 and 4
+# cells, blended) the two were level.
 FUSED_RADIUS = 2
 
 

@@ -139,8 +139,10 @@ def start(signal: torch.Tensor, keys: dict, square: bool = False) -> History:
 def update(hist: History, signal: torch.Tensor, offset: torch.Tensor, keys: dict, tol: Tolerances,
            max_history: int, sigmas: float) -> tuple[History, torch.Tensor]:
     """The history after blending in this frame's demodulated ``signal``; also the reprojection weight map."""
-    kept = [hist.mean, hist.count] + ([] if hist.square is None else [hist.square])
-    vals, weight = reproject(torch.cat(kept, 1) if hist.planes is None else hist.planes, offset, hist.keys, keys, tol)
+    stack = hist.planes  # the update's own output: mean, count and square, one tensor already
+    if stack is None:
+        stack = torch.cat([hist.mean, hist.count] + ([] if hist.square is None else [hist.square]), 1)
+    vals, weight = reproject(stack, offset, hist.keys, keys, tol)
     valid = weight > 0
     if sigmas > 0:
         valid = valid & ~changed(signal, vals[:, :3], valid, vals[:, 3:4], sigmas)

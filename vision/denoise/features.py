@@ -39,6 +39,12 @@ register_path("denoise.log_depth", NUMBA, "torch", 5, supports=_numba_log_depth_
 register_path("denoise.log_depth", TORCH, "torch", 0, run=_log_depth_torch)
 
 
+def _guide_planes(buffers: dict[str, torch.Tensor | None]) -> tuple[list[torch.Tensor], list[str]]:
+    """The present guide buffers in regression order, depth as :func:`log_depth`, and their names."""
+    names = guide_list(k for k, v in buffers.items() if v is not None)
+    return [log_depth(buffers[name]) if name == "depth" else buffers[name] for name in names], names
+
+
 def raw_features(buffers: dict[str, torch.Tensor | None]) -> tuple[torch.Tensor | None, list[str]]:
     """Concatenate the guide buffers into (B, K, H, W) before standardisation.
 
@@ -46,8 +52,7 @@ def raw_features(buffers: dict[str, torch.Tensor | None]) -> tuple[torch.Tensor 
     far pixel no longer dominates the variance); pixels with no surface (depth <= 0, e.g. the sky) take
     the largest depth of the frame.
     """
-    names = guide_list(k for k, v in buffers.items() if v is not None)
-    parts = [log_depth(buffers[name]) if name == "depth" else buffers[name] for name in names]
+    parts, names = _guide_planes(buffers)
     if not parts:
         return None, []
     b = max(p.shape[0] for p in parts)
@@ -60,8 +65,7 @@ def standardised_features(buffers: dict[str, torch.Tensor | None], stats: tuple[
     :func:`feature_stats` gives them), (batch, K, H, W): each buffer read once and written once, as
     ``x / std - mean / std`` (one multiply-add per value; stacking, then subtracting and dividing in place, took three
     passes). None without guides. No gradient flows through it."""
-    names = guide_list(k for k, v in buffers.items() if v is not None)
-    parts = [log_depth(buffers[name]) if name == "depth" else buffers[name] for name in names]
+    parts, _ = _guide_planes(buffers)
     if not parts:
         return None
     mean, std = stats
