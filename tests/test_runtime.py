@@ -151,3 +151,41 @@ def test_backend_setter(monkeypatch):
     assert runtime.forced_backend() == "torch"
     runtime.set_backend(None)
     assert runtime.forced_backend() is None
+
+
+def test_a_checks_block_holds_for_its_thread_and_the_workers_it_hands_items_to(monkeypatch):
+    import threading
+
+    from vision.kernels.runtime import threads
+
+    monkeypatch.delenv("VISION_CHECKS", raising=False)
+    seen = {}
+    with runtime.checks("off"):
+        other = threading.Thread(target=lambda: seen.update(other=runtime.checks_mode()))
+        other.start()
+        other.join()
+        with threads.own_threads(torch.device("cpu")):
+            threads.parallel_for(lambda i: seen.update({i: runtime.checks_mode()}), range(4), torch.device("cpu"))
+    assert seen["other"] == "auto"  # another thread of the process keeps its own mode
+    assert [seen[i] for i in range(4)] == ["off"] * 4
+    assert runtime.checks_mode() == "auto"
+
+
+def test_the_denoiser_reads_its_repaired_buffers_once(monkeypatch):
+    """After its repairs every buffer is finite, so the regression ops inside ``denoise`` skip their own data
+    checks; checks forced on by the caller stay on."""
+    from vision.denoise import denoise
+    from vision.kernels.local_linear import op
+
+    calls = []
+    real = op.check_all_finite
+    monkeypatch.setattr(op, "check_all_finite", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    monkeypatch.delenv("VISION_CHECKS", raising=False)
+    g = torch.Generator().manual_seed(0)
+    color, albedo = torch.rand(1, 3, 24, 32, generator=g), torch.rand(1, 3, 24, 32, generator=g)
+    auto = denoise(color, albedo=albedo, model="flr", spp=16)
+    assert not calls
+    with runtime.checks("on"):
+        forced = denoise(color, albedo=albedo, model="flr", spp=16)
+    assert calls
+    assert torch.equal(auto, forced)

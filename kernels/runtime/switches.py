@@ -8,7 +8,9 @@
 | CUDA-graph capture (``vision.restore``'s fused loop) | ``VISION_CUDA_GRAPHS`` | ``set_cuda_graphs`` / ``use_cuda_graphs`` | ``on``, ``off`` |
 | messages that are not results (:mod:`.logs`) | ``VISION_VERBOSITY`` | ``set_verbosity`` / ``verbosity`` | ``info``, ``error``, ``warning``, ``debug`` |
 
-Switches are read at every call, so a test or a script can flip them at any time.
+Switches are read at every call, so a test or a script can flip them at any time. A ``checks()`` block holds for its
+own thread (as torch's grad mode does) and for the workers its ops hand items to
+(:func:`~vision.kernels.runtime.threads.parallel_for`), not for other threads of the process.
 
 ``auto`` runs the data checks on the PyTorch path (a CPU tensor costs nothing to read) and skips them on the
 Triton path, where reading a device tensor on the host would stall the GPU once per call and break CUDA graph
@@ -26,9 +28,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 
 CHECK_MODES = ("auto", "on", "off")
-_checks_forced: list[str] = []
+_checks_local = threading.local()  # .forced: this thread's stack of checks() blocks
+
+
+def _checks_forced() -> list[str]:
+    forced = getattr(_checks_local, "forced", None)
+    if forced is None:
+        forced = _checks_local.forced = []
+    return forced
 
 
 def _check_mode(value: str) -> str:
@@ -39,9 +49,11 @@ def _check_mode(value: str) -> str:
 
 
 def checks_mode() -> str:
-    """The current data-check mode: the innermost ``checks()`` block, else ``set_checks``, else ``VISION_CHECKS``."""
-    if _checks_forced:
-        return _checks_forced[-1]
+    """The current data-check mode: the innermost ``checks()`` block of this thread, else ``set_checks``, else
+    ``VISION_CHECKS``."""
+    forced = _checks_forced()
+    if forced:
+        return forced[-1]
     return _check_mode(os.environ.get("VISION_CHECKS", "auto"))
 
 
@@ -58,12 +70,19 @@ def set_checks(mode: str) -> None:
 
 @contextlib.contextmanager
 def checks(mode: str):
-    """Data-check mode inside a ``with`` block."""
-    _checks_forced.append(_check_mode(mode))
+    """Data-check mode inside a ``with`` block, for this thread (and the workers its ops hand items to)."""
+    forced = _checks_forced()
+    forced.append(_check_mode(mode))
     try:
         yield
     finally:
-        _checks_forced.pop()
+        forced.pop()
+
+
+def forced_checks() -> str | None:
+    """This thread's innermost ``checks()`` mode, None outside any block (what a worker thread takes over)."""
+    forced = _checks_forced()
+    return forced[-1] if forced else None
 
 
 _numba_forced: list[bool] = []

@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from .switches import checks, forced_checks
+
 __all__ = ["own_threads", "threaded", "n_workers", "parallel_for", "budget"]
 
 _pool: ThreadPoolExecutor | None = None
@@ -96,11 +98,14 @@ def parallel_for(fn, items, device) -> None:
         pool = _pool
 
     inference = torch.is_inference_mode_enabled()
+    mode = forced_checks()
 
     def run(item):
         # grad and inference modes are per thread: forward and backward never record a graph, and under the
-        # caller's inference_mode its tensors are inference tensors that only inference-mode code may write
-        with torch.inference_mode() if inference else torch.no_grad():
+        # caller's inference_mode its tensors are inference tensors that only inference-mode code may write; the
+        # caller's checks() block, per thread too, holds for its items
+        with torch.inference_mode() if inference else torch.no_grad(), \
+                checks(mode) if mode is not None else contextlib.nullcontext():
             fn(item)
 
     for fut in [pool.submit(run, item) for item in items]:
