@@ -103,6 +103,38 @@ def test_extreme_radiance_gives_finite_frames_of_the_right_level(scale):
             assert 0.35 < out.mean() / scale < 0.65  # colour 0.5 on average
 
 
+def test_each_frame_is_repaired_and_rid_of_fireflies_once(monkeypatch):
+    """The accumulated colour is made of frames already repaired and rid of their fireflies as they came in, so the
+    regression's own call does not run those steps again; the frames are those of a denoiser that does (Blender's
+    frames, with a firefly and a NaN added to one of them)."""
+    import vision.denoise.buffers as B
+    import vision.denoise.frame as frame
+    import vision.denoise.temporal as temporal
+
+    frames = _frames()
+    frames[1] = dict(frames[1], color=frames[1]["color"].copy())
+    frames[1]["color"][10, 12] = 1e6
+    frames[1]["color"][20, 5, 1] = np.nan
+    calls = []
+    real = B.suppress_fireflies
+    monkeypatch.setattr(B, "suppress_fireflies", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+
+    def again(*a, **k):  # the regression's call as a plain denoise() call would run it
+        return frame._denoise(*a, **dict(k, prepared=False))
+
+    runs = {}
+    for name in ("once", "again"):
+        if name == "again":
+            monkeypatch.setattr(temporal, "_denoise", again)
+        den, calls[:] = TemporalDenoiser(), []
+        with pytest.warns(B.BufferWarning):
+            runs[name] = [den(b["color"], **_kw(b)) for b in frames]
+        runs[name + " calls"] = len(calls)
+    assert runs["once calls"] == len(frames) and runs["again calls"] == 2 * len(frames)
+    for a, b in zip(runs["once"], runs["again"]):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_change_test_fires_on_a_light_switched_on_and_rarely_on_noise():
     """The window test against the samples' own noise: a frame 50 % brighter restarts (nearly) every pixel's
     history; a frame of the same light, with heavy-tailed 1-spp-like noise, almost none."""
@@ -407,7 +439,7 @@ def test_a_frame_that_fails_leaves_the_history_as_it_was(model, monkeypatch):
         raise MemoryError("no room for the fit")
 
     with monkeypatch.context() as m:
-        m.setattr(temporal, "denoise", broken)
+        m.setattr(temporal, "_denoise", broken)
         with pytest.raises(MemoryError):
             failing(frames[2]["color"], **_kw(frames[2]), spp=16)
     assert torch.equal(failing.history_length, before)

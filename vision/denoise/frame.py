@@ -96,6 +96,16 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
     On CUDA (and on the Triton path) the call reads no tensor value on the host: the repairs run branch-free on
     the device and do not warn.
     """
+    return _denoise(color, albedo, normal, depth, ao, emission, position, model, radius, eps, scale, weights, tile,
+                    repair, phase, hdr, history, spp, input_blend)
+
+
+def _denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None, position=None, model: str = "flnr",
+             radius=None, eps=None, scale=None, weights=None, tile=None, repair: bool = True, phase=None,
+             hdr: bool = True, history=None, spp=None, input_blend: bool = True, prepared: bool = False):
+    """:func:`denoise`; ``prepared``: the buffers come from :class:`~.temporal.TemporalDenoiser`'s history, already
+    repaired, range-checked and with their fireflies suppressed, so those steps are not run again (the same result,
+    one pass over every buffer and the firefly test fewer)."""
     named = dict(locals())  # the guide keywords: the table's GUIDES, in its order (a test checks the signature)
     radius, eps, scale, tile, spp, hdr = _check_settings(model, radius, eps, scale, tile, spp, repair, hdr,
                                                          input_blend)
@@ -126,13 +136,14 @@ def denoise(color, albedo=None, normal=None, depth=None, ao=None, emission=None,
     blend = bool(input_blend) and u == 1 and blends(spp)
     frame = functools.partial(_frame, names=names, model=model, net=net, radius=radius, eps=eps, scale=scale,
                               tile=tile, phase=phase, repair=repair, needs_grad=needs_grad, hdr=hdr, blend=blend,
-                              spp=spp)
+                              spp=spp, prepared=prepared)
     # a frame that reads no tensor on the host (repair on, data checks off) can be a CUDA graph
     if (graphs.wanted(inputs, needs_grad) and repair and not buffers.host_reads(c)
             and not isinstance(eps, torch.Tensor)):
         # the graph reads the network's weights where they lie: moved (nn.Module.to replaces them), a new graph
         weights_at = () if net is None else tuple(t.data_ptr() for t in (*net.parameters(), *net.buffers()))
-        key = (model, id(net), weights_at, radius, eps, scale, tile, phase, names, hdr, blend, spp, forced_backend())
+        key = (model, id(net), weights_at, radius, eps, scale, tile, phase, names, hdr, blend, spp, prepared,
+               forced_backend())
         out = graphs.run(key, frame, inputs)
     else:
         out = frame(*inputs)
@@ -207,52 +218,58 @@ def _tell_noise(c: torch.Tensor, guides: dict, present: dict, net, spp: float | 
 
 
 def _frame(c, *present, names, model, net, radius, eps, scale, tile, phase, repair, needs_grad, hdr=True,
-           blend=False, spp=None):
+           blend=False, spp=None, prepared=False):
     """One frame of :func:`denoise` on validated (B, C, H, W) buffers: repairs, checks, the model, the input blend;
     LDR colour (``hdr=False``) is taken at most 1 and the result clamped into [0, 1] (branch-free: no host
     reads)."""
-    out = _model(c, *present, names=names, model=model, net=net, radius=radius, eps=eps, scale=scale, tile=tile,
-                 phase=phase, repair=repair, needs_grad=needs_grad, hdr=hdr, blend=blend, spp=spp)
-    return out if hdr else out.clamp(0.0, 1.0)
-
-
-def _model(c, *present, names, model, net, radius, eps, scale, tile, phase, repair, needs_grad, hdr, blend, spp=None):
     guides = dict.fromkeys(GUIDES)
     guides.update(zip(names, present))
     u = upsample_factor(tuple(c.shape[-2:]), full_size(c, guides))
     with torch.set_grad_enabled(needs_grad):
-        for name, t in [("color", c), *zip(names, present)]:
-            if repair:
-                fixed, _ = buffers.repair_nonfinite(t, name)
-            else:  # raising needs the values on the host: one synchronisation per buffer on a GPU
-                bad = int((~torch.isfinite(t)).sum())
-                if bad:
-                    raise ValueError(f"{name} contains {bad} NaN or Inf values")
-                fixed = t
-            if name == "color":
-                c = fixed
-            else:
-                guides[name] = fixed
-        if buffers.host_reads(c):  # range checks read the buffers: on the GPU only with VISION_CHECKS=on
-            buffers.check_ranges(guides["albedo"], guides["normal"])
-        if not hdr:
-            c = c.clamp(max=1.0)
-        c = buffers.suppress_fireflies(c, sample_down(guides["emission"], u, phase))
+        if not prepared:
+            c = _repaired(c, guides, names, repair, hdr, u, phase)
         if guides["emission"] is None and u == 1:  # a lamp seen without an emission buffer: put back as it is
             guides["emission"] = buffers.bright_regions(c)
         # every buffer is finite now: the ops below need not read their inputs again to check (3-5 ms a 1280 x 720
         # frame on CPU); checks forced on by the caller stay on
         with checks("off") if checks_mode() == "auto" else contextlib.nullcontext():
-            if model == "flnr":
-                if tile is not None:
-                    out = flnr_tiled(c, guides, net, radius, eps, scale, tile, phase=phase, spp=spp)
-                else:
-                    out = run_flnr(c, guides, net, radius, eps, scale, phase=phase, spp=spp)
-            elif tile is not None:
-                out = flr_tiled(c, guides, radius, eps, scale, tile, phase=phase)
-            else:
-                out = flr(c, guides, radius, eps, scale, phase=phase)
-            return blend_towards_input(out, c, guides, tile, spp, model) if blend else out
+            out = _model(c, guides, model, net, radius, eps, scale, tile, phase, spp)
+            out = blend_towards_input(out, c, guides, tile, spp, model) if blend else out
+    return out if hdr else out.clamp(0.0, 1.0)
+
+
+def _repaired(c, guides: dict, names, repair: bool, hdr: bool, u: int, phase) -> torch.Tensor:
+    """The colour with its NaN/Inf samples repaired (or refused, ``repair=False``), taken at most 1 for LDR colour and
+    its fireflies suppressed; the guides of ``names`` repaired in place in ``guides`` and range-checked."""
+    for name in ("color", *names):
+        t = c if name == "color" else guides[name]
+        if repair:
+            fixed, _ = buffers.repair_nonfinite(t, name)
+        else:  # raising needs the values on the host: one synchronisation per buffer on a GPU
+            bad = int((~torch.isfinite(t)).sum())
+            if bad:
+                raise ValueError(f"{name} contains {bad} NaN or Inf values")
+            fixed = t
+        if name == "color":
+            c = fixed
+        else:
+            guides[name] = fixed
+    if buffers.host_reads(c):  # range checks read the buffers: on the GPU only with VISION_CHECKS=on
+        buffers.check_ranges(guides["albedo"], guides["normal"])
+    if not hdr:
+        c = c.clamp(max=1.0)
+    return buffers.suppress_fireflies(c, sample_down(guides["emission"], u, phase))
+
+
+def _model(c, guides: dict, model, net, radius, eps, scale, tile, phase, spp):
+    """FLNR or FLR of the prepared colour ``c`` on ``guides``, over tiles when ``tile`` is given."""
+    if model == "flnr":
+        if tile is not None:
+            return flnr_tiled(c, guides, net, radius, eps, scale, tile, phase=phase, spp=spp)
+        return run_flnr(c, guides, net, radius, eps, scale, phase=phase, spp=spp)
+    if tile is not None:
+        return flr_tiled(c, guides, radius, eps, scale, tile, phase=phase)
+    return flr(c, guides, radius, eps, scale, phase=phase)
 
 
 def _dtype_name(x) -> str:

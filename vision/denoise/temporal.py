@@ -16,7 +16,7 @@ from . import accumulate
 from . import buffers as B
 from .accumulate import History
 from .flnr import load_flnr, placed
-from .frame import MODELS, _check_color, _check_spp, _positive_int, denoise
+from .frame import MODELS, _check_color, _check_spp, _denoise, _positive_int, denoise
 from .input_blend import blend_towards_input, blends
 from .flr import DEFAULT_EPS, DEFAULT_RADIUS
 from .edge_history import CAP as EDGE_CAP, edge_history
@@ -258,9 +258,11 @@ class TemporalDenoiser:
             acc = self._history.mean * floor + add
             if self.net is not None:  # placed once: a copy of the shared model on the frames' device and dtype
                 self.net = placed(self.net, acc.device, acc.dtype)
-            out = denoise(acc, **g, model=self.model, weights=self.net, radius=self.radius, eps=self.eps,
-                          scale=self.scale, tile=self.tile, history=self._history.count, spp=spp,
-                          input_blend=False)  # the history's noise is not independent per pixel: see below
+            # the history's noise is not independent per pixel, so no input blend here (see below); its buffers were
+            # repaired and its fireflies suppressed as the frame came in
+            out = _denoise(acc, **g, model=self.model, weights=self.net, radius=self.radius, eps=self.eps,
+                           scale=self.scale, tile=self.tile, history=self._history.count, spp=spp,
+                           input_blend=False, prepared=True)
             if self.shrink_radius > 0:
                 out = accumulate.towards_history(out, acc, self._history, floor, self.shrink_radius)
         blend = denoised is None and self.input_blend and blends(spp)
