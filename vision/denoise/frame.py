@@ -219,9 +219,9 @@ def _tell_noise(c: torch.Tensor, guides: dict, present: dict, net, spp: float | 
 
 def _frame(c, *present, names, model, net, radius, eps, scale, tile, phase, repair, needs_grad, hdr=True,
            blend=False, spp=None, prepared=False):
-    """One frame of :func:`denoise` on validated (B, C, H, W) buffers: repairs, checks, the model, the input blend;
-    LDR colour (``hdr=False``) is taken at most 1 and the result clamped into [0, 1] (branch-free: no host
-    reads)."""
+    """One frame of :func:`denoise` on validated (B, C, H, W) buffers: repairs and checks (:func:`_repaired`, not for
+    ``prepared`` buffers), the model, the input blend; LDR colour (``hdr=False``) is taken at most 1 and the result
+    clamped into [0, 1] (branch-free: no host reads)."""
     guides = dict.fromkeys(GUIDES)
     guides.update(zip(names, present))
     u = upsample_factor(tuple(c.shape[-2:]), full_size(c, guides))
