@@ -41,11 +41,23 @@ BIG = 1e30  # the stand-in for a square that overflowed (:func:`finite`; window 
 
 @dataclass
 class History:
-    mean: torch.Tensor       # (B, 3, H, W) running mean of the demodulated signal
-    count: torch.Tensor      # (B, 1, H, W) frames in the history (float)
-    keys: dict               # the frame's depth / normal / index, to test the next frame's taps against
-    square: torch.Tensor | None = None  # (B, 3, H, W) running mean of the signal's square (None: not kept)
-    planes: torch.Tensor | None = None  # (B, 4 or 7, H, W) whose channels mean, count and square are (or None)
+    planes: torch.Tensor  # (B, 4 or 7, H, W): :attr:`mean`, :attr:`count`, then :attr:`square` when kept
+    keys: dict            # the frame's depth / normal / index, to test the next frame's taps against
+
+    @property
+    def mean(self) -> torch.Tensor:
+        """(B, 3, H, W) running mean of the demodulated signal."""
+        return self.planes[:, :3]
+
+    @property
+    def count(self) -> torch.Tensor:
+        """(B, 1, H, W) frames in the history (float)."""
+        return self.planes[:, 3:4]
+
+    @property
+    def square(self) -> torch.Tensor | None:
+        """(B, 3, H, W) running mean of the signal's square, None where it is not kept."""
+        return self.planes[:, 4:7] if self.planes.shape[1] == 7 else None
 
     def variance_of_mean(self) -> torch.Tensor:
         """(B, 3, H, W): the variance of :attr:`mean` as an estimate, ``s^2 / n`` with ``s^2`` the unbiased sample
@@ -133,16 +145,13 @@ register_path("denoise.change_cells", TORCH, "torch", 0, run=_change_cells_torch
 
 def start(signal: torch.Tensor, keys: dict, square: bool = False) -> History:
     """A history of one frame; ``square``: also keep the second moment (for :func:`towards_history`)."""
-    return History(signal.clone(), torch.ones_like(signal[:, :1]), keys, signal.square() if square else None)
+    return History(torch.cat([signal, torch.ones_like(signal[:, :1])] + ([signal.square()] if square else []), 1), keys)
 
 
 def update(hist: History, signal: torch.Tensor, offset: torch.Tensor, keys: dict, tol: Tolerances,
            max_history: int, sigmas: float) -> tuple[History, torch.Tensor]:
     """The history after blending in this frame's demodulated ``signal``; also the reprojection weight map."""
-    stack = hist.planes  # the update's own output: mean, count and square, one tensor already
-    if stack is None:
-        stack = torch.cat([hist.mean, hist.count] + ([] if hist.square is None else [hist.square]), 1)
-    vals, weight = reproject(stack, offset, hist.keys, keys, tol)
+    vals, weight = reproject(hist.planes, offset, hist.keys, keys, tol)
     valid = weight > 0
     if sigmas > 0:
         valid = valid & ~changed(signal, vals[:, :3], valid, vals[:, 3:4], sigmas)
@@ -153,8 +162,7 @@ def update(hist: History, signal: torch.Tensor, offset: torch.Tensor, keys: dict
 def _take_frame_numba(vals, signal, valid, keys, max_history) -> History:
     """:func:`update`'s last step in one numba pass (:mod:`.accumulate_cpu`), into one tensor whose channels the
     history's fields are (the next frame reprojects it as it lies)."""
-    planes = _cpu().take_frame(vals, signal, valid, max_history)
-    return History(planes[:, :3], planes[:, 3:4], keys, planes[:, 4:7] if planes.shape[1] == 7 else None, planes)
+    return History(_cpu().take_frame(vals, signal, valid, max_history), keys)
 
 
 def _take_frame_torch(vals, signal, valid, keys, max_history) -> History:
@@ -169,7 +177,7 @@ def _take_frame_torch(vals, signal, valid, keys, max_history) -> History:
         sq = signal.square()
         square = torch.where(valid, square, sq)
         square = square + a * (sq - square)
-    return History(mean, count, keys, square)
+    return History(torch.cat([mean, count] + ([] if square is None else [square]), 1), keys)
 
 
 register_path("denoise.take_frame", NUMBA, "torch", 5, supports=lambda tensors: numba_takes(*tensors),
